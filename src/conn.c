@@ -1,0 +1,507 @@
+/* Listeners and connections over FI_EP_MSG: the connection manager's
+ * events arrive on the context's one EQ and are dispatched here to the
+ * listener or connection they belong to. */
+#include "xport_int.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* What both sides send in the connection's private data. A connection
+ * request without it (a port scanner, another program) is rejected. */
+#define HELLO_MAGIC 0x5850525455ULL /* "XPRTU" */
+#define HELLO_VERSION 1
+struct hello {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t reserved;
+};
+
+struct cm_buf {
+  struct fi_eq_cm_entry e;
+  uint8_t data[256];
+};
+
+static long now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+static int hello_ok(const uint8_t *data, size_t len)
+{
+  struct hello h;
+  if (len < sizeof h)
+    return 0;
+  memcpy(&h, data, sizeof h);
+  return h.magic == HELLO_MAGIC && h.version == HELLO_VERSION;
+}
+
+static void evq_push(xport_ctx_t *ctx, xport_conn_t *conn, int status)
+{
+  if (conn->ev_queued)
+    return;
+  conn->ev_queued = 1;
+  conn->ev_status = status;
+  conn->ev_next = NULL;
+  if (ctx->evq_tail)
+    ctx->evq_tail->ev_next = conn;
+  else
+    ctx->evq = conn;
+  ctx->evq_tail = conn;
+}
+
+static void evq_remove(xport_ctx_t *ctx, xport_conn_t *conn)
+{
+  xport_conn_t **pp = &ctx->evq, *prev = NULL;
+  while (*pp && *pp != conn) {
+    prev = *pp;
+    pp = &(*pp)->ev_next;
+  }
+  if (!*pp)
+    return;
+  *pp = conn->ev_next;
+  if (ctx->evq_tail == conn)
+    ctx->evq_tail = prev;
+  conn->ev_queued = 0;
+}
+
+static void conn_lost(xport_conn_t *conn, int status)
+{
+  if (conn->state == XPORT__CONN_CONNECTING) {
+    conn->state = XPORT__CONN_FAILED;
+    conn->fail_code = status;
+  } else if (conn->state == XPORT__CONN_CONNECTED) {
+    conn->state = XPORT__CONN_DISCONNECTED;
+    evq_push(conn->ctx, conn, -XPORT_ECONNRESET);
+  }
+}
+
+static void on_connreq(xport_listener_t *lst, struct fi_info *info,
+                       const uint8_t *data, size_t dlen)
+{
+  struct xport__connreq *cr;
+  if (!hello_ok(data, dlen)) {
+    XPORT__WARN("listener %s: rejected a connection request without xport's "
+                "greeting", lst->addr);
+    fi_reject(lst->pep, info->handle, NULL, 0);
+    fi_freeinfo(info);
+    return;
+  }
+  cr = malloc(sizeof *cr);
+  if (!cr) {
+    fi_reject(lst->pep, info->handle, NULL, 0);
+    fi_freeinfo(info);
+    return;
+  }
+  cr->info = info;
+  cr->next = NULL;
+  if (lst->pending_tail)
+    lst->pending_tail->next = cr;
+  else
+    lst->pending = cr;
+  lst->pending_tail = cr;
+}
+
+void xport__eq_dispatch(xport_ctx_t *ctx)
+{
+  struct cm_buf buf;
+  uint32_t event;
+
+  for (;;) {
+    ssize_t r = fi_eq_read(ctx->eq, &event, &buf, sizeof buf, 0);
+    if (r == -FI_EAGAIN)
+      return;
+    if (r == -FI_EAVAIL) {
+      struct fi_eq_err_entry err;
+      memset(&err, 0, sizeof err);
+      if (fi_eq_readerr(ctx->eq, &err, 0) < 0)
+        return;
+      if (err.fid && err.fid->fclass == FI_CLASS_EP && err.fid->context)
+        conn_lost(err.fid->context, xport__err_from_fi(err.err ? err.err : FI_EIO));
+      continue;
+    }
+    if (r < 0) {
+      XPORT__WARN("fi_eq_read: %s", fi_strerror((int)-r));
+      return;
+    }
+    size_t dlen = (size_t)r > sizeof buf.e ? (size_t)r - sizeof buf.e : 0;
+    switch (event) {
+    case FI_CONNREQ:
+      on_connreq(buf.e.fid->context, buf.e.info, buf.data, dlen);
+      break;
+    case FI_CONNECTED: {
+      xport_conn_t *conn = buf.e.fid->context;
+      if (conn->state == XPORT__CONN_CONNECTING)
+        conn->state = XPORT__CONN_CONNECTED;
+      break;
+    }
+    case FI_SHUTDOWN:
+      conn_lost(buf.e.fid->context, -XPORT_ECONNRESET);
+      break;
+    default:
+      break;
+    }
+  }
+}
+
+/* Waits up to timeout_ms for an EQ event (or anything on the CQ). */
+int xport__wait_eq(xport_ctx_t *ctx, int timeout_ms)
+{
+  struct fid *fids[1] = {&ctx->eq->fid};
+  int fd;
+  if (ctx->epfd >= 0 && !fi_control(&ctx->eq->fid, FI_GETWAIT, &fd)) {
+    if (fi_trywait(ctx->fabric, fids, 1) != FI_SUCCESS)
+      return 0;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    poll(&p, 1, timeout_ms);
+    return 0;
+  }
+  struct timespec ts = {0, 1000 * 1000};
+  if (timeout_ms == 0)
+    return 0;
+  nanosleep(&ts, NULL);
+  return 0;
+}
+
+static struct fi_info *addr_hints(xport_ctx_t *ctx, int keep_domain)
+{
+  struct fi_info *h = fi_dupinfo(ctx->info);
+  if (!h)
+    return NULL;
+  free(h->src_addr);
+  free(h->dest_addr);
+  h->src_addr = h->dest_addr = NULL;
+  h->src_addrlen = h->dest_addrlen = 0;
+  h->addr_format = FI_FORMAT_UNSPEC;
+  free(h->fabric_attr->name);
+  h->fabric_attr->name = NULL;
+  if (!keep_domain) {
+    free(h->domain_attr->name);
+    h->domain_attr->name = NULL;
+  }
+  return h;
+}
+
+/* fi_getinfo for an address, on the chosen provider. Where the chosen
+ * domain cannot reach it (tcp names domains by interface), any domain of
+ * the provider is accepted: the endpoint still opens on ctx's domain. */
+static int resolve(xport_ctx_t *ctx, const char *addr, uint64_t flags,
+                   struct fi_info **info_p)
+{
+  char host[256], port[8];
+  int ret = xport__addr_split(addr, host, sizeof host, port, sizeof port);
+  if (ret)
+    return ret;
+  for (int keep = 1; keep >= 0; keep--) {
+    struct fi_info *h = addr_hints(ctx, keep);
+    if (!h)
+      return -XPORT_ENOMEM;
+    ret = fi_getinfo(XPORT__FI_VERSION, host, port, flags, h, info_p);
+    fi_freeinfo(h);
+    if (!ret)
+      return 0;
+  }
+  XPORT__INFO("cannot resolve %s: %s", addr, fi_strerror(-ret));
+  return ret == -FI_ENODATA ? -XPORT_EADDRNOTAVAIL : xport__err_from_fi(ret);
+}
+
+static void format_sockaddr(const struct sockaddr *sa, char *buf, size_t len)
+{
+  char ip[INET6_ADDRSTRLEN] = "?";
+  if (sa->sa_family == AF_INET) {
+    const struct sockaddr_in *s = (const struct sockaddr_in *)sa;
+    inet_ntop(AF_INET, &s->sin_addr, ip, sizeof ip);
+    snprintf(buf, len, "%s:%u", ip, ntohs(s->sin_port));
+  } else if (sa->sa_family == AF_INET6) {
+    const struct sockaddr_in6 *s = (const struct sockaddr_in6 *)sa;
+    inet_ntop(AF_INET6, &s->sin6_addr, ip, sizeof ip);
+    snprintf(buf, len, "[%s]:%u", ip, ntohs(s->sin6_port));
+  } else {
+    snprintf(buf, len, "?");
+  }
+}
+
+XPORT_API int xport_listen(xport_ctx_t *ctx, const char *addr, xport_listener_t **lst_p)
+{
+  struct fi_info *info = NULL;
+  xport_listener_t *lst;
+  int ret;
+
+  if (!ctx || !addr || !lst_p)
+    return -XPORT_EINVAL;
+  ret = resolve(ctx, addr, FI_SOURCE, &info);
+  if (ret)
+    return ret;
+  lst = calloc(1, sizeof *lst);
+  if (!lst) {
+    fi_freeinfo(info);
+    return -XPORT_ENOMEM;
+  }
+  lst->ctx = ctx;
+  ret = fi_passive_ep(ctx->fabric, info, &lst->pep, lst);
+  if (!ret)
+    ret = fi_pep_bind(lst->pep, &ctx->eq->fid, 0);
+  if (!ret)
+    ret = fi_listen(lst->pep);
+  fi_freeinfo(info);
+  if (ret) {
+    if (lst->pep)
+      fi_close(&lst->pep->fid);
+    free(lst);
+    return ret == -FI_EADDRINUSE ? -XPORT_EADDRINUSE : xport__err_from_fi(ret);
+  }
+  union {
+    struct sockaddr sa;
+    struct sockaddr_in6 s6;
+    char raw[128];
+  } name;
+  size_t nlen = sizeof name;
+  if (fi_getname(&lst->pep->fid, &name, &nlen) == 0)
+    format_sockaddr(&name.sa, lst->addr, sizeof lst->addr);
+  else
+    xport__strlcpy(lst->addr, addr, sizeof lst->addr);
+  lst->next = ctx->listeners;
+  if (ctx->listeners)
+    ctx->listeners->prev = lst;
+  ctx->listeners = lst;
+  *lst_p = lst;
+  return 0;
+}
+
+XPORT_API int xport_listener_addr(const xport_listener_t *lst, char *buf, size_t len)
+{
+  if (!lst || !buf || !len)
+    return -XPORT_EINVAL;
+  size_t n = strlen(lst->addr);
+  if (n + 1 > len)
+    return -XPORT_ERANGE;
+  memcpy(buf, lst->addr, n + 1);
+  return 0;
+}
+
+XPORT_API int xport_listener_close(xport_listener_t *lst)
+{
+  if (!lst)
+    return 0;
+  xport_ctx_t *ctx = lst->ctx;
+  fi_close(&lst->pep->fid);
+  while (lst->pending) {
+    struct xport__connreq *cr = lst->pending;
+    lst->pending = cr->next;
+    fi_freeinfo(cr->info);
+    free(cr);
+  }
+  if (lst->prev)
+    lst->prev->next = lst->next;
+  else
+    ctx->listeners = lst->next;
+  if (lst->next)
+    lst->next->prev = lst->prev;
+  free(lst);
+  return 0;
+}
+
+static xport_conn_t *conn_new(xport_ctx_t *ctx)
+{
+  xport_conn_t *conn = calloc(1, sizeof *conn);
+  if (!conn)
+    return NULL;
+  conn->ctx = ctx;
+  conn->state = XPORT__CONN_CONNECTING;
+  return conn;
+}
+
+static void conn_link(xport_conn_t *conn)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  conn->next = ctx->conns;
+  if (ctx->conns)
+    ctx->conns->prev = conn;
+  ctx->conns = conn;
+}
+
+static int ep_open(xport_conn_t *conn, struct fi_info *info)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  int ret = fi_endpoint(ctx->domain, info, &conn->ep, conn);
+  if (ret)
+    return ret;
+  ret = fi_ep_bind(conn->ep, &ctx->eq->fid, 0);
+  if (!ret)
+    ret = fi_ep_bind(conn->ep, &ctx->cq->fid, FI_TRANSMIT | FI_RECV);
+  if (!ret)
+    ret = fi_enable(conn->ep);
+  if (ret) {
+    fi_close(&conn->ep->fid);
+    conn->ep = NULL;
+  }
+  return ret;
+}
+
+/* Waits for a CONNECTING connection to settle; 0 when connected. */
+static int wait_connected(xport_conn_t *conn, long deadline)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  for (;;) {
+    xport__eq_dispatch(ctx);
+    if (conn->state == XPORT__CONN_CONNECTED)
+      return 0;
+    if (conn->state != XPORT__CONN_CONNECTING)
+      return conn->fail_code ? conn->fail_code : -XPORT_ECONNREFUSED;
+    long left = deadline < 0 ? 100 : deadline - now_ms();
+    if (left <= 0)
+      return -XPORT_ETIMEDOUT;
+    xport__wait_eq(ctx, left < 100 ? (int)left : 100);
+  }
+}
+
+static void conn_discard(xport_conn_t *conn)
+{
+  if (conn->ep)
+    fi_close(&conn->ep->fid);
+  free(conn);
+}
+
+XPORT_API int xport_connect(xport_ctx_t *ctx, const char *addr, int timeout_ms,
+                            xport_conn_t **conn_p)
+{
+  struct hello h = {.magic = HELLO_MAGIC, .version = HELLO_VERSION};
+  struct fi_info *info = NULL;
+  xport_conn_t *conn;
+  long deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+  int ret;
+
+  if (!ctx || !addr || !conn_p)
+    return -XPORT_EINVAL;
+  ret = resolve(ctx, addr, 0, &info);
+  if (ret)
+    return ret;
+  conn = conn_new(ctx);
+  if (!conn) {
+    fi_freeinfo(info);
+    return -XPORT_ENOMEM;
+  }
+  ret = ep_open(conn, info);
+  if (!ret)
+    ret = fi_connect(conn->ep, info->dest_addr, &h, sizeof h);
+  fi_freeinfo(info);
+  if (ret) {
+    conn_discard(conn);
+    return xport__err_from_fi(ret);
+  }
+  ret = wait_connected(conn, deadline);
+  if (ret) {
+    conn_discard(conn);
+    return ret;
+  }
+  conn_link(conn);
+  *conn_p = conn;
+  return 0;
+}
+
+XPORT_API int xport_accept(xport_listener_t *lst, int timeout_ms, xport_conn_t **conn_p)
+{
+  struct hello h = {.magic = HELLO_MAGIC, .version = HELLO_VERSION};
+  long deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+  int ret = -XPORT_ETIMEDOUT;
+
+  if (!lst || !conn_p)
+    return -XPORT_EINVAL;
+  xport_ctx_t *ctx = lst->ctx;
+  for (;;) {
+    xport__eq_dispatch(ctx);
+    struct xport__connreq *cr = lst->pending;
+    if (!cr) {
+      long left = deadline < 0 ? 100 : deadline - now_ms();
+      if (left <= 0)
+        return ret;
+      xport__wait_eq(ctx, left < 100 ? (int)left : 100);
+      continue;
+    }
+    lst->pending = cr->next;
+    if (!lst->pending)
+      lst->pending_tail = NULL;
+    xport_conn_t *conn = conn_new(ctx);
+    ret = conn ? ep_open(conn, cr->info) : -FI_ENOMEM;
+    if (!ret)
+      ret = fi_accept(conn->ep, &h, sizeof h);
+    if (ret)
+      fi_reject(lst->pep, cr->info->handle, NULL, 0);
+    fi_freeinfo(cr->info);
+    free(cr);
+    if (!ret)
+      ret = wait_connected(conn, deadline);
+    else
+      ret = xport__err_from_fi(ret);
+    if (!ret) {
+      conn_link(conn);
+      *conn_p = conn;
+      return 0;
+    }
+    /* This peer went away before the handshake ended; serve the next. */
+    XPORT__INFO("listener %s: accept failed: %s", lst->addr, xport_strerror(ret));
+    if (conn)
+      conn_discard(conn);
+    if (ret == -XPORT_ENOMEM)
+      return ret;
+  }
+}
+
+void xport__conn_free_if_done(xport_conn_t *conn)
+{
+  if (conn->state == XPORT__CONN_CLOSED && conn->nreqs == 0 && !conn->ev_queued)
+    free(conn);
+}
+
+XPORT_API int xport_conn_close(xport_conn_t *conn)
+{
+  if (!conn)
+    return 0;
+  xport_ctx_t *ctx = conn->ctx;
+  if (conn->state == XPORT__CONN_CLOSED)
+    return -XPORT_EINVAL;
+  if (conn->state == XPORT__CONN_CONNECTED)
+    fi_shutdown(conn->ep, 0);
+  /* Closing the endpoint flushes what the provider still holds; whatever
+   * it did not report is cancelled here, so every post gets exactly one
+   * completion. */
+  fi_close(&conn->ep->fid);
+  conn->ep = NULL;
+  xport__cq_drain(ctx);
+  while (conn->out) {
+    struct xport__req *req = conn->out;
+    conn->out = req->cnext;
+    if (req->bounce) {
+      xport__bounce_put(ctx, req->bounce);
+      req->bounce = NULL;
+    }
+    for (unsigned i = 0; i < req->ntmp; i++)
+      fi_close(&req->tmp[i]->fid);
+    req->ntmp = 0;
+    req->status = -XPORT_ECANCELED;
+    req->len = 0;
+    req->flags = 0;
+    req->next = NULL;
+    if (ctx->done_tail)
+      ctx->done_tail->next = req;
+    else
+      ctx->done = req;
+    ctx->done_tail = req;
+  }
+  evq_remove(ctx, conn);
+  if (conn->prev)
+    conn->prev->next = conn->next;
+  else
+    ctx->conns = conn->next;
+  if (conn->next)
+    conn->next->prev = conn->prev;
+  conn->state = XPORT__CONN_CLOSED;
+  xport__conn_free_if_done(conn);
+  return 0;
+}

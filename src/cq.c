@@ -1,0 +1,359 @@
+/* Completions: the request pool, polling (which also drives progress),
+ * waiting without spinning, and the opt-in progress thread.
+ *
+ * Invariant: a request is in exactly one place: the free list, its
+ * connection's outstanding list (posted), or the done list (completed
+ * while xport itself was reading the CQ, not yet delivered). */
+#include "xport_int.h"
+
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <time.h>
+#include <unistd.h>
+
+#define REQ_CHUNK 256
+
+struct xport__req *xport__req_get(xport_ctx_t *ctx)
+{
+  struct xport__req *r = ctx->free_reqs;
+  if (XPORT__UNLIKELY(!r)) {
+    struct xport__req_chunk *c =
+        malloc(sizeof *c + REQ_CHUNK * sizeof(struct xport__req));
+    if (!c)
+      return NULL;
+    c->next = ctx->req_chunks;
+    ctx->req_chunks = c;
+    for (size_t i = 0; i < REQ_CHUNK; i++) {
+      c->reqs[i].next = ctx->free_reqs;
+      ctx->free_reqs = &c->reqs[i];
+    }
+    r = ctx->free_reqs;
+  }
+  ctx->free_reqs = r->next;
+  return r;
+}
+
+/* Returns a delivered request to the pool; its connection may go with it. */
+void xport__req_release(xport_ctx_t *ctx, struct xport__req *req)
+{
+  xport_conn_t *conn = req->conn;
+  req->next = ctx->free_reqs;
+  ctx->free_reqs = req;
+  if (conn) {
+    conn->nreqs--;
+    if (XPORT__UNLIKELY(conn->state == XPORT__CONN_CLOSED))
+      xport__conn_free_if_done(conn);
+  }
+}
+
+void xport__req_fini(xport_ctx_t *ctx)
+{
+  while (ctx->req_chunks) {
+    struct xport__req_chunk *c = ctx->req_chunks;
+    ctx->req_chunks = c->next;
+    free(c);
+  }
+  ctx->free_reqs = NULL;
+}
+
+/* Copies a received message out of a bounce buffer into the user's iov. */
+static void scatter(const struct xport__req *req, size_t len)
+{
+  const char *src = req->bounce->buf;
+  for (size_t i = 0; i < req->uiovcnt && len; i++) {
+    size_t n = req->uiov[i].len < len ? req->uiov[i].len : len;
+    memcpy(req->uiov[i].base, src, n);
+    src += n;
+    len -= n;
+  }
+}
+
+/* Ends a request's life on the wire: library-owned memory is released,
+ * received bytes are in the user's buffer, and it leaves its connection's
+ * outstanding list. */
+static void req_finish(xport_ctx_t *ctx, struct xport__req *req, int status, size_t len)
+{
+  if (req->bounce) {
+    if (req->op == XPORT_OP_RECV && !status)
+      scatter(req, len);
+    xport__bounce_put(ctx, req->bounce);
+    req->bounce = NULL;
+  }
+  for (unsigned i = 0; i < req->ntmp; i++)
+    fi_close(&req->tmp[i]->fid);
+  req->ntmp = 0;
+  if (req->cprev)
+    req->cprev->cnext = req->cnext;
+  else
+    req->conn->out = req->cnext;
+  if (req->cnext)
+    req->cnext->cprev = req->cprev;
+}
+
+static void done_push(xport_ctx_t *ctx, struct xport__req *req)
+{
+  req->next = NULL;
+  if (ctx->done_tail)
+    ctx->done_tail->next = req;
+  else
+    ctx->done = req;
+  ctx->done_tail = req;
+}
+
+static void fill_comp(xport_completion_t *c, const struct xport__req *req,
+                      int status, size_t len, unsigned flags, uint32_t imm)
+{
+  c->op = req->op;
+  c->status = status;
+  c->flags = flags;
+  c->imm = imm;
+  c->len = len;
+  c->user_ctx = req->user_ctx;
+  c->conn = req->conn;
+  c->detail = NULL;
+  c->hint = status ? xport__err_hint(status) : NULL;
+}
+
+/* Reads one error entry; fills *comp (unless NULL: then it is queued). */
+static int read_error(xport_ctx_t *ctx, xport_completion_t *comp)
+{
+  struct fi_cq_err_entry err;
+  memset(&err, 0, sizeof err);
+  if (fi_cq_readerr(ctx->cq, &err, 0) != 1)
+    return 0;
+  struct xport__req *req = err.op_context;
+  if (!req)
+    return 0; /* an error with no request of ours behind it */
+  int status = xport__err_from_fi(err.err ? err.err : FI_EIO);
+  /* A flushed operation is a cancellation, whatever errno came with it. */
+  size_t len = status == -XPORT_ETRUNC ? err.len : 0;
+  req_finish(ctx, req, status, len);
+  ctx->eq_skip = XPORT__EQ_EVERY; /* errors often mean a disconnect */
+  if (!comp) {
+    req->status = status;
+    req->len = len;
+    req->flags = 0;
+    done_push(ctx, req);
+    return 1;
+  }
+  fill_comp(comp, req, status, len, 0, 0);
+  fi_cq_strerror(ctx->cq, err.prov_errno, err.err_data, ctx->detail, sizeof ctx->detail);
+  comp->detail = ctx->detail;
+  xport__req_release(ctx, req);
+  return 1;
+}
+
+static inline unsigned entry_flags(const struct fi_cq_data_entry *e, uint32_t *imm)
+{
+  if (e->flags & FI_REMOTE_CQ_DATA) {
+    *imm = (uint32_t)e->data;
+    return XPORT_COMP_IMM;
+  }
+  *imm = 0;
+  return 0;
+}
+
+void xport__cq_drain(xport_ctx_t *ctx)
+{
+  struct fi_cq_data_entry ents[XPORT__CQ_BATCH];
+  for (;;) {
+    ssize_t n = fi_cq_read(ctx->cq, ents, XPORT__CQ_BATCH);
+    if (n == -FI_EAVAIL) {
+      if (!read_error(ctx, NULL))
+        return;
+      continue;
+    }
+    if (n <= 0)
+      return;
+    for (ssize_t i = 0; i < n; i++) {
+      struct xport__req *req = ents[i].op_context;
+      if (!req)
+        continue;
+      size_t len = req->op == XPORT_OP_RECV ? ents[i].len : req->len;
+      req_finish(ctx, req, 0, len);
+      req->status = 0;
+      req->len = len;
+      req->flags = entry_flags(&ents[i], &req->imm);
+      done_push(ctx, req);
+    }
+  }
+}
+
+XPORT_API int xport_poll(xport_ctx_t *ctx, xport_completion_t *comps, int max)
+{
+  struct fi_cq_data_entry ents[XPORT__CQ_BATCH];
+  int n = 0;
+
+  if (XPORT__UNLIKELY(!ctx || !comps || max <= 0))
+    return -XPORT_EINVAL;
+
+  while (XPORT__UNLIKELY(ctx->done != NULL) && n < max) {
+    struct xport__req *req = ctx->done;
+    ctx->done = req->next;
+    if (!ctx->done)
+      ctx->done_tail = NULL;
+    fill_comp(&comps[n++], req, req->status, req->len, req->flags, req->imm);
+    xport__req_release(ctx, req);
+  }
+  if (n < max) {
+    size_t want = (size_t)(max - n) < XPORT__CQ_BATCH ? (size_t)(max - n) : XPORT__CQ_BATCH;
+    ssize_t got = fi_cq_read(ctx->cq, ents, want);
+    if (got > 0) {
+      for (ssize_t i = 0; i < got; i++) {
+        struct xport__req *req = ents[i].op_context;
+        if (XPORT__UNLIKELY(!req))
+          continue;
+        uint32_t imm;
+        unsigned flags = entry_flags(&ents[i], &imm);
+        size_t len = req->op == XPORT_OP_RECV ? ents[i].len : req->len;
+        req_finish(ctx, req, 0, len);
+        fill_comp(&comps[n++], req, 0, len, flags, imm);
+        xport__req_release(ctx, req);
+      }
+      return n;
+    }
+    if (got == -FI_EAVAIL)
+      n += read_error(ctx, &comps[n]);
+  }
+  /* Connection events are rare: look at the EQ only now and then while
+   * idle, and at once after an error completion. */
+  if (n < max && ++ctx->eq_skip >= XPORT__EQ_EVERY) {
+    ctx->eq_skip = 0;
+    xport__eq_dispatch(ctx);
+  }
+  while (XPORT__UNLIKELY(ctx->evq != NULL) && n < max) {
+    xport_conn_t *conn = ctx->evq;
+    xport_completion_t *c = &comps[n++];
+    ctx->evq = conn->ev_next;
+    if (!ctx->evq)
+      ctx->evq_tail = NULL;
+    conn->ev_queued = 0;
+    memset(c, 0, sizeof *c);
+    c->op = XPORT_OP_DISCONNECT;
+    c->status = conn->ev_status;
+    c->conn = conn;
+    c->hint = xport__err_hint(conn->ev_status);
+  }
+  return n;
+}
+
+int xport__wait_fds(xport_ctx_t *ctx)
+{
+  int cq_fd = -1, eq_fd = -1;
+  struct epoll_event ev = {.events = EPOLLIN};
+
+  if (fi_control(&ctx->cq->fid, FI_GETWAIT, &cq_fd) || cq_fd < 0 ||
+      fi_control(&ctx->eq->fid, FI_GETWAIT, &eq_fd) || eq_fd < 0)
+    return 0; /* no wait fd: xport_wait sleeps in short steps instead */
+  ctx->epfd = epoll_create1(EPOLL_CLOEXEC);
+  if (ctx->epfd < 0)
+    return -XPORT_ENOMEM;
+  if (epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, cq_fd, &ev) ||
+      epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, eq_fd, &ev)) {
+    close(ctx->epfd);
+    ctx->epfd = -1;
+  }
+  return 0;
+}
+
+XPORT_API int xport_ctx_fd(xport_ctx_t *ctx, int *fd_p)
+{
+  if (!ctx || !fd_p)
+    return -XPORT_EINVAL;
+  if (ctx->epfd < 0)
+    return -XPORT_ENOSYS;
+  *fd_p = ctx->epfd;
+  return 0;
+}
+
+static long now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+/* 1 when the wait fds may be slept on, 0 when something is pending. */
+static int may_sleep(xport_ctx_t *ctx)
+{
+  struct fid *fids[2] = {&ctx->cq->fid, &ctx->eq->fid};
+  return fi_trywait(ctx->fabric, fids, 2) == FI_SUCCESS;
+}
+
+XPORT_API int xport_wait(xport_ctx_t *ctx, int timeout_ms)
+{
+  if (!ctx)
+    return -XPORT_EINVAL;
+  if (ctx->done || ctx->evq)
+    return 0;
+  if (ctx->epfd >= 0) {
+    struct epoll_event ev;
+    if (!may_sleep(ctx))
+      return 0;
+    int r = epoll_wait(ctx->epfd, &ev, 1, timeout_ms < 0 ? -1 : timeout_ms);
+    if (r < 0 && errno != EINTR)
+      return -XPORT_EIO;
+    return r > 0 || (r < 0) ? 0 : -XPORT_ETIMEDOUT;
+  }
+  /* No wait object: check for work, then sleep in growing steps (up to
+   * 1 ms) so that an idle process does not burn a core. */
+  long deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+  long step_us = 10;
+  for (;;) {
+    struct fi_cq_data_entry e;
+    ssize_t r = fi_cq_read(ctx->cq, &e, 0);
+    if (r == -FI_EAVAIL || r > 0 || !may_sleep(ctx))
+      return 0;
+    xport__eq_dispatch(ctx);
+    if (ctx->evq)
+      return 0;
+    if (deadline >= 0 && now_ms() >= deadline)
+      return -XPORT_ETIMEDOUT;
+    struct timespec ts = {0, step_us * 1000};
+    nanosleep(&ts, NULL);
+    if (step_us < 1000)
+      step_us *= 2;
+  }
+}
+
+/* The progress thread only turns libfabric's crank (a zero-entry CQ read);
+ * it never touches xport's own state, so it needs no lock of ours. */
+static void *progress_main(void *arg)
+{
+  xport_ctx_t *ctx = arg;
+  struct fid *fids[1] = {&ctx->cq->fid};
+  while (!ctx->progress_stop) {
+    if (ctx->epfd >= 0 && fi_trywait(ctx->fabric, fids, 1) == FI_SUCCESS) {
+      int fd = -1;
+      if (!fi_control(&ctx->cq->fid, FI_GETWAIT, &fd)) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        poll(&p, 1, 50);
+      }
+    } else {
+      struct timespec ts = {0, 100 * 1000};
+      nanosleep(&ts, NULL);
+    }
+    fi_cq_read(ctx->cq, NULL, 0);
+  }
+  return NULL;
+}
+
+int xport__progress_start(xport_ctx_t *ctx)
+{
+  ctx->progress_stop = 0;
+  if (pthread_create(&ctx->progress_tid, NULL, progress_main, ctx))
+    return -XPORT_ENOMEM;
+  ctx->progress_on = 1;
+  return 0;
+}
+
+void xport__progress_stop(xport_ctx_t *ctx)
+{
+  if (!ctx->progress_on)
+    return;
+  ctx->progress_stop = 1;
+  pthread_join(ctx->progress_tid, NULL);
+  ctx->progress_on = 0;
+}

@@ -1,0 +1,475 @@
+/* The context and its capability probe: enumerate fi_getinfo candidates,
+ * judge and rank them, open the first that works, and keep the verdicts
+ * so that the choice can be explained later (xport_ctx_candidates). */
+#include "xport_int.h"
+
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+static pthread_once_t log_once = PTHREAD_ONCE_INIT;
+
+struct settings {
+  const char *provider;
+  const char *domain;
+  const char *iface;
+  int strict;
+  int progress_thread;
+};
+
+static int pick_switch(xport_switch_t v, enum xport__env_id id)
+{
+  if (v == XPORT_ON)
+    return 1;
+  if (v == XPORT_OFF)
+    return 0;
+  return xport__env_bool(id, 0);
+}
+
+/* An explicit attribute beats the environment, which beats the default. */
+static void resolve_settings(const xport_ctx_attr_t *attr, struct settings *s)
+{
+  static const xport_ctx_attr_t none;
+  if (!attr)
+    attr = &none;
+  s->provider = attr->provider ? attr->provider : xport__env_str(XPORT__ENV_PROVIDER);
+  s->domain = attr->domain ? attr->domain : xport__env_str(XPORT__ENV_DOMAIN);
+  s->iface = attr->iface ? attr->iface : xport__env_str(XPORT__ENV_IFACE);
+  s->strict = pick_switch(attr->strict, XPORT__ENV_STRICT);
+  s->progress_thread = pick_switch(attr->progress_thread, XPORT__ENV_PROGRESS_THREAD);
+}
+
+/* Position of prov in a comma-separated list, or -1. */
+static int list_pos(const char *list, const char *prov)
+{
+  size_t plen = strlen(prov);
+  int pos = 0;
+  for (const char *p = list; *p; pos++) {
+    const char *end = strchr(p, ',');
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    while (n && *p == ' ') { p++; n--; }
+    while (n && p[n - 1] == ' ') n--;
+    if (n == plen && !strncmp(p, prov, n))
+      return pos;
+    if (!end)
+      break;
+    p = end + 1;
+  }
+  return -1;
+}
+
+static int sockaddr_eq(const struct sockaddr *a, const struct sockaddr *b)
+{
+  if (!a || !b || a->sa_family != b->sa_family)
+    return 0;
+  if (a->sa_family == AF_INET)
+    return !memcmp(&((const struct sockaddr_in *)a)->sin_addr,
+                   &((const struct sockaddr_in *)b)->sin_addr, sizeof(struct in_addr));
+  if (a->sa_family == AF_INET6)
+    return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                   &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr));
+  return 0;
+}
+
+/* Whether a candidate lives on the interface: its domain carries the
+ * interface's name (tcp) or its source address is one of the
+ * interface's addresses (providers that name domains by device). */
+static int on_iface(const struct fi_info *fi, const char *iface,
+                    struct ifaddrs *ifs)
+{
+  if (fi->domain_attr->name && !strcmp(fi->domain_attr->name, iface))
+    return 1;
+  if (fi->addr_format != FI_SOCKADDR_IN && fi->addr_format != FI_SOCKADDR_IN6 &&
+      fi->addr_format != FI_SOCKADDR)
+    return 0;
+  for (struct ifaddrs *i = ifs; i; i = i->ifa_next)
+    if (i->ifa_name && !strcmp(i->ifa_name, iface) &&
+        sockaddr_eq(i->ifa_addr, fi->src_addr))
+      return 1;
+  return 0;
+}
+
+struct cand {
+  struct fi_info *fi;
+  int rank;
+  int idx; /* fi_getinfo order, to keep the sort stable */
+};
+
+static int cand_cmp(const void *a, const void *b)
+{
+  const struct cand *x = a, *y = b;
+  if (x->rank != y->rank)
+    return x->rank < y->rank ? -1 : 1;
+  return x->idx - y->idx;
+}
+
+static void set_cand(xport_candidate_t *c, const struct fi_info *fi,
+                     xport_verdict_t v, const char *reason)
+{
+  xport__strlcpy(c->provider, fi->fabric_attr->prov_name, sizeof c->provider);
+  xport__strlcpy(c->fabric, fi->fabric_attr->name, sizeof c->fabric);
+  xport__strlcpy(c->domain, fi->domain_attr->name, sizeof c->domain);
+  c->ep_type = fi->ep_attr->type == FI_EP_RDM ? XPORT_EP_RDM : XPORT_EP_MSG;
+  c->verdict = v;
+  xport__strlcpy(c->reason, reason, sizeof c->reason);
+}
+
+/* Judges one candidate; returns its rank, or -1 with why in reason. */
+static int judge(const struct fi_info *fi, const struct settings *s,
+                 struct ifaddrs *ifs, char *reason, size_t rlen)
+{
+  const char *prov = fi->fabric_attr->prov_name;
+  const struct xport__profile *prof = xport__profile_find(prov);
+  int named = s->provider && s->provider[0] != '^';
+  int rank;
+
+  if (named) {
+    int pos = list_pos(s->provider, prov);
+    if (pos < 0) {
+      snprintf(reason, rlen, "not requested (XPORT_PROVIDER=%s)", s->provider);
+      return -1;
+    }
+    rank = pos;
+  } else {
+    if (s->provider && list_pos(s->provider + 1, prov) >= 0) {
+      snprintf(reason, rlen, "excluded by XPORT_PROVIDER=%s", s->provider);
+      return -1;
+    }
+    if (!prof) {
+      snprintf(reason, rlen, "not ranked by xport; name it in XPORT_PROVIDER to use it");
+      return -1;
+    }
+    if (prof->explicit_only) {
+      snprintf(reason, rlen, "%s", prof->explicit_only);
+      return -1;
+    }
+    rank = prof->rank;
+  }
+  if (s->domain && (!fi->domain_attr->name || strcmp(fi->domain_attr->name, s->domain))) {
+    snprintf(reason, rlen, "no such device: domain %s is not XPORT_DOMAIN=%s",
+             fi->domain_attr->name ? fi->domain_attr->name : "?", s->domain);
+    return -1;
+  }
+  if (s->iface && !on_iface(fi, s->iface, ifs)) {
+    snprintf(reason, rlen, "not on interface XPORT_IFACE=%s", s->iface);
+    return -1;
+  }
+  if (fi->domain_attr->cq_data_size < 4) {
+    snprintf(reason, rlen, "carries %zu bytes of immediate data; xport needs 4",
+             fi->domain_attr->cq_data_size);
+    return -1;
+  }
+  if (fi->domain_attr->mr_mode & FI_MR_ENDPOINT) {
+    snprintf(reason, rlen, "requires FI_MR_ENDPOINT, which xport does not support yet");
+    return -1;
+  }
+  return rank;
+}
+
+static void close_fids(xport_ctx_t *ctx)
+{
+  if (ctx->epfd >= 0)
+    close(ctx->epfd);
+  ctx->epfd = -1;
+  if (ctx->cq)
+    fi_close(&ctx->cq->fid);
+  if (ctx->eq)
+    fi_close(&ctx->eq->fid);
+  if (ctx->domain)
+    fi_close(&ctx->domain->fid);
+  if (ctx->fabric)
+    fi_close(&ctx->fabric->fid);
+  ctx->cq = NULL;
+  ctx->eq = NULL;
+  ctx->domain = NULL;
+  ctx->fabric = NULL;
+}
+
+/* Opens fabric, domain, EQ and CQ for one candidate; 0 or -FI_E*. */
+static int open_candidate(xport_ctx_t *ctx, struct fi_info *fi, int strict,
+                          const char **what)
+{
+  struct fi_eq_attr eq_attr = {.size = 64, .wait_obj = FI_WAIT_FD};
+  struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_FD};
+  int ret;
+
+  /* Strict mode asks for what verbs imposes; providers that merely allow
+   * it (tcp) then use virtual addresses and their own keys. */
+  if (strict)
+    fi->domain_attr->mr_mode |= FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_ALLOCATED;
+
+  *what = "fi_fabric";
+  ret = fi_fabric(fi->fabric_attr, &ctx->fabric, ctx);
+  if (ret)
+    goto fail;
+  *what = "fi_domain";
+  ret = fi_domain(ctx->fabric, fi, &ctx->domain, ctx);
+  if (ret)
+    goto fail;
+  *what = "fi_eq_open";
+  ret = fi_eq_open(ctx->fabric, &eq_attr, &ctx->eq, ctx);
+  if (ret == -FI_ENOSYS || ret == -FI_EINVAL) {
+    eq_attr.wait_obj = FI_WAIT_UNSPEC;
+    ret = fi_eq_open(ctx->fabric, &eq_attr, &ctx->eq, ctx);
+  }
+  if (ret)
+    goto fail;
+  *what = "fi_cq_open";
+  cq_attr.size = fi->rx_attr->size + fi->tx_attr->size;
+  ret = fi_cq_open(ctx->domain, &cq_attr, &ctx->cq, ctx);
+  if (ret == -FI_ENOSYS || ret == -FI_EINVAL) {
+    cq_attr.wait_obj = FI_WAIT_UNSPEC;
+    ret = fi_cq_open(ctx->domain, &cq_attr, &ctx->cq, ctx);
+  }
+  if (ret)
+    goto fail;
+  return 0;
+fail:
+  close_fids(ctx);
+  return ret;
+}
+
+static void fill_caps(xport_ctx_t *ctx, const struct settings *s)
+{
+  const struct fi_info *fi = ctx->info;
+  xport_caps_t *c = &ctx->caps;
+  uint64_t m = fi->domain_attr->mr_mode;
+  size_t iov = fi->tx_attr->iov_limit < fi->rx_attr->iov_limit ? fi->tx_attr->iov_limit
+                                                                : fi->rx_attr->iov_limit;
+
+  memset(c, 0, sizeof *c);
+  xport__strlcpy(c->provider, fi->fabric_attr->prov_name, sizeof c->provider);
+  xport__strlcpy(c->fabric, fi->fabric_attr->name, sizeof c->fabric);
+  xport__strlcpy(c->domain, fi->domain_attr->name, sizeof c->domain);
+  c->ep_type = fi->ep_attr->type == FI_EP_RDM ? XPORT_EP_RDM : XPORT_EP_MSG;
+  c->max_msg_size = fi->ep_attr->max_msg_size;
+  c->inject_size = fi->tx_attr->inject_size;
+  c->max_iov = iov < XPORT__IOV_MAX ? (iov ? iov : 1) : XPORT__IOV_MAX;
+  c->tx_depth = fi->tx_attr->size;
+  c->rx_depth = fi->rx_attr->size;
+  c->imm_bits = 32;
+  c->wire_imm_bytes = (unsigned)fi->domain_attr->cq_data_size;
+  c->rma = (fi->caps & FI_RMA) ? XPORT_SUPPORT_NATIVE : XPORT_SUPPORT_NONE;
+  c->atomics = (fi->caps & FI_ATOMIC) ? XPORT_SUPPORT_NATIVE : XPORT_SUPPORT_NONE;
+  if (m & FI_MR_LOCAL)
+    c->mr_mode |= XPORT_MR_LOCAL;
+  if (m & FI_MR_VIRT_ADDR)
+    c->mr_mode |= XPORT_MR_VIRT_ADDR;
+  if (m & FI_MR_PROV_KEY)
+    c->mr_mode |= XPORT_MR_PROV_KEY;
+  if (m & FI_MR_ENDPOINT)
+    c->mr_mode |= XPORT_MR_ENDPOINT;
+  if (m & FI_MR_RAW)
+    c->mr_mode |= XPORT_MR_RAW;
+  if (s->strict)
+    c->mr_mode |= XPORT_MR_LOCAL | XPORT_MR_VIRT_ADDR | XPORT_MR_PROV_KEY;
+  c->wait_fd = ctx->epfd >= 0;
+  c->progress = (ctx->prof && ctx->prof->manual_progress) ||
+                        fi->domain_attr->data_progress == FI_PROGRESS_MANUAL
+                    ? XPORT_PROGRESS_MANUAL
+                    : XPORT_PROGRESS_AUTO;
+  c->strict = s->strict;
+  c->progress_thread = s->progress_thread;
+}
+
+static struct fi_info *make_hints(void)
+{
+  struct fi_info *h = fi_allocinfo();
+  if (!h)
+    return NULL;
+  h->ep_attr->type = FI_EP_MSG;
+  h->caps = FI_MSG | FI_RMA;
+  /* Requests embed a fi_context2; completions of RMA with CQ data may
+   * consume receives (verbs), which the data path handles. */
+  h->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;
+  h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
+                            FI_MR_PROV_KEY | FI_MR_RAW;
+  h->domain_attr->threading = FI_THREAD_SAFE;
+  return h;
+}
+
+/* Logs what the probe saw when nothing could be used. */
+static void log_no_provider(const struct settings *s, const xport_candidate_t *c, int n)
+{
+  char found[512] = "";
+  size_t off = 0;
+  for (int i = 0; i < n && off < sizeof found; i++) {
+    int dup = 0;
+    for (int j = 0; j < i; j++)
+      dup |= !strcmp(c[i].provider, c[j].provider);
+    if (!dup)
+      off += (size_t)snprintf(found + off, sizeof found - off, "%s%s", off ? ", " : "",
+                              c[i].provider);
+  }
+  XPORT__LOG(XPORT__LOG_ERROR,
+             "no usable provider for XPORT_PROVIDER=%s (FI_EP_MSG with FI_MSG|FI_RMA); "
+             "found: %s", s->provider ? s->provider : "(default)",
+             n ? found : "none");
+  for (int i = 0; i < n; i++)
+    XPORT__INFO("  %s %s/%s: %s", c[i].provider, c[i].fabric, c[i].domain, c[i].reason);
+}
+
+static int probe(xport_ctx_t *ctx, const struct settings *s)
+{
+  struct fi_info *hints = make_hints(), *list = NULL;
+  struct cand ok[XPORT__MAX_CANDS];
+  struct ifaddrs *ifs = NULL;
+  int nok = 0, n = 0, chosen = -1, ret;
+
+  if (!hints)
+    return -XPORT_ENOMEM;
+  ret = fi_getinfo(XPORT__FI_VERSION, NULL, NULL, 0, hints, &list);
+  fi_freeinfo(hints);
+  if (ret && ret != -FI_ENODATA)
+    return xport__err_from_fi(ret);
+  if (s->iface && getifaddrs(&ifs))
+    ifs = NULL;
+
+  ctx->cands = calloc(XPORT__MAX_CANDS, sizeof *ctx->cands);
+  if (!ctx->cands) {
+    fi_freeinfo(list);
+    freeifaddrs(ifs);
+    return -XPORT_ENOMEM;
+  }
+  /* Judge every candidate; the usable ones are ranked and tried below,
+   * the rejected ones keep their reason. */
+  xport_candidate_t rejected[XPORT__MAX_CANDS];
+  int nrej = 0, idx = 0;
+  for (struct fi_info *fi = list; fi && idx < XPORT__MAX_CANDS; fi = fi->next, idx++) {
+    char reason[160];
+    int rank = judge(fi, s, ifs, reason, sizeof reason);
+    if (rank < 0)
+      set_cand(&rejected[nrej++], fi, XPORT_VERDICT_REJECTED, reason);
+    else
+      ok[nok++] = (struct cand){fi, rank, idx};
+  }
+  freeifaddrs(ifs);
+  qsort(ok, (size_t)nok, sizeof *ok, cand_cmp);
+
+  for (int i = 0; i < nok; i++) {
+    xport_candidate_t *c = &ctx->cands[n++];
+    if (chosen >= 0) {
+      set_cand(c, ok[i].fi, XPORT_VERDICT_USABLE, "usable; ranked after the chosen one");
+      continue;
+    }
+    const char *what = "";
+    struct fi_info *fi = fi_dupinfo(ok[i].fi);
+    ret = fi ? open_candidate(ctx, fi, s->strict, &what) : -FI_ENOMEM;
+    if (ret) {
+      char reason[160];
+      snprintf(reason, sizeof reason, "failed to open: %s: %s", what, fi_strerror(-ret));
+      set_cand(c, ok[i].fi, XPORT_VERDICT_REJECTED, reason);
+      fi_freeinfo(fi);
+      continue;
+    }
+    ctx->info = fi;
+    chosen = i;
+    set_cand(c, fi, XPORT_VERDICT_CHOSEN, s->provider ? "first requested that opened"
+                                                      : "highest ranked that opened");
+  }
+  for (int i = 0; i < nrej; i++)
+    ctx->cands[n++] = rejected[i];
+  ctx->ncands = n;
+  fi_freeinfo(list);
+  if (chosen < 0) {
+    log_no_provider(s, ctx->cands, n);
+    return -XPORT_ENOPROV;
+  }
+  ctx->prof = xport__profile_find(ctx->info->fabric_attr->prov_name);
+  return 0;
+}
+
+static void log_init(void)
+{
+  xport__log_init();
+}
+
+XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p)
+{
+  struct settings s;
+  xport_ctx_t *ctx;
+  int ret;
+
+  if (!ctx_p)
+    return -XPORT_EINVAL;
+  pthread_once(&log_once, log_init);
+  resolve_settings(attr, &s);
+
+  ctx = calloc(1, sizeof *ctx);
+  if (!ctx)
+    return -XPORT_ENOMEM;
+  ctx->epfd = -1;
+  ret = probe(ctx, &s);
+  if (ret)
+    goto fail;
+  ctx->need_local_mr = s.strict || (ctx->info->domain_attr->mr_mode & FI_MR_LOCAL);
+  ctx->prov_key = !!(ctx->info->domain_attr->mr_mode & FI_MR_PROV_KEY);
+  ctx->eager_size = xport__env_size(XPORT__ENV_EAGER_SIZE, 8192);
+  ret = xport__wait_fds(ctx);
+  if (ret)
+    goto fail;
+  fill_caps(ctx, &s);
+  if (s.progress_thread) {
+    ret = xport__progress_start(ctx);
+    if (ret)
+      goto fail;
+  }
+  XPORT__INFO("chose %s on %s/%s%s", ctx->caps.provider, ctx->caps.fabric,
+              ctx->caps.domain, s.strict ? " (strict mode)" : "");
+  *ctx_p = ctx;
+  return 0;
+fail:
+  close_fids(ctx);
+  fi_freeinfo(ctx->info);
+  free(ctx->cands);
+  free(ctx);
+  return ret;
+}
+
+XPORT_API int xport_ctx_destroy(xport_ctx_t *ctx)
+{
+  if (!ctx)
+    return 0;
+  xport__progress_stop(ctx);
+  while (ctx->conns)
+    xport_conn_close(ctx->conns);
+  while (ctx->listeners)
+    xport_listener_close(ctx->listeners);
+  /* Closed connections wait for their requests to be delivered; nobody
+   * will poll now, so drop them along with their connections. */
+  while (ctx->done) {
+    struct xport__req *r = ctx->done;
+    ctx->done = r->next;
+    xport__req_release(ctx, r);
+  }
+  while (ctx->mrs)
+    xport_mr_dereg(ctx->mrs);
+  xport__bounce_fini(ctx);
+  xport__req_fini(ctx);
+  close_fids(ctx);
+  fi_freeinfo(ctx->info);
+  free(ctx->cands);
+  free(ctx);
+  return 0;
+}
+
+XPORT_API int xport_ctx_query(const xport_ctx_t *ctx, xport_caps_t *caps_p)
+{
+  if (!ctx || !caps_p)
+    return -XPORT_EINVAL;
+  *caps_p = ctx->caps;
+  return 0;
+}
+
+XPORT_API int xport_ctx_candidates(const xport_ctx_t *ctx,
+                                   const xport_candidate_t **cands_p)
+{
+  if (!ctx || !cands_p)
+    return -XPORT_EINVAL;
+  *cands_p = ctx->cands;
+  return ctx->ncands;
+}

@@ -1,0 +1,85 @@
+/* Every XPORT_* environment variable, declared once. xport_env_list()
+ * hands this table to xport_info -e, so the documentation cannot drift. */
+#include "xport_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static const xport_env_var_t env_table[XPORT__ENV_COUNT] = {
+  [XPORT__ENV_PROVIDER] = {"XPORT_PROVIDER", "string", "verbs,tcp",
+    "Ordered, comma-separated providers to try (e.g. \"tcp\", "
+    "\"verbs,tcp\"); a leading ^ excludes the listed ones instead. "
+    "Providers marked explicit-only (sockets) are used only when named."},
+  [XPORT__ENV_DOMAIN] = {"XPORT_DOMAIN", "string", "(any)",
+    "Use only this libfabric domain (device), e.g. mlx5_0 or rxe0."},
+  [XPORT__ENV_IFACE] = {"XPORT_IFACE", "string", "(any)",
+    "Use only domains on this network interface, e.g. eth0 or lo."},
+  [XPORT__ENV_LOG] = {"XPORT_LOG", "string", "warn",
+    "Log level on stderr: none, error, warn, info or debug."},
+  [XPORT__ENV_STRICT] = {"XPORT_STRICT", "bool", "0",
+    "Act as if the provider required FI_MR_LOCAL, virtual addresses, "
+    "provider keys and FI_RX_CQ_DATA, as verbs does; for testing verbs "
+    "code paths on tcp."},
+  [XPORT__ENV_PROGRESS_THREAD] = {"XPORT_PROGRESS_THREAD", "bool", "0",
+    "Start a thread that drives the provider's progress while the "
+    "application is not polling (needed on tcp and shm for one-sided "
+    "operations to reach a target that is busy elsewhere)."},
+  [XPORT__ENV_EAGER_SIZE] = {"XPORT_EAGER_SIZE", "size", "8192",
+    "Where local registration is required, unregistered messages up to "
+    "this size are copied through pre-registered buffers; larger ones "
+    "are registered for the duration of the operation."},
+};
+
+XPORT_API int xport_env_list(const xport_env_var_t **vars_p)
+{
+  if (!vars_p)
+    return -XPORT_EINVAL;
+  *vars_p = env_table;
+  return XPORT__ENV_COUNT;
+}
+
+const char *xport__env_str(enum xport__env_id id)
+{
+  const char *v = getenv(env_table[id].name);
+  return (v && *v) ? v : NULL;
+}
+
+int xport__env_bool(enum xport__env_id id, int def)
+{
+  const char *v = xport__env_str(id);
+  if (!v)
+    return def;
+  if (!strcmp(v, "1") || !strcasecmp(v, "yes") || !strcasecmp(v, "true") ||
+      !strcasecmp(v, "on"))
+    return 1;
+  if (!strcmp(v, "0") || !strcasecmp(v, "no") || !strcasecmp(v, "false") ||
+      !strcasecmp(v, "off"))
+    return 0;
+  XPORT__WARN("%s=%s is not a boolean; using %d", env_table[id].name, v, def);
+  return def;
+}
+
+size_t xport__env_size(enum xport__env_id id, size_t def)
+{
+  const char *v = xport__env_str(id);
+  char *end;
+  unsigned long long n;
+  if (!v)
+    return def;
+  errno = 0;
+  n = strtoull(v, &end, 0);
+  if (errno || end == v || v[0] == '-')
+    goto bad;
+  switch (*end) {
+  case 'k': case 'K': n <<= 10; end++; break;
+  case 'm': case 'M': n <<= 20; end++; break;
+  case 'g': case 'G': n <<= 30; end++; break;
+  }
+  if (*end)
+    goto bad;
+  return (size_t)n;
+bad:
+  XPORT__WARN("%s=%s is not a size; using %zu", env_table[id].name, v, def);
+  return def;
+}

@@ -1,0 +1,157 @@
+/* Registered memory: user regions, the pool of pre-registered copy
+ * buffers, and temporary registrations for large unregistered buffers. */
+#include "xport_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#define BOUNCE_SLOTS 64 /* slots per registered chunk */
+
+/* Keys the caller chooses (tcp, shm) are drawn at random so that a
+ * connected peer cannot reach a region it was never given by guessing. */
+uint64_t xport__random_key(size_t key_size)
+{
+  uint64_t k = 0;
+  do {
+    if (getrandom(&k, sizeof k, 0) != (ssize_t)sizeof k)
+      k = ((uint64_t)rand() << 32) ^ (uint64_t)rand();
+    if (key_size && key_size < 8)
+      k &= (UINT64_C(1) << (8 * key_size)) - 1;
+  } while (k == 0);
+  return k;
+}
+
+int xport__reg(xport_ctx_t *ctx, void *buf, size_t len, uint64_t fi_access,
+               struct fid_mr **mr_p)
+{
+  int ret;
+  for (int tries = 0; tries < 8; tries++) {
+    uint64_t key = ctx->prov_key ? 0 : xport__random_key(ctx->info->domain_attr->mr_key_size);
+    ret = fi_mr_reg(ctx->domain, buf, len, fi_access, 0, key, 0, mr_p, NULL);
+    if (ret != -FI_ENOKEY) /* a duplicate random key: draw again */
+      break;
+  }
+  if (ret)
+    return ret == -FI_ENOMEM ? -XPORT_ENOMEM : xport__err_from_fi(ret);
+  return 0;
+}
+
+XPORT_API int xport_mr_reg(xport_ctx_t *ctx, void *buf, size_t len,
+                           unsigned access, xport_mr_t **mr_p)
+{
+  const unsigned all = XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_READ |
+                       XPORT_ACCESS_REMOTE_WRITE;
+  uint64_t fa = 0;
+  xport_mr_t *mr;
+  int ret;
+
+  if (!ctx || !buf || !mr_p || !len || !access || (access & ~all))
+    return -XPORT_EINVAL;
+  if (access & XPORT_ACCESS_LOCAL)
+    fa |= FI_SEND | FI_RECV | FI_READ | FI_WRITE;
+  if (access & XPORT_ACCESS_REMOTE_READ)
+    fa |= FI_REMOTE_READ;
+  if (access & XPORT_ACCESS_REMOTE_WRITE)
+    fa |= FI_REMOTE_WRITE;
+  mr = calloc(1, sizeof *mr);
+  if (!mr)
+    return -XPORT_ENOMEM;
+  ret = xport__reg(ctx, buf, len, fa, &mr->mr);
+  if (ret) {
+    free(mr);
+    if (ret == -XPORT_ENOMEM)
+      XPORT__WARN("registering %zu bytes failed: out of memory or over the "
+                  "locked-memory limit (ulimit -l)", len);
+    return ret;
+  }
+  mr->ctx = ctx;
+  mr->desc = fi_mr_desc(mr->mr);
+  mr->base = buf;
+  mr->len = len;
+  mr->access = access;
+  mr->next = ctx->mrs;
+  if (ctx->mrs)
+    ctx->mrs->prev = mr;
+  ctx->mrs = mr;
+  *mr_p = mr;
+  return 0;
+}
+
+XPORT_API int xport_mr_dereg(xport_mr_t *mr)
+{
+  if (!mr)
+    return 0;
+  xport_ctx_t *ctx = mr->ctx;
+  int ret = fi_close(&mr->mr->fid);
+  if (ret)
+    return xport__err_from_fi(ret);
+  if (mr->prev)
+    mr->prev->next = mr->next;
+  else
+    ctx->mrs = mr->next;
+  if (mr->next)
+    mr->next->prev = mr->prev;
+  free(mr);
+  return 0;
+}
+
+/* Grows the pool by one registered chunk. */
+static int bounce_grow(xport_ctx_t *ctx)
+{
+  struct xport__bounce_chunk *c = calloc(1, sizeof *c);
+  if (!c)
+    return -XPORT_ENOMEM;
+  c->mem = aligned_alloc(64, BOUNCE_SLOTS * ctx->eager_size);
+  c->slots = calloc(BOUNCE_SLOTS, sizeof *c->slots);
+  if (!c->mem || !c->slots)
+    goto fail;
+  if (xport__reg(ctx, c->mem, BOUNCE_SLOTS * ctx->eager_size, FI_SEND | FI_RECV, &c->mr))
+    goto fail;
+  void *desc = fi_mr_desc(c->mr);
+  for (size_t i = 0; i < BOUNCE_SLOTS; i++) {
+    c->slots[i].buf = c->mem + i * ctx->eager_size;
+    c->slots[i].desc = desc;
+    c->slots[i].next = ctx->free_bounce;
+    ctx->free_bounce = &c->slots[i];
+  }
+  c->next = ctx->bounce_chunks;
+  ctx->bounce_chunks = c;
+  return 0;
+fail:
+  free(c->mem);
+  free(c->slots);
+  free(c);
+  return -XPORT_ENOMEM;
+}
+
+struct xport__bounce *xport__bounce_get(xport_ctx_t *ctx)
+{
+  struct xport__bounce *b = ctx->free_bounce;
+  if (XPORT__UNLIKELY(!b)) {
+    if (bounce_grow(ctx))
+      return NULL;
+    b = ctx->free_bounce;
+  }
+  ctx->free_bounce = b->next;
+  return b;
+}
+
+void xport__bounce_put(xport_ctx_t *ctx, struct xport__bounce *b)
+{
+  b->next = ctx->free_bounce;
+  ctx->free_bounce = b;
+}
+
+void xport__bounce_fini(xport_ctx_t *ctx)
+{
+  while (ctx->bounce_chunks) {
+    struct xport__bounce_chunk *c = ctx->bounce_chunks;
+    ctx->bounce_chunks = c->next;
+    fi_close(&c->mr->fid);
+    free(c->mem);
+    free(c->slots);
+    free(c);
+  }
+  ctx->free_bounce = NULL;
+}

@@ -1,0 +1,193 @@
+/* Two-sided messages: the post path. Every check here runs before the
+ * provider sees anything, so a refused post posts nothing. */
+#include "xport_int.h"
+
+#include <string.h>
+
+/* Validates a post and returns the total length, or a negative code. */
+static inline ssize_t check_post(const xport_conn_t *conn, const xport_iov_t *iov,
+                                 size_t iovcnt)
+{
+  size_t total = 0;
+  if (XPORT__UNLIKELY(!conn || (iovcnt && !iov)))
+    return -XPORT_EINVAL;
+  if (XPORT__UNLIKELY(conn->state != XPORT__CONN_CONNECTED))
+    return conn->state == XPORT__CONN_CLOSED ? -XPORT_EINVAL : -XPORT_ENOTCONN;
+  if (XPORT__UNLIKELY(!iovcnt || iovcnt > conn->ctx->caps.max_iov))
+    return -XPORT_EINVAL;
+  for (size_t i = 0; i < iovcnt; i++) {
+    const xport_iov_t *v = &iov[i];
+    if (XPORT__UNLIKELY(!v->base && v->len))
+      return -XPORT_EINVAL;
+    if (v->mr) {
+      const xport_mr_t *mr = v->mr;
+      if (XPORT__UNLIKELY(mr->ctx != conn->ctx))
+        return -XPORT_EINVAL;
+      if (XPORT__UNLIKELY((const char *)v->base < mr->base ||
+                          (const char *)v->base - mr->base > (ptrdiff_t)mr->len ||
+                          v->len > mr->len - (size_t)((const char *)v->base - mr->base)))
+        return -XPORT_ERANGE;
+      if (XPORT__UNLIKELY(!(mr->access & XPORT_ACCESS_LOCAL)))
+        return -XPORT_EACCES;
+    }
+    total += v->len;
+    if (XPORT__UNLIKELY(total < v->len))
+      return -XPORT_EMSGSIZE;
+  }
+  if (XPORT__UNLIKELY(total > conn->ctx->caps.max_msg_size))
+    return -XPORT_EMSGSIZE;
+  return (ssize_t)total;
+}
+
+/* Gives every element a descriptor, copying through a bounce buffer or
+ * registering for the operation where the provider needs local
+ * registration and the caller brought none. Fills fiov/desc, sets *cnt. */
+static int prepare_local(xport_ctx_t *ctx, struct xport__req *req, int is_send,
+                         const xport_iov_t *iov, size_t *cnt, size_t total,
+                         struct iovec *fiov, void **desc)
+{
+  size_t n = *cnt;
+  int need = 0;
+  for (size_t i = 0; i < n; i++) {
+    fiov[i].iov_base = iov[i].base;
+    fiov[i].iov_len = iov[i].len;
+    desc[i] = iov[i].mr ? iov[i].mr->desc : NULL;
+    need |= !iov[i].mr && iov[i].len;
+  }
+  if (!ctx->need_local_mr || !need)
+    return 0;
+  if (total <= ctx->eager_size) {
+    struct xport__bounce *b = xport__bounce_get(ctx);
+    if (!b)
+      return -XPORT_ENOMEM;
+    if (is_send) {
+      char *dst = b->buf;
+      for (size_t i = 0; i < n; i++) {
+        memcpy(dst, iov[i].base, iov[i].len);
+        dst += iov[i].len;
+      }
+    } else {
+      memcpy(req->uiov, iov, n * sizeof *iov);
+      req->uiovcnt = n;
+    }
+    req->bounce = b;
+    fiov[0].iov_base = b->buf;
+    fiov[0].iov_len = total;
+    desc[0] = b->desc;
+    *cnt = 1;
+    return 0;
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (iov[i].mr || !iov[i].len)
+      continue;
+    struct fid_mr *mr;
+    int ret = xport__reg(ctx, iov[i].base, iov[i].len, is_send ? FI_SEND : FI_RECV, &mr);
+    if (ret)
+      return ret;
+    req->tmp[req->ntmp++] = mr;
+    desc[i] = fi_mr_desc(mr);
+  }
+  return 0;
+}
+
+static void undo_prepare(xport_ctx_t *ctx, struct xport__req *req)
+{
+  if (req->bounce)
+    xport__bounce_put(ctx, req->bounce);
+  for (unsigned i = 0; i < req->ntmp; i++)
+    fi_close(&req->tmp[i]->fid);
+}
+
+static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_t iovcnt,
+                int with_imm, uint32_t imm, void *user_ctx)
+{
+  struct iovec fiov[XPORT__IOV_MAX];
+  void *desc[XPORT__IOV_MAX];
+  ssize_t total = check_post(conn, iov, iovcnt);
+  ssize_t ret;
+
+  if (XPORT__UNLIKELY(total < 0))
+    return (int)total;
+  xport_ctx_t *ctx = conn->ctx;
+  struct xport__req *req = xport__req_get(ctx);
+  if (XPORT__UNLIKELY(!req))
+    return -XPORT_ENOMEM;
+  req->conn = conn;
+  req->user_ctx = user_ctx;
+  req->op = op;
+  req->len = (size_t)total;
+  req->bounce = NULL;
+  req->ntmp = 0;
+  req->uiovcnt = 0;
+
+  size_t cnt = iovcnt;
+  ret = prepare_local(ctx, req, op == XPORT_OP_SEND, iov, &cnt, (size_t)total, fiov, desc);
+  if (XPORT__UNLIKELY(ret)) {
+    undo_prepare(ctx, req);
+    req->conn = NULL;
+    xport__req_release(ctx, req);
+    return (int)ret;
+  }
+
+  if (op == XPORT_OP_SEND) {
+    if (with_imm) {
+      struct fi_msg msg = {.msg_iov = fiov, .desc = desc, .iov_count = cnt,
+                           .context = &req->fictx, .data = imm};
+      ret = fi_sendmsg(conn->ep, &msg, FI_REMOTE_CQ_DATA);
+    } else if (cnt == 1) {
+      ret = fi_send(conn->ep, fiov[0].iov_base, fiov[0].iov_len, desc[0], 0, &req->fictx);
+    } else {
+      ret = fi_sendv(conn->ep, fiov, desc, cnt, 0, &req->fictx);
+    }
+  } else if (cnt == 1) {
+    ret = fi_recv(conn->ep, fiov[0].iov_base, fiov[0].iov_len, desc[0], 0, &req->fictx);
+  } else {
+    ret = fi_recvv(conn->ep, fiov, desc, cnt, 0, &req->fictx);
+  }
+  if (XPORT__UNLIKELY(ret)) {
+    undo_prepare(ctx, req);
+    req->conn = NULL;
+    xport__req_release(ctx, req);
+    return ret == -FI_EAGAIN ? -XPORT_EAGAIN : xport__err_from_fi((int)ret);
+  }
+  req->cprev = NULL;
+  req->cnext = conn->out;
+  if (conn->out)
+    conn->out->cprev = req;
+  conn->out = req;
+  conn->nreqs++;
+  return 0;
+}
+
+XPORT_API int xport_send(xport_conn_t *conn, const void *buf, size_t len, xport_mr_t *mr,
+                         void *user_ctx)
+{
+  xport_iov_t v = {(void *)buf, len, mr};
+  return post(conn, XPORT_OP_SEND, &v, 1, 0, 0, user_ctx);
+}
+
+XPORT_API int xport_send_imm(xport_conn_t *conn, const void *buf, size_t len,
+                             xport_mr_t *mr, uint32_t imm, void *user_ctx)
+{
+  xport_iov_t v = {(void *)buf, len, mr};
+  return post(conn, XPORT_OP_SEND, &v, 1, 1, imm, user_ctx);
+}
+
+XPORT_API int xport_sendv(xport_conn_t *conn, const xport_iov_t *iov, size_t iovcnt,
+                          void *user_ctx)
+{
+  return post(conn, XPORT_OP_SEND, iov, iovcnt, 0, 0, user_ctx);
+}
+
+XPORT_API int xport_recv(xport_conn_t *conn, void *buf, size_t len, xport_mr_t *mr,
+                         void *user_ctx)
+{
+  xport_iov_t v = {buf, len, mr};
+  return post(conn, XPORT_OP_RECV, &v, 1, 0, 0, user_ctx);
+}
+
+XPORT_API int xport_recvv(xport_conn_t *conn, const xport_iov_t *iov, size_t iovcnt,
+                          void *user_ctx)
+{
+  return post(conn, XPORT_OP_RECV, iov, iovcnt, 0, 0, user_ctx);
+}

@@ -1,0 +1,841 @@
+/* Connections and two-sided messages, run on every provider present:
+ * connect/accept/close, sizes with bytes verified, many outstanding
+ * operations, iov, immediate data, truncation, closing and peer failure. */
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define T_MS 15000
+
+static void expect_comp(xport_ctx_t *ctx, xport_completion_t *c, xport_op_t op, int status)
+{
+  int rc = xt_next(ctx, c, T_MS);
+  XT_CHECK(rc == 0, "no completion within %d ms on %s", T_MS, xt_config());
+  XT_CHECK(c->op == op, "completion op %d, expected %d (status %s)", c->op, op,
+           xport_strerror(c->status));
+  XT_CHECK(c->status == status, "completion status %d (%s), expected %d (%s) [%s]",
+           c->status, xport_strerror(c->status), status, xport_strerror(status),
+           c->detail ? c->detail : "");
+}
+
+/* ---- Core -------------------------------------------------------------- */
+
+static int hello_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  char buf[64] = "";
+  xport_completion_t c;
+  XT_OK(xport_recv(conn, buf, sizeof buf, NULL, buf));
+  expect_comp(ctx, &c, XPORT_OP_RECV, 0);
+  XT_CHECK(c.len == 6 && !memcmp(buf, "hello", 6), "got %zu bytes '%s'", c.len, buf);
+  XT_CHECK(c.user_ctx == buf && c.conn == conn, "context or connection wrong");
+  XT_CHECK(!(c.flags & XPORT_COMP_IMM), "plain send carried immediate data");
+  XT_OK(xport_send(conn, "world", 6, NULL, NULL));
+  expect_comp(ctx, &c, XPORT_OP_SEND, 0);
+  return 0;
+}
+
+static int hello_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  char buf[64] = "";
+  xport_completion_t c;
+  int sent = 0, got = 0;
+  XT_OK(xport_recv(conn, buf, sizeof buf, NULL, NULL));
+  XT_OK(xport_send(conn, "hello", 6, NULL, &sent));
+  while (!sent || !got) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "timeout");
+    XT_CHECK(c.status == 0, "status %s", xport_strerror(c.status));
+    if (c.op == XPORT_OP_SEND) {
+      XT_CHECK(c.user_ctx == &sent && c.len == 6, "send completion wrong");
+      sent = 1;
+    } else {
+      XT_CHECK(c.op == XPORT_OP_RECV && c.len == 6 && !strcmp(buf, "world"), "reply wrong");
+      got = 1;
+    }
+  }
+  return 0;
+}
+
+START_TEST(connect_accept_close)
+{
+  xt_pair(hello_server, hello_client, NULL);
+}
+END_TEST
+
+static const size_t sizes[] = {
+  0, 1, 2, 3, 4, 7, 8, 16, 32, 63, 64, 100, 128, 256, 512, 1000, 1024, 2048, 4096,
+  4097, 8191, 8192, 8193, 16384, 32768, 65536, 65537, 131072, 262144, 524288,
+  1048576, 1048583, 2097152, 4194304, 8388608, 16777216,
+};
+#define NSIZES (sizeof sizes / sizeof sizes[0])
+#define MAXSZ ((size_t)16777216)
+
+struct sz_arg {
+  int registered;
+};
+
+/* The server receives each size, verifies it, and answers with a
+ * different pattern of the same size. */
+static int sizes_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  struct sz_arg *a = arg;
+  char *buf = malloc(MAXSZ + 1);
+  xport_mr_t *mr = NULL;
+  xport_completion_t c;
+  if (a->registered)
+    XT_OK(xport_mr_reg(ctx, buf, MAXSZ + 1, XPORT_ACCESS_LOCAL, &mr));
+  for (size_t i = 0; i < NSIZES; i++) {
+    XT_OK(xport_recv(conn, buf, MAXSZ + 1, mr, NULL));
+    expect_comp(ctx, &c, XPORT_OP_RECV, 0);
+    XT_CHECK(c.len == sizes[i], "size %zu arrived as %zu", sizes[i], c.len);
+    size_t bad = xt_verify(buf, c.len, (unsigned)i);
+    XT_CHECK(bad == c.len, "size %zu: byte %zu differs", sizes[i], bad);
+    xt_fill(buf, sizes[i], (unsigned)i + 1000);
+    XT_OK(xport_send(conn, buf, sizes[i], mr, NULL));
+    expect_comp(ctx, &c, XPORT_OP_SEND, 0);
+  }
+  xport_mr_dereg(mr);
+  free(buf);
+  return 0;
+}
+
+static int sizes_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  struct sz_arg *a = arg;
+  char *out = malloc(MAXSZ), *in = malloc(MAXSZ + 1);
+  xport_mr_t *mo = NULL, *mi = NULL;
+  xport_completion_t c;
+  if (a->registered) {
+    XT_OK(xport_mr_reg(ctx, out, MAXSZ, XPORT_ACCESS_LOCAL, &mo));
+    XT_OK(xport_mr_reg(ctx, in, MAXSZ + 1, XPORT_ACCESS_LOCAL, &mi));
+  }
+  for (size_t i = 0; i < NSIZES; i++) {
+    int done = 0;
+    XT_OK(xport_recv(conn, in, MAXSZ + 1, mi, NULL));
+    xt_fill(out, sizes[i], (unsigned)i);
+    XT_OK(xport_send(conn, out, sizes[i], mo, NULL));
+    while (done < 2) {
+      XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "size %zu: timeout", sizes[i]);
+      XT_CHECK(c.status == 0, "size %zu: %s", sizes[i], xport_strerror(c.status));
+      if (c.op == XPORT_OP_RECV) {
+        XT_CHECK(c.len == sizes[i], "reply of %zu arrived as %zu", sizes[i], c.len);
+        size_t bad = xt_verify(in, c.len, (unsigned)i + 1000);
+        XT_CHECK(bad == c.len, "reply size %zu: byte %zu differs", sizes[i], bad);
+      }
+      done++;
+    }
+  }
+  xport_mr_dereg(mo);
+  xport_mr_dereg(mi);
+  free(out);
+  free(in);
+  return 0;
+}
+
+START_TEST(sizes_unregistered)
+{
+  struct sz_arg a = {0};
+  xt_pair(sizes_server, sizes_client, &a);
+}
+END_TEST
+
+START_TEST(sizes_registered)
+{
+  struct sz_arg a = {1};
+  xt_pair(sizes_server, sizes_client, &a);
+}
+END_TEST
+
+#define NMSG 600
+#define WIN 64
+
+/* Hundreds of messages in flight: the client posts them all at once (as
+ * far as the provider's queue allows), the server keeps WIN receives
+ * posted and checks order and contents. */
+static int many_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  static uint32_t slots[WIN][16];
+  xport_completion_t c;
+  for (uintptr_t i = 0; i < WIN; i++)
+    XT_OK(xport_recv(conn, slots[i], sizeof slots[i], NULL, (void *)i));
+  for (uint32_t n = 0; n < NMSG; n++) {
+    expect_comp(ctx, &c, XPORT_OP_RECV, 0);
+    uintptr_t s = (uintptr_t)c.user_ctx;
+    XT_CHECK(c.len == sizeof slots[s], "len %zu", c.len);
+    for (int k = 0; k < 16; k++)
+      XT_CHECK(slots[s][k] == n * 16 + (uint32_t)k, "message %u word %d is %u", n, k,
+               slots[s][k]);
+    if (n + WIN < NMSG)
+      XT_OK(xport_recv(conn, slots[s], sizeof slots[s], NULL, (void *)s));
+  }
+  XT_OK(xport_send(conn, "done", 5, NULL, NULL));
+  expect_comp(ctx, &c, XPORT_OP_SEND, 0);
+  return 0;
+}
+
+static int many_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  static uint32_t msgs[NMSG][16];
+  char fin[8];
+  xport_completion_t c;
+  int posted = 0, done = 0, got_fin = 0, again = 0;
+  XT_OK(xport_recv(conn, fin, sizeof fin, NULL, fin));
+  for (int n = 0; n < NMSG; n++)
+    for (int k = 0; k < 16; k++)
+      msgs[n][k] = (uint32_t)(n * 16 + k);
+  while (done < NMSG || !got_fin) {
+    while (posted < NMSG) {
+      int rc = xport_send(conn, msgs[posted], sizeof msgs[posted], NULL, msgs[posted]);
+      if (rc == -XPORT_EAGAIN) {
+        again++;
+        break;
+      }
+      XT_OK(rc);
+      posted++;
+    }
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "timeout with %d of %d sends done", done, NMSG);
+    XT_CHECK(c.status == 0, "%s", xport_strerror(c.status));
+    if (c.op == XPORT_OP_SEND) {
+      XT_CHECK(c.user_ctx == msgs[done], "send %d completed out of order", done);
+      done++;
+    } else {
+      got_fin = 1;
+    }
+  }
+  return 0;
+}
+
+START_TEST(many_outstanding)
+{
+  xt_pair(many_server, many_client, NULL);
+}
+END_TEST
+
+/* Receives beyond the provider's queue depth are refused with EAGAIN and
+ * post nothing: closing then cancels exactly the ones that were posted. */
+static int depth_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  xport_caps_t caps;
+  static char buf[8];
+  xport_completion_t c;
+  int posted = 0, rc = 0;
+  XT_OK(xport_ctx_query(ctx, &caps));
+  size_t limit = caps.rx_depth + 64;
+  while ((size_t)posted < limit && (rc = xport_recv(conn, buf, sizeof buf, NULL, NULL)) == 0)
+    posted++;
+  if (rc)
+    XT_CHECK(rc == -XPORT_EAGAIN, "overflowing post gave %s", xport_strerror(rc));
+  XT_CHECK(rc == 0 || (size_t)posted >= caps.rx_depth / 2,
+           "EAGAIN after only %d posts (rx_depth %zu)", posted, caps.rx_depth);
+  XT_OK(xport_conn_close(conn));
+  for (int i = 0; i < posted; i++)
+    expect_comp(ctx, &c, XPORT_OP_RECV, -XPORT_ECANCELED);
+  XT_CHECK(xt_next(ctx, &c, 200) == -XPORT_ETIMEDOUT, "extra completion op %d", c.op);
+  return XT_CLOSED;
+}
+
+static int wait_disconnect(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  xport_completion_t c;
+  expect_comp(ctx, &c, XPORT_OP_DISCONNECT, -XPORT_ECONNRESET);
+  XT_CHECK(c.conn == conn, "disconnect for another connection");
+  return 0;
+}
+
+START_TEST(queue_depth_eagain)
+{
+  xt_pair(depth_server, wait_disconnect, NULL);
+}
+END_TEST
+
+static int iov_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  char a[10], b[30], tail[100];
+  xport_completion_t c;
+  xport_iov_t v[3] = {{a, sizeof a, NULL}, {b, sizeof b, NULL}, {tail, sizeof tail, NULL}};
+  xport_caps_t caps;
+  XT_OK(xport_ctx_query(ctx, &caps));
+  size_t cnt = caps.max_iov < 3 ? caps.max_iov : 3;
+  XT_OK(xport_recvv(conn, v, cnt, NULL));
+  expect_comp(ctx, &c, XPORT_OP_RECV, 0);
+  XT_CHECK(c.len == 70, "iov message of %zu bytes", c.len);
+  char all[70];
+  memcpy(all, a, 10);
+  memcpy(all + 10, b, 30);
+  memcpy(all + 40, tail, 30);
+  XT_CHECK(xt_verify(all, 70, 7) == 70, "iov bytes differ");
+  XT_OK(xport_send(conn, "ok", 3, NULL, NULL));
+  expect_comp(ctx, &c, XPORT_OP_SEND, 0);
+  return 0;
+}
+
+static int iov_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  char msg[70], ack[4];
+  xport_completion_t c;
+  xt_fill(msg, sizeof msg, 7);
+  xport_iov_t v[3] = {{msg, 25, NULL}, {msg + 25, 5, NULL}, {msg + 30, 40, NULL}};
+  xport_caps_t caps;
+  XT_OK(xport_ctx_query(ctx, &caps));
+  XT_OK(xport_recv(conn, ack, sizeof ack, NULL, NULL));
+  if (caps.max_iov >= 3) {
+    XT_OK(xport_sendv(conn, v, 3, NULL));
+  } else {
+    XT_OK(xport_sendv(conn, v, 1, NULL)); /* never on the providers xport ranks */
+  }
+  for (int i = 0; i < 2; i++) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "timeout");
+    XT_CHECK(c.status == 0, "%s", xport_strerror(c.status));
+  }
+  return 0;
+}
+
+START_TEST(iov_gather_scatter)
+{
+  xt_pair(iov_server, iov_client, NULL);
+}
+END_TEST
+
+static const uint32_t imms[] = {0, 1, 0xdeadbeefu, 0xffffffffu, 0x80000000u};
+
+static int imm_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  char buf[32];
+  xport_completion_t c;
+  for (size_t i = 0; i < 5; i++) {
+    XT_OK(xport_recv(conn, buf, sizeof buf, NULL, NULL));
+    expect_comp(ctx, &c, XPORT_OP_RECV, 0);
+    XT_CHECK(c.flags & XPORT_COMP_IMM, "no immediate flag on message %zu", i);
+    XT_CHECK(c.imm == imms[i], "immediate %08x, expected %08x", c.imm, imms[i]);
+    XT_CHECK(c.len == (i % 2 ? 0 : 5) && (c.len == 0 || !memcmp(buf, "imm!", 5)),
+             "payload with immediate wrong");
+  }
+  XT_OK(xport_send(conn, "ok", 3, NULL, NULL));
+  expect_comp(ctx, &c, XPORT_OP_SEND, 0);
+  return 0;
+}
+
+static int imm_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  char ack[4];
+  xport_completion_t c;
+  XT_OK(xport_recv(conn, ack, sizeof ack, NULL, NULL));
+  for (size_t i = 0; i < 5; i++)
+    XT_OK(xport_send_imm(conn, "imm!", i % 2 ? 0 : 5, NULL, imms[i], NULL));
+  for (int i = 0; i < 6; i++) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "timeout");
+    XT_CHECK(c.status == 0, "%s", xport_strerror(c.status));
+    XT_CHECK(!(c.flags & XPORT_COMP_IMM), "local completion has immediate flag");
+  }
+  return 0;
+}
+
+START_TEST(immediate_data)
+{
+  xt_pair(imm_server, imm_client, NULL);
+}
+END_TEST
+
+static int trunc_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  char small[100];
+  xport_completion_t c;
+  XT_OK(xport_recv(conn, small, sizeof small, NULL, small));
+  int rc = xt_next(ctx, &c, T_MS);
+  XT_CHECK(rc == 0, "no completion for the truncated receive");
+  XT_CHECK(c.op == XPORT_OP_RECV && c.status == -XPORT_ETRUNC,
+           "truncated receive: op %d status %s", c.op, xport_strerror(c.status));
+  XT_CHECK(c.user_ctx == small && c.hint != NULL, "context or hint missing");
+  return 0;
+}
+
+static int trunc_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  char big[1000];
+  xport_completion_t c;
+  memset(big, 'x', sizeof big);
+  XT_OK(xport_send(conn, big, sizeof big, NULL, NULL));
+  /* The send completes (or fails if the provider drops the connection);
+   * then the server closes. Either way nothing hangs. */
+  XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "send never completed");
+  XT_CHECK(c.op == XPORT_OP_SEND || c.op == XPORT_OP_DISCONNECT, "op %d", c.op);
+  return 0;
+}
+
+START_TEST(truncation)
+{
+  xt_pair(trunc_server, trunc_client, NULL);
+}
+END_TEST
+
+
+/* Serves two connections at once, echoing each message back on the
+ * connection it arrived on. */
+static void two_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  (void)arg;
+  xport_conn_t *conn[2];
+  char buf[2][32];
+  xport_completion_t c;
+  for (int i = 0; i < 2; i++) {
+    XT_OK(xport_accept(lst, T_MS, &conn[i]));
+    XT_OK(xport_recv(conn[i], buf[i], sizeof buf[i], NULL, buf[i]));
+  }
+  for (int got = 0; got < 2;) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "timeout");
+    XT_CHECK(c.status == 0, "%s", xport_strerror(c.status));
+    if (c.op != XPORT_OP_RECV)
+      continue;
+    XT_OK(xport_send(c.conn, c.user_ctx, c.len, NULL, NULL));
+    got++;
+  }
+  for (int sent = 0; sent < 2; sent++)
+    expect_comp(ctx, &c, XPORT_OP_SEND, 0);
+  for (int i = 0; i < 2; i++) {
+    /* wait for the client to leave before closing */
+    expect_comp(ctx, &c, XPORT_OP_DISCONNECT, -XPORT_ECONNRESET);
+  }
+  XT_OK(xport_conn_close(conn[0]));
+  XT_OK(xport_conn_close(conn[1]));
+}
+
+START_TEST(two_connections_one_listener)
+{
+  char addr[128], in[2][32];
+  xport_conn_t *conn[2];
+  xport_completion_t c;
+  pid_t pid = xt_spawn_server(two_server, NULL, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  const char *msg[2] = {"first connection", "second one"};
+  for (int i = 0; i < 2; i++) {
+    XT_OK(xport_connect(ctx, addr, T_MS, &conn[i]));
+    XT_OK(xport_recv(conn[i], in[i], sizeof in[i], NULL, in[i]));
+  }
+  for (int i = 0; i < 2; i++)
+    XT_OK(xport_send(conn[i], msg[i], strlen(msg[i]) + 1, NULL, NULL));
+  for (int got = 0; got < 2;) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "timeout");
+    XT_CHECK(c.status == 0, "%s", xport_strerror(c.status));
+    if (c.op != XPORT_OP_RECV)
+      continue;
+    int i = c.conn == conn[0] ? 0 : 1;
+    XT_CHECK(c.conn == conn[i] && c.user_ctx == in[i], "reply on the wrong connection");
+    XT_CHECK(!strcmp(in[i], msg[i]), "connection %d got '%s'", i, in[i]);
+    got++;
+  }
+  XT_OK(xport_conn_close(conn[0]));
+  XT_OK(xport_conn_close(conn[1]));
+  xport_ctx_destroy(ctx);
+  XT_CHECK(xt_reap(pid) == 0, "server failed");
+}
+END_TEST
+
+static int idle_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  xport_completion_t c;
+  /* The client's close arrives as an event, and posting is then refused. */
+  expect_comp(ctx, &c, XPORT_OP_DISCONNECT, -XPORT_ECONNRESET);
+  XT_CHECK(c.conn == conn, "event on another connection");
+  XT_CHECK(c.hint != NULL, "no hint on the disconnect event");
+  XT_CHECK(xport_send(conn, "x", 1, NULL, NULL) == -XPORT_ENOTCONN,
+           "send after disconnect was not refused");
+  return 0;
+}
+
+static int close_outstanding_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  static char bufs[10][64];
+  xport_completion_t c;
+  int seen[11] = {0};
+  for (uintptr_t i = 0; i < 10; i++)
+    XT_OK(xport_recv(conn, bufs[i], sizeof bufs[i], NULL, (void *)i));
+  XT_OK(xport_conn_close(conn));
+  for (int i = 0; i < 10; i++) {
+    expect_comp(ctx, &c, XPORT_OP_RECV, -XPORT_ECANCELED);
+    XT_CHECK(c.conn == conn, "canceled completion names another connection");
+    seen[(uintptr_t)c.user_ctx]++;
+  }
+  for (int i = 0; i < 10; i++)
+    XT_CHECK(seen[i] == 1, "receive %d completed %d times", i, seen[i]);
+  XT_CHECK(xt_next(ctx, &c, 200) == -XPORT_ETIMEDOUT, "extra completion");
+  return XT_CLOSED;
+}
+
+START_TEST(close_with_outstanding)
+{
+  xt_pair(idle_server, close_outstanding_client, NULL);
+}
+END_TEST
+
+static int closing_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)ctx;
+  (void)arg;
+  XT_OK(xport_conn_close(conn));
+  return XT_CLOSED;
+}
+
+/* The peer closes while receives are posted here: they end with an
+ * error and the connection reports its disconnect; nothing hangs. */
+static int peer_gone_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  static char bufs[4][64];
+  static char big[1 << 20];
+  xport_completion_t c;
+  int recvs = 0, sends = 0, events = 0, sent_ok = 0, rc;
+  for (int i = 0; i < 4; i++)
+    XT_OK(xport_recv(conn, bufs[i], sizeof bufs[i], NULL, NULL));
+  rc = xport_send(conn, big, sizeof big, NULL, NULL);
+  XT_CHECK(rc == 0 || rc == -XPORT_ENOTCONN, "%s", xport_strerror(rc));
+  int want_sends = rc == 0;
+  while (recvs < 4 || sends < want_sends || !events) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0,
+             "hang: %d/4 receives, %d/%d sends, %d events", recvs, sends, want_sends, events);
+    if (c.op == XPORT_OP_RECV) {
+      XT_CHECK(c.status != 0, "a receive completed without a message");
+      recvs++;
+    } else if (c.op == XPORT_OP_SEND) {
+      sent_ok += c.status == 0;
+      sends++;
+    } else {
+      XT_CHECK(c.op == XPORT_OP_DISCONNECT && c.conn == conn, "op %d", c.op);
+      events++;
+    }
+  }
+  XT_CHECK(xport_recv(conn, bufs[0], 8, NULL, NULL) == -XPORT_ENOTCONN,
+           "post after disconnect was accepted");
+  return 0;
+}
+
+START_TEST(peer_closes)
+{
+  xt_pair(closing_server, peer_gone_client, NULL);
+}
+END_TEST
+
+static int dying_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)ctx;
+  (void)conn;
+  (void)arg;
+  raise(SIGKILL);
+  return 0;
+}
+
+START_TEST(peer_killed)
+{
+  /* The server dies by SIGKILL right after accepting. */
+  char addr[128];
+  xport_conn_t *conn;
+  pid_t pid = xt_spawn_pair_server(dying_server, NULL, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  peer_gone_client(ctx, conn, NULL);
+  XT_OK(xport_conn_close(conn));
+  xport_ctx_destroy(ctx);
+  XT_CHECK(xt_reap(pid) == 128 + SIGKILL, "server did not die by SIGKILL");
+}
+END_TEST
+
+/* A port on 127.0.0.1 that nothing listens on. */
+static int free_port(void)
+{
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof sa;
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  XT_CHECK(s >= 0 && bind(s, (struct sockaddr *)&sa, sizeof sa) == 0, "bind");
+  XT_CHECK(getsockname(s, (struct sockaddr *)&sa, &len) == 0, "getsockname");
+  close(s);
+  return ntohs(sa.sin_port);
+}
+
+START_TEST(connect_refused)
+{
+  char addr[64];
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn = (xport_conn_t *)0x1;
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", free_port());
+  int rc = xport_connect(ctx, addr, 5000, &conn);
+  XT_CHECK(rc == -XPORT_ECONNREFUSED || rc == -XPORT_ETIMEDOUT || rc == -XPORT_ECONNRESET,
+           "connect to a closed port: %s", xport_strerror(rc));
+  XT_CHECK(conn == (xport_conn_t *)0x1, "output written on failure");
+  xport_ctx_destroy(ctx);
+}
+END_TEST
+
+START_TEST(accept_timeout)
+{
+  xport_ctx_t *ctx = xt_ctx();
+  xport_listener_t *lst;
+  xport_conn_t *conn = NULL;
+  XT_OK(xport_listen(ctx, "127.0.0.1:0", &lst));
+  XT_CHECK(xport_accept(lst, 100, &conn) == -XPORT_ETIMEDOUT && conn == NULL,
+           "accept with nobody connecting");
+  XT_CHECK(xport_accept(lst, 0, &conn) == -XPORT_ETIMEDOUT, "accept with timeout 0");
+  XT_OK(xport_listener_close(lst));
+  xport_ctx_destroy(ctx);
+}
+END_TEST
+
+static void garbage_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  (void)arg;
+  xport_conn_t *conn;
+  xport_completion_t c;
+  char buf[16];
+  /* The raw socket's garbage must not yield a connection; the real
+   * client that follows must. */
+  XT_OK(xport_accept(lst, T_MS, &conn));
+  XT_OK(xport_recv(conn, buf, sizeof buf, NULL, NULL));
+  expect_comp(ctx, &c, XPORT_OP_RECV, 0);
+  XT_CHECK(!strcmp(buf, "real"), "got '%s'", buf);
+  XT_OK(xport_send(conn, "ok", 3, NULL, NULL));
+  expect_comp(ctx, &c, XPORT_OP_SEND, 0);
+  expect_comp(ctx, &c, XPORT_OP_DISCONNECT, -XPORT_ECONNRESET);
+  XT_OK(xport_conn_close(conn));
+}
+
+START_TEST(garbage_from_network)
+{
+  char addr[128], ack[4];
+  struct sockaddr_in sa = {.sin_family = AF_INET};
+  xport_completion_t c;
+  pid_t pid = xt_spawn_server(garbage_server, NULL, addr, sizeof addr);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sa.sin_port = htons((uint16_t)atoi(strrchr(addr, ':') + 1));
+  for (int k = 0; k < 3; k++) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    unsigned char junk[512];
+    xt_fill(junk, sizeof junk, (unsigned)k);
+    if (connect(s, (struct sockaddr *)&sa, sizeof sa) == 0)
+      XT_CHECK(write(s, junk, (size_t)(k + 1) * 100) > 0, "write");
+    usleep(50000);
+    close(s);
+  }
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn;
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  XT_OK(xport_recv(conn, ack, sizeof ack, NULL, NULL));
+  XT_OK(xport_send(conn, "real", 5, NULL, NULL));
+  for (int i = 0; i < 2; i++) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "timeout");
+    XT_CHECK(c.status == 0, "%s", xport_strerror(c.status));
+  }
+  XT_OK(xport_conn_close(conn));
+  xport_ctx_destroy(ctx);
+  XT_CHECK(xt_reap(pid) == 0, "server failed");
+}
+END_TEST
+
+START_TEST(listen_addresses)
+{
+  xport_ctx_t *ctx = xt_ctx();
+  xport_listener_t *lst, *dup;
+  char a[128], b[8];
+  XT_OK(xport_listen(ctx, "127.0.0.1:0", &lst));
+  XT_OK(xport_listener_addr(lst, a, sizeof a));
+  XT_CHECK(!strncmp(a, "127.0.0.1:", 10) && atoi(a + 10) > 0, "reported address %s", a);
+  XT_CHECK(xport_listener_addr(lst, b, sizeof b) == -XPORT_ERANGE, "short buffer accepted");
+  int rc = xport_listen(ctx, a, &dup);
+  XT_CHECK(rc == -XPORT_EADDRINUSE, "second listener on %s: %s", a, xport_strerror(rc));
+  XT_OK(xport_listener_close(lst));
+  XT_OK(xport_listen(ctx, "localhost:0", &lst));
+  XT_OK(xport_listener_close(lst));
+  /* IPv6 in brackets, where this host has ::1. */
+  int s6 = socket(AF_INET6, SOCK_STREAM, 0);
+  struct sockaddr_in6 sa6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+  int have6 = s6 >= 0 && bind(s6, (struct sockaddr *)&sa6, sizeof sa6) == 0;
+  if (s6 >= 0)
+    close(s6);
+  if (have6) {
+    XT_OK(xport_listen(ctx, "[::1]:0", &lst));
+    XT_OK(xport_listener_addr(lst, a, sizeof a));
+    XT_CHECK(!strncmp(a, "[::1]:", 6), "IPv6 listener reports %s", a);
+    XT_OK(xport_listener_close(lst));
+  }
+  xport_ctx_destroy(ctx);
+}
+END_TEST
+
+/* ---- Errors: bad input is refused before anything is posted ---------- */
+
+START_TEST(bad_addresses)
+{
+  static const char *bad[] = {"", "127.0.0.1", "127.0.0.1:", ":80", "127.0.0.1:99999",
+                              "127.0.0.1:12ab", "::1:80", "[::1", "[::1]80",
+                              "no-such-host.invalid:80", "300.1.1.1:80"};
+  xport_ctx_t *ctx = xt_ctx();
+  xport_listener_t *lst = (xport_listener_t *)0x1;
+  xport_conn_t *conn = (xport_conn_t *)0x1;
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    int rc = xport_listen(ctx, bad[i], &lst);
+    XT_CHECK(rc == -XPORT_EINVAL || rc == -XPORT_EADDRNOTAVAIL,
+             "listen '%s': %s", bad[i], xport_strerror(rc));
+    rc = xport_connect(ctx, bad[i], 1000, &conn);
+    XT_CHECK(rc == -XPORT_EINVAL || rc == -XPORT_EADDRNOTAVAIL,
+             "connect '%s': %s", bad[i], xport_strerror(rc));
+  }
+  XT_CHECK(lst == (xport_listener_t *)0x1 && conn == (xport_conn_t *)0x1,
+           "output written on failure");
+  xport_ctx_destroy(ctx);
+}
+END_TEST
+
+START_TEST(null_and_range_arguments)
+{
+  xport_ctx_t *ctx = xt_ctx(), *other = xt_ctx();
+  xport_listener_t *lst;
+  xport_conn_t *conn = NULL;
+  xport_mr_t *mr = NULL, *omr = NULL;
+  xport_completion_t c;
+  xport_caps_t caps;
+  char buf[64], addr[64];
+  int fd;
+
+  XT_CHECK(xport_listen(NULL, "127.0.0.1:0", &lst) == -XPORT_EINVAL, "listen NULL ctx");
+  XT_CHECK(xport_listen(ctx, NULL, &lst) == -XPORT_EINVAL, "listen NULL addr");
+  XT_CHECK(xport_listen(ctx, "127.0.0.1:0", NULL) == -XPORT_EINVAL, "listen NULL out");
+  XT_CHECK(xport_accept(NULL, 0, &conn) == -XPORT_EINVAL, "accept NULL");
+  XT_CHECK(xport_connect(NULL, "127.0.0.1:1", 0, &conn) == -XPORT_EINVAL, "connect NULL");
+  XT_CHECK(xport_connect(ctx, "127.0.0.1:1", 0, NULL) == -XPORT_EINVAL, "connect NULL out");
+  XT_CHECK(xport_listener_addr(NULL, addr, sizeof addr) == -XPORT_EINVAL, "addr NULL");
+  XT_CHECK(xport_poll(NULL, &c, 1) == -XPORT_EINVAL, "poll NULL ctx");
+  XT_CHECK(xport_poll(ctx, NULL, 1) == -XPORT_EINVAL, "poll NULL array");
+  XT_CHECK(xport_poll(ctx, &c, 0) == -XPORT_EINVAL, "poll max 0");
+  XT_CHECK(xport_wait(NULL, 0) == -XPORT_EINVAL, "wait NULL");
+  XT_CHECK(xport_wait(ctx, 0) == -XPORT_ETIMEDOUT, "idle wait(0)");
+  XT_CHECK(xport_ctx_fd(NULL, &fd) == -XPORT_EINVAL, "fd NULL");
+  XT_CHECK(xport_ctx_query(NULL, &caps) == -XPORT_EINVAL, "query NULL");
+  XT_CHECK(xport_ctx_query(ctx, NULL) == -XPORT_EINVAL, "query NULL out");
+  XT_CHECK(xport_send(NULL, buf, 1, NULL, NULL) == -XPORT_EINVAL, "send NULL conn");
+  XT_CHECK(xport_recv(NULL, buf, 1, NULL, NULL) == -XPORT_EINVAL, "recv NULL conn");
+  XT_CHECK(xport_sendv(NULL, NULL, 0, NULL) == -XPORT_EINVAL, "sendv NULL");
+  XT_CHECK(xport_recvv(NULL, NULL, 0, NULL) == -XPORT_EINVAL, "recvv NULL");
+  XT_CHECK(xport_send_imm(NULL, buf, 1, NULL, 1, NULL) == -XPORT_EINVAL, "send_imm NULL");
+  XT_CHECK(xport_mr_reg(NULL, buf, 1, XPORT_ACCESS_LOCAL, &mr) == -XPORT_EINVAL, "reg NULL");
+  XT_CHECK(xport_mr_reg(ctx, NULL, 1, XPORT_ACCESS_LOCAL, &mr) == -XPORT_EINVAL, "reg NULL buf");
+  XT_CHECK(xport_mr_reg(ctx, buf, 0, XPORT_ACCESS_LOCAL, &mr) == -XPORT_EINVAL, "reg len 0");
+  XT_CHECK(xport_mr_reg(ctx, buf, 1, 0, &mr) == -XPORT_EINVAL, "reg no access");
+  XT_CHECK(xport_mr_reg(ctx, buf, 1, 0x100, &mr) == -XPORT_EINVAL, "reg unknown access");
+  XT_CHECK(xport_mr_reg(ctx, buf, 1, XPORT_ACCESS_LOCAL, NULL) == -XPORT_EINVAL, "reg NULL out");
+  XT_CHECK(mr == NULL, "output written on failure");
+  XT_CHECK(xport_conn_close(NULL) == 0 && xport_listener_close(NULL) == 0 &&
+               xport_mr_dereg(NULL) == 0,
+           "closing NULL must do nothing");
+  XT_CHECK(xport_poll(ctx, &c, 4) == 0, "completions from nowhere");
+  XT_OK(xport_mr_reg(ctx, buf, 32, XPORT_ACCESS_LOCAL, &mr));
+  XT_OK(xport_mr_reg(other, buf, 32, XPORT_ACCESS_LOCAL, &omr));
+  XT_OK(xport_ctx_query(ctx, &caps));
+  XT_CHECK(caps.imm_bits == 32 && caps.max_iov >= 1, "capability record");
+  xport_ctx_destroy(other); /* takes omr with it */
+  (void)omr;
+  xport_mr_dereg(mr);
+  xport_ctx_destroy(ctx);
+}
+END_TEST
+
+/* Bad posts on a live connection: each refused with its code, nothing
+ * posted, and the connection still works afterwards. */
+static int bad_post_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  static char buf[256];
+  xport_mr_t *mr, *ro, *remote_only;
+  xport_completion_t c;
+  xport_caps_t caps;
+  XT_OK(xport_ctx_query(ctx, &caps));
+  XT_OK(xport_mr_reg(ctx, buf, 128, XPORT_ACCESS_LOCAL, &mr));
+  XT_OK(xport_mr_reg(ctx, buf + 128, 128, XPORT_ACCESS_REMOTE_READ, &remote_only));
+  ro = remote_only;
+  XT_CHECK(xport_send(conn, NULL, 10, NULL, NULL) == -XPORT_EINVAL, "NULL buffer, len 10");
+  XT_CHECK(xport_send(conn, buf + 100, 64, mr, NULL) == -XPORT_ERANGE, "past region end");
+  XT_CHECK(xport_send(conn, buf + 200, 8, mr, NULL) == -XPORT_ERANGE, "outside region");
+  XT_CHECK(xport_recv(conn, buf + 129, 8, ro, NULL) == -XPORT_EACCES, "no local access");
+  xport_iov_t v[8];
+  for (size_t i = 0; i < 8; i++)
+    v[i] = (xport_iov_t){buf, 1, NULL};
+  XT_CHECK(xport_sendv(conn, v, 0, NULL) == -XPORT_EINVAL, "0 iov entries");
+  XT_CHECK(xport_sendv(conn, v, caps.max_iov + 1, NULL) == -XPORT_EINVAL, "too many iov");
+  XT_CHECK(xport_sendv(conn, NULL, 1, NULL) == -XPORT_EINVAL, "NULL iov");
+  if (caps.max_msg_size < SIZE_MAX / 2)
+    XT_CHECK(xport_send(conn, buf, caps.max_msg_size + 1, NULL, NULL) == -XPORT_EMSGSIZE,
+             "oversized message");
+  XT_CHECK(xport_poll(ctx, &c, 1) == 0, "a refused post produced a completion");
+  /* Still usable: one real exchange. */
+  XT_OK(xport_recv(conn, buf, 64, mr, NULL));
+  XT_OK(xport_send(conn, "hello", 6, NULL, NULL));
+  for (int i = 0; i < 2; i++) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "timeout");
+    XT_CHECK(c.status == 0, "%s", xport_strerror(c.status));
+  }
+  XT_CHECK(!strcmp(buf, "world"), "reply '%s'", buf);
+  xport_mr_dereg(mr);
+  xport_mr_dereg(remote_only);
+  return 0;
+}
+
+START_TEST(bad_posts)
+{
+  xt_pair(hello_server, bad_post_client, NULL);
+}
+END_TEST
+
+static Suite *make_suite(void)
+{
+  Suite *s = suite_create("msg");
+  TCase *core = tcase_create("Core");
+  tcase_set_timeout(core, 120);
+  tcase_add_test(core, connect_accept_close);
+  tcase_add_test(core, sizes_unregistered);
+  tcase_add_test(core, sizes_registered);
+  tcase_add_test(core, many_outstanding);
+  tcase_add_test(core, queue_depth_eagain);
+  tcase_add_test(core, iov_gather_scatter);
+  tcase_add_test(core, immediate_data);
+  tcase_add_test(core, truncation);
+  tcase_add_test(core, two_connections_one_listener);
+  tcase_add_test(core, listen_addresses);
+  suite_add_tcase(s, core);
+
+  TCase *fail = tcase_create("Failures");
+  tcase_set_timeout(fail, 60);
+  tcase_add_test(fail, close_with_outstanding);
+  tcase_add_test(fail, peer_closes);
+  tcase_add_test(fail, peer_killed);
+  tcase_add_test(fail, connect_refused);
+  tcase_add_test(fail, accept_timeout);
+  tcase_add_test(fail, garbage_from_network);
+  suite_add_tcase(s, fail);
+
+  TCase *err = tcase_create("Errors");
+  tcase_set_timeout(err, 60);
+  tcase_add_test(err, bad_addresses);
+  tcase_add_test(err, null_and_range_arguments);
+  tcase_add_test(err, bad_posts);
+  suite_add_tcase(s, err);
+  return s;
+}
+
+int main(void)
+{
+  return xt_main("check_msg", make_suite, 1);
+}

@@ -1,0 +1,226 @@
+/* The capability probe and the environment: each variable is honoured,
+ * an explicit attribute beats it, and a failed choice explains itself.
+ * These name tcp, which every libfabric build has. */
+#include "harness.h"
+
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+static void clear_env(void)
+{
+  unsetenv("XPORT_PROVIDER");
+  unsetenv("XPORT_DOMAIN");
+  unsetenv("XPORT_IFACE");
+  unsetenv("XPORT_STRICT");
+  unsetenv("XPORT_PROGRESS_THREAD");
+  setenv("XPORT_LOG", "none", 1);
+}
+
+static const xport_candidate_t *find(const xport_candidate_t *c, int n, const char *prov,
+                                     xport_verdict_t v)
+{
+  for (int i = 0; i < n; i++)
+    if (!strcmp(c[i].provider, prov) && (!v || c[i].verdict == v))
+      return &c[i];
+  return NULL;
+}
+
+START_TEST(default_ranking)
+{
+  xport_ctx_t *ctx;
+  const xport_candidate_t *c;
+  xport_caps_t caps;
+  clear_env();
+  ck_assert_int_eq(xport_ctx_create(NULL, &ctx), 0);
+  int n = xport_ctx_candidates(ctx, &c);
+  ck_assert_int_gt(n, 0);
+  ck_assert_int_eq(c[0].verdict, XPORT_VERDICT_CHOSEN);
+  ck_assert_int_eq(xport_ctx_query(ctx, &caps), 0);
+  ck_assert_str_eq(caps.provider, c[0].provider);
+  /* verbs is not on this machine; tcp is the best that remains. */
+  if (!find(c, n, "verbs", 0))
+    ck_assert_str_eq(caps.provider, "tcp");
+  const xport_candidate_t *s = find(c, n, "sockets", 0);
+  if (s) {
+    ck_assert_int_eq(s->verdict, XPORT_VERDICT_REJECTED);
+    ck_assert_ptr_nonnull(strstr(s->reason, "milliseconds"));
+  }
+  ck_assert_int_eq(caps.imm_bits, 32);
+  ck_assert_int_eq(caps.ep_type, XPORT_EP_MSG);
+  ck_assert_int_eq(caps.rma, XPORT_SUPPORT_NATIVE);
+  ck_assert_int_eq(caps.strict, 0);
+  ck_assert_int_eq(caps.progress, XPORT_PROGRESS_MANUAL);
+  xport_ctx_destroy(ctx);
+}
+END_TEST
+
+START_TEST(provider_named_explicitly)
+{
+  xport_ctx_t *ctx;
+  xport_caps_t caps;
+  clear_env();
+  setenv("XPORT_PROVIDER", "sockets", 1);
+  ck_assert_int_eq(xport_ctx_create(NULL, &ctx), 0);
+  ck_assert_int_eq(xport_ctx_query(ctx, &caps), 0);
+  ck_assert_str_eq(caps.provider, "sockets");
+  xport_ctx_destroy(ctx);
+}
+END_TEST
+
+START_TEST(provider_absent)
+{
+  xport_ctx_t *ctx = (xport_ctx_t *)0x1;
+  char log[4096] = "";
+  int p[2];
+  clear_env();
+  setenv("XPORT_PROVIDER", "nosuchprov", 1);
+  setenv("XPORT_LOG", "error", 1);
+  ck_assert_int_eq(pipe(p), 0);
+  int saved = dup(2);
+  dup2(p[1], 2);
+  int rc = xport_ctx_create(NULL, &ctx);
+  dup2(saved, 2);
+  close(p[1]);
+  ssize_t n = read(p[0], log, sizeof log - 1);
+  close(p[0]);
+  ck_assert_int_eq(rc, -XPORT_ENOPROV);
+  ck_assert_ptr_eq(ctx, (xport_ctx_t *)0x1);
+  ck_assert_int_gt(n, 0);
+  ck_assert_msg(strstr(log, "nosuchprov") && strstr(log, "found:") && strstr(log, "tcp"),
+                "message does not list what was found: %s", log);
+}
+END_TEST
+
+START_TEST(provider_excluded)
+{
+  xport_ctx_t *ctx = NULL;
+  xport_ctx_attr_t attr = {.provider = "^tcp"};
+  clear_env();
+  int rc = xport_ctx_create(&attr, &ctx);
+  if (rc == 0) {
+    const xport_candidate_t *c;
+    int n = xport_ctx_candidates(ctx, &c);
+    xport_caps_t caps;
+    xport_ctx_query(ctx, &caps);
+    ck_assert_str_ne(caps.provider, "tcp");
+    const xport_candidate_t *t = find(c, n, "tcp", 0);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(t->verdict, XPORT_VERDICT_REJECTED);
+    ck_assert_ptr_nonnull(strstr(t->reason, "excluded"));
+    xport_ctx_destroy(ctx);
+  } else {
+    ck_assert_int_eq(rc, -XPORT_ENOPROV);
+  }
+}
+END_TEST
+
+START_TEST(attribute_beats_environment)
+{
+  xport_ctx_t *ctx;
+  xport_caps_t caps;
+  xport_ctx_attr_t attr = {.provider = "tcp", .strict = XPORT_OFF};
+  clear_env();
+  setenv("XPORT_PROVIDER", "nosuchprov", 1);
+  setenv("XPORT_STRICT", "1", 1);
+  ck_assert_int_eq(xport_ctx_create(&attr, &ctx), 0);
+  ck_assert_int_eq(xport_ctx_query(ctx, &caps), 0);
+  ck_assert_str_eq(caps.provider, "tcp");
+  ck_assert_int_eq(caps.strict, 0);
+  xport_ctx_destroy(ctx);
+}
+END_TEST
+
+START_TEST(domain_and_iface)
+{
+  xport_ctx_t *ctx = NULL;
+  xport_caps_t caps;
+  const xport_candidate_t *c;
+  clear_env();
+  setenv("XPORT_PROVIDER", "tcp", 1);
+  setenv("XPORT_DOMAIN", "lo", 1);
+  ck_assert_int_eq(xport_ctx_create(NULL, &ctx), 0);
+  xport_ctx_query(ctx, &caps);
+  ck_assert_str_eq(caps.domain, "lo");
+  xport_ctx_destroy(ctx);
+
+  setenv("XPORT_DOMAIN", "nosuchdev0", 1);
+  ck_assert_int_eq(xport_ctx_create(NULL, &ctx), -XPORT_ENOPROV);
+  unsetenv("XPORT_DOMAIN");
+
+  setenv("XPORT_IFACE", "lo", 1);
+  ck_assert_int_eq(xport_ctx_create(NULL, &ctx), 0);
+  xport_ctx_query(ctx, &caps);
+  ck_assert_str_eq(caps.domain, "lo");
+  int n = xport_ctx_candidates(ctx, &c);
+  for (int i = 0; i < n; i++)
+    if (c[i].verdict == XPORT_VERDICT_REJECTED && !strcmp(c[i].provider, "tcp"))
+      ck_assert_msg(strstr(c[i].reason, "XPORT_IFACE"), "reason: %s", c[i].reason);
+  xport_ctx_destroy(ctx);
+
+  setenv("XPORT_IFACE", "nosuchif9", 1);
+  ck_assert_int_eq(xport_ctx_create(NULL, &ctx), -XPORT_ENOPROV);
+}
+END_TEST
+
+START_TEST(strict_and_progress_thread)
+{
+  xport_ctx_t *ctx;
+  xport_caps_t caps;
+  clear_env();
+  setenv("XPORT_PROVIDER", "tcp", 1);
+  setenv("XPORT_STRICT", "1", 1);
+  setenv("XPORT_PROGRESS_THREAD", "yes", 1);
+  ck_assert_int_eq(xport_ctx_create(NULL, &ctx), 0);
+  xport_ctx_query(ctx, &caps);
+  ck_assert_int_eq(caps.strict, 1);
+  ck_assert_int_eq(caps.progress_thread, 1);
+  ck_assert_uint_eq(caps.mr_mode & (XPORT_MR_LOCAL | XPORT_MR_VIRT_ADDR | XPORT_MR_PROV_KEY),
+                    XPORT_MR_LOCAL | XPORT_MR_VIRT_ADDR | XPORT_MR_PROV_KEY);
+  xport_ctx_destroy(ctx);
+  setenv("XPORT_STRICT", "banana", 1); /* malformed: warning, default */
+  ck_assert_int_eq(xport_ctx_create(NULL, &ctx), 0);
+  xport_ctx_query(ctx, &caps);
+  ck_assert_int_eq(caps.strict, 0);
+  xport_ctx_destroy(ctx);
+}
+END_TEST
+
+START_TEST(wait_fd_usable)
+{
+  xport_ctx_t *ctx;
+  xport_caps_t caps;
+  int fd = -1;
+  clear_env();
+  setenv("XPORT_PROVIDER", "tcp", 1);
+  ck_assert_int_eq(xport_ctx_create(NULL, &ctx), 0);
+  xport_ctx_query(ctx, &caps);
+  ck_assert_int_eq(caps.wait_fd, 1);
+  ck_assert_int_eq(xport_ctx_fd(ctx, &fd), 0);
+  ck_assert_int_ge(fcntl(fd, F_GETFD), 0);
+  ck_assert_int_eq(xport_wait(ctx, 10), -XPORT_ETIMEDOUT);
+  xport_ctx_destroy(ctx);
+}
+END_TEST
+
+static Suite *make_suite(void)
+{
+  Suite *s = suite_create("probe");
+  TCase *tc = tcase_create("Core");
+  tcase_set_timeout(tc, 30);
+  tcase_add_test(tc, default_ranking);
+  tcase_add_test(tc, provider_named_explicitly);
+  tcase_add_test(tc, provider_absent);
+  tcase_add_test(tc, provider_excluded);
+  tcase_add_test(tc, attribute_beats_environment);
+  tcase_add_test(tc, domain_and_iface);
+  tcase_add_test(tc, strict_and_progress_thread);
+  tcase_add_test(tc, wait_fd_usable);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void)
+{
+  return xt_main("check_probe", make_suite, 0);
+}

@@ -1,0 +1,277 @@
+#include "harness.h"
+
+#include <poll.h>
+#include <rdma/fabric.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+int xt_in_child;
+static const char *config = "none";
+
+const char *xt_config(void) { return config; }
+
+struct xt_cfg {
+  const char *label;
+  const char *provider; /* XPORT_PROVIDER */
+  int strict;
+};
+
+/* Every configuration xport targets; absent ones are skipped with why. */
+static const struct xt_cfg cfgs[] = {
+  {"tcp", "tcp", 0},
+  {"tcp-strict", "tcp", 1},
+  {"tcp;ofi_rxm", "tcp;ofi_rxm", 0},
+  {"shm", "shm", 0},
+  {"verbs", "verbs", 0},
+  {"verbs;ofi_rxm", "verbs;ofi_rxm", 0},
+};
+
+static int wanted(const char *label)
+{
+  const char *only = getenv("XPORT_TEST_CONFIGS");
+  if (!only || !*only)
+    return 1;
+  size_t n = strlen(label);
+  for (const char *p = only; *p;) {
+    const char *e = strchr(p, ',');
+    size_t l = e ? (size_t)(e - p) : strlen(p);
+    if (l == n && !strncmp(p, label, n))
+      return 1;
+    if (!e)
+      break;
+    p = e + 1;
+  }
+  return 0;
+}
+
+/* Whether libfabric itself offers the provider: 0 no, 1 only with
+ * FI_EP_RDM endpoints, 2 with FI_EP_MSG ones. */
+static int libfabric_has(const char *prov)
+{
+  struct fi_info *hints = fi_allocinfo(), *list = NULL;
+  int has = 0;
+  hints->fabric_attr->prov_name = strdup(prov);
+  if (fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &list) == 0)
+    for (struct fi_info *fi = list; fi; fi = fi->next)
+      has = fi->ep_attr->type == FI_EP_MSG ? 2 : has ? has : 1;
+  fi_freeinfo(hints);
+  fi_freeinfo(list);
+  return has;
+}
+
+/* Probes a configuration in a child, so the runner's process never holds
+ * libfabric state across the forks that Check makes. */
+static int available(const struct xt_cfg *c, char *why, size_t len)
+{
+  int p[2];
+  if (pipe(p))
+    return 0;
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(p[0]);
+    xport_ctx_attr_t a = {.provider = c->provider, .strict = c->strict ? XPORT_ON : XPORT_OFF};
+    xport_ctx_t *ctx = NULL;
+    setenv("XPORT_LOG", "none", 1);
+    int rc = xport_ctx_create(&a, &ctx);
+    char msg[200];
+    if (rc == 0)
+      snprintf(msg, sizeof msg, "ok");
+    else if (!libfabric_has(c->provider))
+      snprintf(msg, sizeof msg, "libfabric on this machine has no %s provider", c->provider);
+    else if (libfabric_has(c->provider) == 1)
+      snprintf(msg, sizeof msg, "libfabric offers %s with FI_EP_RDM endpoints only, and this "
+               "build of xport runs FI_EP_MSG endpoints only", c->provider);
+    else
+      snprintf(msg, sizeof msg, "%s is present, but xport_ctx_create says: %s", c->provider,
+               xport_strerror(rc));
+    if (write(p[1], msg, strlen(msg) + 1) < 0)
+      _exit(2);
+    xport_ctx_destroy(ctx);
+    _exit(rc == 0 ? 0 : 1);
+  }
+  close(p[1]);
+  char buf[200] = "";
+  ssize_t n = read(p[0], buf, sizeof buf - 1);
+  close(p[0]);
+  int st = xt_reap(pid);
+  snprintf(why, len, "%s", n > 0 ? buf : "probe process failed");
+  return st == 0;
+}
+
+static int run_suite(const char *prog, Suite *(*make)(void), const char *label)
+{
+  config = label;
+  SRunner *sr = srunner_create(make());
+  srunner_set_fork_status(sr, CK_FORK);
+  printf("=== %s on %s ===\n", prog, label);
+  fflush(stdout);
+  srunner_run_all(sr, CK_ENV);
+  int failed = srunner_ntests_failed(sr);
+  printf("%s on %s: %d passed, %d failed\n", prog, label, srunner_ntests_run(sr) - failed,
+         failed);
+  srunner_free(sr);
+  return failed;
+}
+
+int xt_main(const char *prog, Suite *(*make)(void), int network)
+{
+  int failed = 0, ran = 0;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (!network)
+    return run_suite(prog, make, "no provider") ? 1 : 0;
+  for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+    const struct xt_cfg *c = &cfgs[i];
+    char why[200];
+    if (!wanted(c->label)) {
+      printf("SKIP: %s on %s: not in XPORT_TEST_CONFIGS\n", prog, c->label);
+      continue;
+    }
+    if (!available(c, why, sizeof why)) {
+      printf("SKIP: %s on %s: %s\n", prog, c->label, why);
+      continue;
+    }
+    setenv("XPORT_PROVIDER", c->provider, 1);
+    setenv("XPORT_STRICT", c->strict ? "1" : "0", 1);
+    failed += run_suite(prog, make, c->label);
+    ran++;
+  }
+  if (!ran) {
+    printf("SKIP: %s: no provider configuration available\n", prog);
+    return 77;
+  }
+  return failed ? 1 : 0;
+}
+
+xport_ctx_t *xt_ctx(void)
+{
+  xport_ctx_t *ctx = NULL;
+  int rc = xport_ctx_create(NULL, &ctx);
+  XT_CHECK(rc == 0, "xport_ctx_create on %s: %s", config, xport_strerror(rc));
+  return ctx;
+}
+
+static long now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+int xt_next(xport_ctx_t *ctx, xport_completion_t *c, int timeout_ms)
+{
+  long deadline = now_ms() + timeout_ms;
+  for (;;) {
+    int n = xport_poll(ctx, c, 1);
+    if (n == 1)
+      return 0;
+    XT_CHECK(n == 0, "xport_poll: %s", xport_strerror(n));
+    long left = deadline - now_ms();
+    if (left <= 0)
+      return -XPORT_ETIMEDOUT;
+    int w = xport_wait(ctx, left > 50 ? 50 : (int)left);
+    XT_CHECK(w == 0 || w == -XPORT_ETIMEDOUT, "xport_wait: %s", xport_strerror(w));
+  }
+}
+
+void xt_fill(void *buf, size_t len, unsigned seed)
+{
+  unsigned char *b = buf;
+  uint32_t x = seed * 2654435761u + 1;
+  for (size_t i = 0; i < len; i++) {
+    x = x * 1664525u + 1013904223u;
+    b[i] = (unsigned char)(x >> 24);
+  }
+}
+
+size_t xt_verify(const void *buf, size_t len, unsigned seed)
+{
+  const unsigned char *b = buf;
+  uint32_t x = seed * 2654435761u + 1;
+  for (size_t i = 0; i < len; i++) {
+    x = x * 1664525u + 1013904223u;
+    if (b[i] != (unsigned char)(x >> 24))
+      return i;
+  }
+  return len;
+}
+
+int xt_reap(pid_t pid)
+{
+  int st = 0;
+  if (waitpid(pid, &st, 0) < 0)
+    return 255;
+  if (WIFSIGNALED(st))
+    return 128 + WTERMSIG(st);
+  return WEXITSTATUS(st);
+}
+
+pid_t xt_spawn_server(xt_listen_fn fn, void *arg, char *addr, size_t len)
+{
+  int p[2];
+  XT_CHECK(pipe(p) == 0, "pipe");
+  fflush(NULL);
+  pid_t pid = fork();
+  XT_CHECK(pid >= 0, "fork");
+  if (pid == 0) {
+    xt_in_child = 1;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    close(p[0]);
+    xport_ctx_t *ctx = xt_ctx();
+    xport_listener_t *lst;
+    char a[128];
+    XT_OK(xport_listen(ctx, "127.0.0.1:0", &lst));
+    XT_OK(xport_listener_addr(lst, a, sizeof a));
+    XT_CHECK(write(p[1], a, strlen(a) + 1) > 0, "write");
+    close(p[1]);
+    fn(ctx, lst, arg);
+    xport_listener_close(lst);
+    xport_ctx_destroy(ctx);
+    _exit(0);
+  }
+  close(p[1]);
+  struct pollfd pf = {.fd = p[0], .events = POLLIN};
+  XT_CHECK(poll(&pf, 1, 20000) == 1, "server did not start");
+  ssize_t n = read(p[0], addr, len - 1);
+  close(p[0]);
+  XT_CHECK(n > 0, "server failed before listening");
+  addr[n] = '\0';
+  return pid;
+}
+
+struct pair_arg {
+  xt_side_fn server;
+  void *arg;
+};
+
+static void pair_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  struct pair_arg *pa = arg;
+  xport_conn_t *conn;
+  XT_OK(xport_accept(lst, 20000, &conn));
+  if (pa->server(ctx, conn, pa->arg) != XT_CLOSED)
+    XT_OK(xport_conn_close(conn));
+}
+
+pid_t xt_spawn_pair_server(xt_side_fn server, void *arg, char *addr, size_t len)
+{
+  struct pair_arg pa = {server, arg};
+  return xt_spawn_server(pair_server, &pa, addr, len);
+}
+
+void xt_pair(xt_side_fn server, xt_side_fn client, void *arg)
+{
+  char addr[128];
+  pid_t pid = xt_spawn_pair_server(server, arg, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn;
+  XT_OK(xport_connect(ctx, addr, 20000, &conn));
+  if (client(ctx, conn, arg) != XT_CLOSED)
+    XT_OK(xport_conn_close(conn));
+  xport_ctx_destroy(ctx);
+  int st = xt_reap(pid);
+  XT_CHECK(st == 0, "server process on %s exited with %d", config, st);
+}

@@ -1,0 +1,66 @@
+/* Shared test harness: runs a Check suite once per provider configuration
+ * present on the machine, and gives tests a two-process client/server. */
+#ifndef XPORT_TEST_HARNESS_H
+#define XPORT_TEST_HARNESS_H
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <xport.h>
+
+/* The configuration the current run is for, e.g. "tcp" or "tcp-strict". */
+const char *xt_config(void);
+
+/* Runs make() per provider configuration (network suites) or once
+ * (network == 0). Exits 0, 1 on failure, 77 when every config skipped. */
+int xt_main(const char *prog, Suite *(*make)(void), int network);
+
+/* In a forked server process a failed check prints and exits 1; in the
+ * test process it is a Check failure. */
+extern int xt_in_child;
+#define XT_CHECK(cond, ...)                                                   \
+  do {                                                                        \
+    if (!(cond)) {                                                            \
+      if (xt_in_child) {                                                      \
+        fprintf(stderr, "server %s:%d: check failed: %s: ", __FILE__,         \
+                __LINE__, #cond);                                             \
+        fprintf(stderr, __VA_ARGS__);                                         \
+        fprintf(stderr, "\n");                                                \
+        _exit(1);                                                             \
+      }                                                                       \
+      ck_abort_msg(__VA_ARGS__);                                              \
+    }                                                                         \
+  } while (0)
+#define XT_OK(expr)                                                           \
+  do {                                                                        \
+    int xt_rc_ = (expr);                                                      \
+    XT_CHECK(xt_rc_ >= 0, "%s -> %d (%s)", #expr, xt_rc_,                     \
+             xport_strerror(xt_rc_));                                         \
+  } while (0)
+
+/* Returns XT_CLOSED when it closed conn itself, else 0. */
+#define XT_CLOSED 1
+typedef int (*xt_side_fn)(xport_ctx_t *ctx, xport_conn_t *conn, void *arg);
+
+/* Forks a server that listens on 127.0.0.1:0, accepts one connection and
+ * runs server(); the test process connects and runs client(). Both ends
+ * close their connection and context afterwards; the server must exit 0. */
+void xt_pair(xt_side_fn server, xt_side_fn client, void *arg);
+
+/* Forks a server that runs fn(ctx, listener-address-is-sent) itself. */
+typedef void (*xt_listen_fn)(xport_ctx_t *ctx, xport_listener_t *lst, void *arg);
+pid_t xt_spawn_server(xt_listen_fn fn, void *arg, char *addr, size_t len);
+/* Waits for a spawned server and returns its exit status (or 128+signal). */
+int xt_reap(pid_t pid);
+
+/* Forks the server half of xt_pair and returns at once. */
+pid_t xt_spawn_pair_server(xt_side_fn server, void *arg, char *addr, size_t len);
+
+xport_ctx_t *xt_ctx(void);
+/* Polls (with xport_wait) until one completion arrives; 0 or -ETIMEDOUT. */
+int xt_next(xport_ctx_t *ctx, xport_completion_t *c, int timeout_ms);
+/* Deterministic fill and check of a pattern. */
+void xt_fill(void *buf, size_t len, unsigned seed);
+size_t xt_verify(const void *buf, size_t len, unsigned seed); /* bad index or len */
+
+#endif
