@@ -191,10 +191,49 @@ XPORT_API int xport_recv(xport_conn_t *conn, void *buf, size_t len,
 XPORT_API int xport_recvv(xport_conn_t *conn, const xport_iov_t *iov,
                           size_t iovcnt, void *user_ctx);
 
+/* ---- one-sided operations (RMA) ---------------------------------------
+ * A region is exported by packing a remote key for it (or a sub-range),
+ * sending the bytes to the peer by any means, and unpacking them there
+ * against the connection to the exporter. Offsets are relative to the
+ * packed range; xport turns them into what the provider wants. */
+typedef struct xport_rkey xport_rkey_t;
+
+#define XPORT_RKEY_MAX_SIZE 128 /* a packed key never exceeds this */
+
+/* Returns the packed size (a count) on success. */
+XPORT_API int xport_rkey_pack(const xport_mr_t *mr, size_t offset, size_t len,
+                              void *buf, size_t buflen);
+XPORT_API int xport_rkey_unpack(xport_conn_t *conn, const void *buf, size_t len,
+                                xport_rkey_t **rkey_p);
+XPORT_API int xport_rkey_release(xport_rkey_t *rkey);
+
+/* The target's CPU is not involved; its data is visible once the write's
+ * completion, or a later message on the same connection, is seen there. */
+XPORT_API int xport_write(xport_conn_t *conn, const void *buf, size_t len,
+                          xport_mr_t *mr, const xport_rkey_t *rkey,
+                          size_t offset, void *user_ctx);
+/* Also consumes one receive posted at the target, which completes as
+ * XPORT_OP_REMOTE_WRITE_IMM with imm, once the data is in place. */
+XPORT_API int xport_write_imm(xport_conn_t *conn, const void *buf, size_t len,
+                              xport_mr_t *mr, const xport_rkey_t *rkey,
+                              size_t offset, uint32_t imm, void *user_ctx);
+XPORT_API int xport_writev(xport_conn_t *conn, const xport_iov_t *iov,
+                           size_t iovcnt, const xport_rkey_t *rkey,
+                           size_t offset, void *user_ctx);
+XPORT_API int xport_read(xport_conn_t *conn, void *buf, size_t len,
+                         xport_mr_t *mr, const xport_rkey_t *rkey,
+                         size_t offset, void *user_ctx);
+XPORT_API int xport_readv(xport_conn_t *conn, const xport_iov_t *iov,
+                          size_t iovcnt, const xport_rkey_t *rkey,
+                          size_t offset, void *user_ctx);
+
 typedef enum {
   XPORT_OP_SEND = 1,
   XPORT_OP_RECV = 2,
-  XPORT_OP_DISCONNECT = 3 /* an event: the connection is gone */
+  XPORT_OP_DISCONNECT = 3, /* an event: the connection is gone */
+  XPORT_OP_WRITE = 4,      /* xport_write, xport_write_imm, xport_writev */
+  XPORT_OP_READ = 5,
+  XPORT_OP_REMOTE_WRITE_IMM = 6 /* a receive consumed by the peer's write_imm */
 } xport_op_t;
 
 #define XPORT_COMP_IMM 0x1u /* imm holds immediate data */

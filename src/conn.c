@@ -19,6 +19,7 @@ struct hello {
   uint64_t magic;
   uint32_t version;
   uint32_t reserved;
+  uint64_t ctx_id; /* owner of the remote keys this side will pack */
 };
 
 struct cm_buf {
@@ -26,20 +27,17 @@ struct cm_buf {
   uint8_t data[256];
 };
 
-static long now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
-
-static int hello_ok(const uint8_t *data, size_t len)
+/* Validates a peer's greeting; 1 with its context id, or 0. */
+static int hello_ok(const uint8_t *data, size_t len, uint64_t *ctx_id)
 {
   struct hello h;
   if (len < sizeof h)
     return 0;
   memcpy(&h, data, sizeof h);
-  return h.magic == HELLO_MAGIC && h.version == HELLO_VERSION;
+  if (h.magic != HELLO_MAGIC || h.version != HELLO_VERSION)
+    return 0;
+  *ctx_id = h.ctx_id;
+  return 1;
 }
 
 static void evq_push(xport_ctx_t *ctx, xport_conn_t *conn, int status)
@@ -86,7 +84,8 @@ static void on_connreq(xport_listener_t *lst, struct fi_info *info,
                        const uint8_t *data, size_t dlen)
 {
   struct xport__connreq *cr;
-  if (!hello_ok(data, dlen)) {
+  uint64_t peer_id;
+  if (!hello_ok(data, dlen, &peer_id)) {
     XPORT__WARN("listener %s: rejected a connection request without xport's "
                 "greeting", lst->addr);
     fi_reject(lst->pep, info->handle, NULL, 0);
@@ -100,6 +99,7 @@ static void on_connreq(xport_listener_t *lst, struct fi_info *info,
     return;
   }
   cr->info = info;
+  cr->peer_ctx_id = peer_id;
   cr->next = NULL;
   if (lst->pending_tail)
     lst->pending_tail->next = cr;
@@ -136,9 +136,18 @@ void xport__eq_dispatch(xport_ctx_t *ctx)
       on_connreq(buf.e.fid->context, buf.e.info, buf.data, dlen);
       break;
     case FI_CONNECTED: {
+      /* The active side learns the server's context id from the accept
+       * data; the passive side got the client's with the request. */
       xport_conn_t *conn = buf.e.fid->context;
-      if (conn->state == XPORT__CONN_CONNECTING)
+      if (conn->state != XPORT__CONN_CONNECTING)
+        break;
+      if (conn->peer_ctx_id || hello_ok(buf.data, dlen, &conn->peer_ctx_id)) {
         conn->state = XPORT__CONN_CONNECTED;
+      } else {
+        XPORT__WARN("connection accepted without xport's greeting; dropping it");
+        conn->state = XPORT__CONN_FAILED;
+        conn->fail_code = -XPORT_EPROTO;
+      }
       break;
     }
     case FI_SHUTDOWN:
@@ -354,7 +363,7 @@ static int wait_connected(xport_conn_t *conn, long deadline)
       return 0;
     if (conn->state != XPORT__CONN_CONNECTING)
       return conn->fail_code ? conn->fail_code : -XPORT_ECONNREFUSED;
-    long left = deadline < 0 ? 100 : deadline - now_ms();
+    long left = deadline < 0 ? 100 : deadline - xport__now_ms();
     if (left <= 0)
       return -XPORT_ETIMEDOUT;
     xport__wait_eq(ctx, left < 100 ? (int)left : 100);
@@ -373,8 +382,10 @@ XPORT_API int xport_connect(xport_ctx_t *ctx, const char *addr, int timeout_ms,
 {
   struct hello h = {.magic = HELLO_MAGIC, .version = HELLO_VERSION};
   struct fi_info *info = NULL;
+  if (ctx)
+    h.ctx_id = ctx->id;
   xport_conn_t *conn;
-  long deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+  long deadline = timeout_ms < 0 ? -1 : xport__now_ms() + timeout_ms;
   int ret;
 
   if (!ctx || !addr || !conn_p)
@@ -408,17 +419,18 @@ XPORT_API int xport_connect(xport_ctx_t *ctx, const char *addr, int timeout_ms,
 XPORT_API int xport_accept(xport_listener_t *lst, int timeout_ms, xport_conn_t **conn_p)
 {
   struct hello h = {.magic = HELLO_MAGIC, .version = HELLO_VERSION};
-  long deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+  long deadline = timeout_ms < 0 ? -1 : xport__now_ms() + timeout_ms;
   int ret = -XPORT_ETIMEDOUT;
 
   if (!lst || !conn_p)
     return -XPORT_EINVAL;
   xport_ctx_t *ctx = lst->ctx;
+  h.ctx_id = ctx->id;
   for (;;) {
     xport__eq_dispatch(ctx);
     struct xport__connreq *cr = lst->pending;
     if (!cr) {
-      long left = deadline < 0 ? 100 : deadline - now_ms();
+      long left = deadline < 0 ? 100 : deadline - xport__now_ms();
       if (left <= 0)
         return ret;
       xport__wait_eq(ctx, left < 100 ? (int)left : 100);
@@ -428,6 +440,8 @@ XPORT_API int xport_accept(xport_listener_t *lst, int timeout_ms, xport_conn_t *
     if (!lst->pending)
       lst->pending_tail = NULL;
     xport_conn_t *conn = conn_new(ctx);
+    if (conn)
+      conn->peer_ctx_id = cr->peer_ctx_id;
     ret = conn ? ep_open(conn, cr->info) : -FI_ENOMEM;
     if (!ret)
       ret = fi_accept(conn->ep, &h, sizeof h);
@@ -474,26 +488,8 @@ XPORT_API int xport_conn_close(xport_conn_t *conn)
   fi_close(&conn->ep->fid);
   conn->ep = NULL;
   xport__cq_drain(ctx);
-  while (conn->out) {
-    struct xport__req *req = conn->out;
-    conn->out = req->cnext;
-    if (req->bounce) {
-      xport__bounce_put(ctx, req->bounce);
-      req->bounce = NULL;
-    }
-    for (unsigned i = 0; i < req->ntmp; i++)
-      fi_close(&req->tmp[i]->fid);
-    req->ntmp = 0;
-    req->status = -XPORT_ECANCELED;
-    req->len = 0;
-    req->flags = 0;
-    req->next = NULL;
-    if (ctx->done_tail)
-      ctx->done_tail->next = req;
-    else
-      ctx->done = req;
-    ctx->done_tail = req;
-  }
+  while (conn->out)
+    xport__req_complete(ctx, conn->out, -XPORT_ECANCELED);
   evq_remove(ctx, conn);
   if (conn->prev)
     conn->prev->next = conn->next;

@@ -58,7 +58,7 @@ void xport__req_fini(xport_ctx_t *ctx)
   ctx->free_reqs = NULL;
 }
 
-/* Copies a received message out of a bounce buffer into the user's iov. */
+/* Copies received or read bytes out of a bounce buffer into the user's iov. */
 static void scatter(const struct xport__req *req, size_t len)
 {
   const char *src = req->bounce->buf;
@@ -76,7 +76,7 @@ static void scatter(const struct xport__req *req, size_t len)
 static void req_finish(xport_ctx_t *ctx, struct xport__req *req, int status, size_t len)
 {
   if (req->bounce) {
-    if (req->op == XPORT_OP_RECV && !status)
+    if (req->uiovcnt && !status)
       scatter(req, len);
     xport__bounce_put(ctx, req->bounce);
     req->bounce = NULL;
@@ -102,22 +102,71 @@ static void done_push(xport_ctx_t *ctx, struct xport__req *req)
   ctx->done_tail = req;
 }
 
-static void fill_comp(xport_completion_t *c, const struct xport__req *req,
-                      int status, size_t len, unsigned flags, uint32_t imm)
+void xport__req_complete(xport_ctx_t *ctx, struct xport__req *req, int status)
+{
+  req_finish(ctx, req, status, 0);
+  req->status = status;
+  req->len = 0;
+  req->flags = 0;
+  done_push(ctx, req);
+}
+
+/* Reads a successful CQ entry into the request: bytes, immediate data,
+ * and which operation it turned out to be (a receive consumed by a
+ * write-with-immediate, natively or by xport's emulation). */
+static inline void take_entry(xport_ctx_t *ctx, struct xport__req *req,
+                              const struct fi_cq_data_entry *e)
+{
+  size_t len = req->op == XPORT_OP_RECV ? e->len : req->len;
+  req_finish(ctx, req, 0, len);
+  req->status = 0;
+  req->len = len;
+  req->flags = 0;
+  req->imm = 0;
+  if (XPORT__UNLIKELY(e->flags & FI_REMOTE_CQ_DATA)) {
+    req->flags = XPORT_COMP_IMM;
+    req->imm = (uint32_t)e->data;
+    if ((e->flags & FI_REMOTE_WRITE) || (e->data >> 32) == XPORT__WIMM_MARK) {
+      req->op = XPORT_OP_REMOTE_WRITE_IMM;
+      req->len = 0;
+    }
+  }
+}
+
+static void fill_comp(xport_completion_t *c, const struct xport__req *req)
 {
   c->op = req->op;
-  c->status = status;
-  c->flags = flags;
-  c->imm = imm;
-  c->len = len;
+  c->status = req->status;
+  c->flags = req->flags;
+  c->imm = req->imm;
+  c->len = req->len;
   c->user_ctx = req->user_ctx;
   c->conn = req->conn;
   c->detail = NULL;
-  c->hint = status ? xport__err_hint(status) : NULL;
+  c->hint = NULL;
+  if (XPORT__UNLIKELY(req->status)) {
+    c->hint = xport__err_hint(req->status);
+    if ((req->op == XPORT_OP_READ || req->op == XPORT_OP_WRITE) &&
+        (req->status == -XPORT_ECANCELED || req->status == -XPORT_ECONNRESET ||
+         req->status == -XPORT_EIO))
+      c->hint = "the target may have refused the remote key (revoked, forged or out of "
+                "range) and dropped the connection";
+  }
 }
 
-/* Reads one error entry; fills *comp (unless NULL: then it is queued). */
-static int read_error(xport_ctx_t *ctx, xport_completion_t *comp)
+/* Delivers a finished request into *c; returns 0 for xport's own silent
+ * requests, which the application never sees. */
+static inline int deliver(xport_ctx_t *ctx, struct xport__req *req, xport_completion_t *c)
+{
+  int shown = req->op != XPORT__OP_SILENT;
+  if (shown)
+    fill_comp(c, req);
+  xport__req_release(ctx, req);
+  return shown;
+}
+
+/* Reads one error entry into its request; 1 if there was one. */
+static int read_error(xport_ctx_t *ctx, struct xport__req **req_p)
 {
   struct fi_cq_err_entry err;
   memset(&err, 0, sizeof err);
@@ -125,34 +174,18 @@ static int read_error(xport_ctx_t *ctx, xport_completion_t *comp)
     return 0;
   struct xport__req *req = err.op_context;
   if (!req)
-    return 0; /* an error with no request of ours behind it */
+    return 1; /* an error with no request of ours behind it */
   int status = xport__err_from_fi(err.err ? err.err : FI_EIO);
-  /* A flushed operation is a cancellation, whatever errno came with it. */
   size_t len = status == -XPORT_ETRUNC ? err.len : 0;
   req_finish(ctx, req, status, len);
-  ctx->eq_skip = XPORT__EQ_EVERY; /* errors often mean a disconnect */
-  if (!comp) {
-    req->status = status;
-    req->len = len;
-    req->flags = 0;
-    done_push(ctx, req);
-    return 1;
-  }
-  fill_comp(comp, req, status, len, 0, 0);
+  req->status = status;
+  req->len = len;
+  req->flags = 0;
+  req->imm = 0;
   fi_cq_strerror(ctx->cq, err.prov_errno, err.err_data, ctx->detail, sizeof ctx->detail);
-  comp->detail = ctx->detail;
-  xport__req_release(ctx, req);
+  ctx->eq_skip = XPORT__EQ_EVERY; /* errors often mean a disconnect */
+  *req_p = req;
   return 1;
-}
-
-static inline unsigned entry_flags(const struct fi_cq_data_entry *e, uint32_t *imm)
-{
-  if (e->flags & FI_REMOTE_CQ_DATA) {
-    *imm = (uint32_t)e->data;
-    return XPORT_COMP_IMM;
-  }
-  *imm = 0;
-  return 0;
 }
 
 void xport__cq_drain(xport_ctx_t *ctx)
@@ -161,8 +194,11 @@ void xport__cq_drain(xport_ctx_t *ctx)
   for (;;) {
     ssize_t n = fi_cq_read(ctx->cq, ents, XPORT__CQ_BATCH);
     if (n == -FI_EAVAIL) {
-      if (!read_error(ctx, NULL))
+      struct xport__req *req = NULL;
+      if (!read_error(ctx, &req))
         return;
+      if (req)
+        done_push(ctx, req);
       continue;
     }
     if (n <= 0)
@@ -171,11 +207,7 @@ void xport__cq_drain(xport_ctx_t *ctx)
       struct xport__req *req = ents[i].op_context;
       if (!req)
         continue;
-      size_t len = req->op == XPORT_OP_RECV ? ents[i].len : req->len;
-      req_finish(ctx, req, 0, len);
-      req->status = 0;
-      req->len = len;
-      req->flags = entry_flags(&ents[i], &req->imm);
+      take_entry(ctx, req, &ents[i]);
       done_push(ctx, req);
     }
   }
@@ -194,8 +226,7 @@ XPORT_API int xport_poll(xport_ctx_t *ctx, xport_completion_t *comps, int max)
     ctx->done = req->next;
     if (!ctx->done)
       ctx->done_tail = NULL;
-    fill_comp(&comps[n++], req, req->status, req->len, req->flags, req->imm);
-    xport__req_release(ctx, req);
+    n += deliver(ctx, req, &comps[n]);
   }
   if (n < max) {
     size_t want = (size_t)(max - n) < XPORT__CQ_BATCH ? (size_t)(max - n) : XPORT__CQ_BATCH;
@@ -205,17 +236,16 @@ XPORT_API int xport_poll(xport_ctx_t *ctx, xport_completion_t *comps, int max)
         struct xport__req *req = ents[i].op_context;
         if (XPORT__UNLIKELY(!req))
           continue;
-        uint32_t imm;
-        unsigned flags = entry_flags(&ents[i], &imm);
-        size_t len = req->op == XPORT_OP_RECV ? ents[i].len : req->len;
-        req_finish(ctx, req, 0, len);
-        fill_comp(&comps[n++], req, 0, len, flags, imm);
-        xport__req_release(ctx, req);
+        take_entry(ctx, req, &ents[i]);
+        n += deliver(ctx, req, &comps[n]);
       }
       return n;
     }
-    if (got == -FI_EAVAIL)
-      n += read_error(ctx, &comps[n]);
+    if (got == -FI_EAVAIL) {
+      struct xport__req *req = NULL;
+      if (read_error(ctx, &req) && req && deliver(ctx, req, &comps[n]))
+        comps[n++].detail = ctx->detail;
+    }
   }
   /* Connection events are rare: look at the EQ only now and then while
    * idle, and at once after an error completion. */
@@ -268,13 +298,6 @@ XPORT_API int xport_ctx_fd(xport_ctx_t *ctx, int *fd_p)
   return 0;
 }
 
-static long now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
-
 /* 1 when the wait fds may be slept on, 0 when something is pending. */
 static int may_sleep(xport_ctx_t *ctx)
 {
@@ -299,7 +322,7 @@ XPORT_API int xport_wait(xport_ctx_t *ctx, int timeout_ms)
   }
   /* No wait object: check for work, then sleep in growing steps (up to
    * 1 ms) so that an idle process does not burn a core. */
-  long deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+  long deadline = timeout_ms < 0 ? -1 : xport__now_ms() + timeout_ms;
   long step_us = 10;
   for (;;) {
     struct fi_cq_data_entry e;
@@ -309,7 +332,7 @@ XPORT_API int xport_wait(xport_ctx_t *ctx, int timeout_ms)
     xport__eq_dispatch(ctx);
     if (ctx->evq)
       return 0;
-    if (deadline >= 0 && now_ms() >= deadline)
+    if (deadline >= 0 && xport__now_ms() >= deadline)
       return -XPORT_ETIMEDOUT;
     struct timespec ts = {0, step_us * 1000};
     nanosleep(&ts, NULL);

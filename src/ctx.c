@@ -289,6 +289,9 @@ static struct fi_info *make_hints(void)
   h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
                             FI_MR_PROV_KEY | FI_MR_RAW;
   h->domain_attr->threading = FI_THREAD_SAFE;
+  /* Messages in order, and a message after a write lands after it: the
+   * emulated write-with-immediate depends on the latter. */
+  h->tx_attr->msg_order = FI_ORDER_SAS | FI_ORDER_SAW;
   return h;
 }
 
@@ -406,8 +409,16 @@ XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p
   ret = probe(ctx, &s);
   if (ret)
     goto fail;
-  ctx->need_local_mr = s.strict || (ctx->info->domain_attr->mr_mode & FI_MR_LOCAL);
-  ctx->prov_key = !!(ctx->info->domain_attr->mr_mode & FI_MR_PROV_KEY);
+  uint64_t mm = ctx->info->domain_attr->mr_mode;
+  ctx->id = xport__random_key(8);
+  ctx->need_local_mr = s.strict || (mm & FI_MR_LOCAL);
+  ctx->prov_key = !!(mm & FI_MR_PROV_KEY);
+  ctx->virt_addr = !!(mm & FI_MR_VIRT_ADDR);
+  ctx->raw_keys = !!(mm & FI_MR_RAW);
+  /* Where the provider does not consume a receive for write_imm, xport
+   * emulates it, and that needs room for a marker in the CQ data. */
+  ctx->native_wimm = (ctx->info->mode & FI_RX_CQ_DATA) ||
+                     ctx->info->domain_attr->cq_data_size < 8;
   ctx->eager_size = xport__env_size(XPORT__ENV_EAGER_SIZE, 8192);
   ret = xport__wait_fds(ctx);
   if (ret)

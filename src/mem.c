@@ -106,7 +106,8 @@ static int bounce_grow(xport_ctx_t *ctx)
   c->slots = calloc(BOUNCE_SLOTS, sizeof *c->slots);
   if (!c->mem || !c->slots)
     goto fail;
-  if (xport__reg(ctx, c->mem, BOUNCE_SLOTS * ctx->eager_size, FI_SEND | FI_RECV, &c->mr))
+  if (xport__reg(ctx, c->mem, BOUNCE_SLOTS * ctx->eager_size,
+                 FI_SEND | FI_RECV | FI_READ | FI_WRITE, &c->mr))
     goto fail;
   void *desc = fi_mr_desc(c->mr);
   for (size_t i = 0; i < BOUNCE_SLOTS; i++) {

@@ -81,7 +81,7 @@ static int prepare_local(xport_ctx_t *ctx, struct xport__req *req, int is_send,
     if (iov[i].mr || !iov[i].len)
       continue;
     struct fid_mr *mr;
-    int ret = xport__reg(ctx, iov[i].base, iov[i].len, is_send ? FI_SEND : FI_RECV, &mr);
+    int ret = xport__reg(ctx, iov[i].base, iov[i].len, is_send ? FI_SEND | FI_WRITE : FI_RECV | FI_READ, &mr);
     if (ret)
       return ret;
     req->tmp[req->ntmp++] = mr;
@@ -96,16 +96,15 @@ static void undo_prepare(xport_ctx_t *ctx, struct xport__req *req)
     xport__bounce_put(ctx, req->bounce);
   for (unsigned i = 0; i < req->ntmp; i++)
     fi_close(&req->tmp[i]->fid);
+  req->conn = NULL;
+  xport__req_release(ctx, req);
 }
 
-static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_t iovcnt,
-                int with_imm, uint32_t imm, void *user_ctx)
+int xport__post_begin(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov,
+                      size_t iovcnt, void *user_ctx, struct iovec *fiov, void **desc,
+                      size_t *cnt, struct xport__req **req_p)
 {
-  struct iovec fiov[XPORT__IOV_MAX];
-  void *desc[XPORT__IOV_MAX];
   ssize_t total = check_post(conn, iov, iovcnt);
-  ssize_t ret;
-
   if (XPORT__UNLIKELY(total < 0))
     return (int)total;
   xport_ctx_t *ctx = conn->ctx;
@@ -119,16 +118,46 @@ static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_
   req->bounce = NULL;
   req->ntmp = 0;
   req->uiovcnt = 0;
-
-  size_t cnt = iovcnt;
-  ret = prepare_local(ctx, req, op == XPORT_OP_SEND, iov, &cnt, (size_t)total, fiov, desc);
+  *cnt = iovcnt;
+  /* Data flows out of the local buffer for sends and writes, into it for
+   * receives and reads. */
+  int out = op == XPORT_OP_SEND || op == XPORT_OP_WRITE || op == XPORT__OP_SILENT;
+  int ret = prepare_local(ctx, req, out, iov, cnt, (size_t)total, fiov, desc);
   if (XPORT__UNLIKELY(ret)) {
     undo_prepare(ctx, req);
-    req->conn = NULL;
-    xport__req_release(ctx, req);
-    return (int)ret;
+    return ret;
   }
+  *req_p = req;
+  return 0;
+}
 
+int xport__post_end(xport_conn_t *conn, struct xport__req *req, ssize_t ret)
+{
+  if (XPORT__UNLIKELY(ret)) {
+    undo_prepare(conn->ctx, req);
+    return ret == -FI_EAGAIN ? -XPORT_EAGAIN : xport__err_from_fi((int)ret);
+  }
+  req->cprev = NULL;
+  req->cnext = conn->out;
+  if (conn->out)
+    conn->out->cprev = req;
+  conn->out = req;
+  conn->nreqs++;
+  return 0;
+}
+
+static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_t iovcnt,
+                int with_imm, uint32_t imm, void *user_ctx)
+{
+  struct iovec fiov[XPORT__IOV_MAX];
+  void *desc[XPORT__IOV_MAX];
+  struct xport__req *req;
+  size_t cnt;
+  ssize_t ret;
+
+  ret = xport__post_begin(conn, op, iov, iovcnt, user_ctx, fiov, desc, &cnt, &req);
+  if (XPORT__UNLIKELY(ret))
+    return (int)ret;
   if (op == XPORT_OP_SEND) {
     if (with_imm) {
       struct fi_msg msg = {.msg_iov = fiov, .desc = desc, .iov_count = cnt,
@@ -144,19 +173,7 @@ static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_
   } else {
     ret = fi_recvv(conn->ep, fiov, desc, cnt, 0, &req->fictx);
   }
-  if (XPORT__UNLIKELY(ret)) {
-    undo_prepare(ctx, req);
-    req->conn = NULL;
-    xport__req_release(ctx, req);
-    return ret == -FI_EAGAIN ? -XPORT_EAGAIN : xport__err_from_fi((int)ret);
-  }
-  req->cprev = NULL;
-  req->cnext = conn->out;
-  if (conn->out)
-    conn->out->cprev = req;
-  conn->out = req;
-  conn->nreqs++;
-  return 0;
+  return xport__post_end(conn, req, ret);
 }
 
 XPORT_API int xport_send(xport_conn_t *conn, const void *buf, size_t len, xport_mr_t *mr,

@@ -9,6 +9,7 @@
 #include "xport.h"
 
 #include <pthread.h>
+#include <time.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -24,6 +25,12 @@
 #define XPORT__EQ_EVERY 16   /* empty polls between two EQ reads */
 
 #define XPORT__UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* Request kinds of xport's own, next to the public xport_op_t values. */
+#define XPORT__OP_SILENT 100 /* internal half of an emulated write_imm */
+/* Upper half of 8-byte CQ data marking the message that completes an
+ * emulated write-with-immediate (see rma.c). */
+#define XPORT__WIMM_MARK UINT64_C(0x57494d4d) /* "WIMM" */
 
 /* ---- provider profiles (providers/) ---------------------------------- */
 
@@ -148,6 +155,7 @@ enum xport__conn_state {
 struct xport_conn {
   xport_ctx_t *ctx;
   struct fid_ep *ep;
+  uint64_t peer_ctx_id;          /* the peer context's id, from the hello */
   enum xport__conn_state state;
   int fail_code;                 /* why FAILED */
   size_t nreqs;                  /* posted and not yet delivered */
@@ -161,6 +169,17 @@ struct xport_conn {
 struct xport__connreq {
   struct xport__connreq *next;
   struct fi_info *info;
+  uint64_t peer_ctx_id;
+};
+
+/* An unpacked remote key, bound to the connection it was unpacked on. */
+struct xport_rkey {
+  const xport_conn_t *conn;
+  uint64_t addr;   /* remote address of the packed range's start */
+  uint64_t len;
+  uint64_t key;
+  unsigned access;
+  int mapped;      /* key came from fi_mr_map_raw */
 };
 
 struct xport_listener {
@@ -182,8 +201,12 @@ struct xport_ctx {
   xport_candidate_t *cands;
   int ncands;
 
+  uint64_t id;        /* random; names this context in hellos and keys */
   int need_local_mr;  /* FI_MR_LOCAL, or strict mode */
   int prov_key;       /* the provider chooses keys */
+  int virt_addr;      /* RMA addresses are virtual addresses */
+  int raw_keys;       /* FI_MR_RAW */
+  int native_wimm;    /* write_imm consumes a receive natively (FI_RX_CQ_DATA) */
   size_t eager_size;  /* copy through bounce buffers up to this size */
 
   int epfd;           /* joins the CQ and EQ wait fds; -1 without */
@@ -218,8 +241,19 @@ void xport__bounce_put(xport_ctx_t *ctx, struct xport__bounce *b);
 void xport__bounce_fini(xport_ctx_t *ctx);
 uint64_t xport__random_key(size_t key_size);
 
+/* msg.c: the post path shared by messages and RMA. begin validates,
+ * takes a request and gives every element a descriptor (fiov, desc,
+ * *cnt); end hands the provider's verdict back: on failure it undoes
+ * begin, on success it links the request to its connection. */
+int xport__post_begin(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov,
+                      size_t iovcnt, void *user_ctx, struct iovec *fiov, void **desc,
+                      size_t *cnt, struct xport__req **req_p);
+int xport__post_end(xport_conn_t *conn, struct xport__req *req, ssize_t ret);
+
 /* cq.c */
 struct xport__req *xport__req_get(xport_ctx_t *ctx);
+/* Marks a request finished with status and queues it for delivery. */
+void xport__req_complete(xport_ctx_t *ctx, struct xport__req *req, int status);
 void xport__req_release(xport_ctx_t *ctx, struct xport__req *req);
 void xport__req_fini(xport_ctx_t *ctx);
 void xport__cq_drain(xport_ctx_t *ctx);
@@ -235,6 +269,13 @@ int xport__wait_eq(xport_ctx_t *ctx, int timeout_ms);
 /* addr.c */
 int xport__addr_split(const char *addr, char *host, size_t hlen, char *port,
                       size_t plen);
+
+static inline long xport__now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
 
 static inline void xport__strlcpy(char *dst, const char *src, size_t len)
 {

@@ -1,0 +1,299 @@
+/* One-sided operations: packing and unpacking remote keys, and posting
+ * writes, reads and writes with immediate data.
+ *
+ * A packed key is self-describing, little-endian, and checked on unpack:
+ *   0  magic "XRK1"        4  version (u16)     6  flags (u16: virt, raw)
+ *   8  total size (u16)   10  key size (u16)   12  access (u32)
+ *  16  owner context id   24  remote address of the range (VA or offset)
+ *  32  range length       40  provider name (16 bytes, NUL padded)
+ *  56  key bytes          ..  FNV-1a of everything before (u32)
+ */
+#include "xport_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define RK_MAGIC 0x314b5258u /* "XRK1" */
+#define RK_VERSION 1
+#define RK_HDR 56
+#define RK_F_VIRT 0x1
+#define RK_F_RAW 0x2
+#define RK_RAW_MAX (XPORT_RKEY_MAX_SIZE - RK_HDR - 4)
+
+static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static void put32(uint8_t *p, uint32_t v)
+{
+  for (int i = 0; i < 4; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put64(uint8_t *p, uint64_t v)
+{
+  for (int i = 0; i < 8; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint32_t get32(const uint8_t *p)
+{
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; i--)
+    v = v << 8 | p[i];
+  return v;
+}
+static uint64_t get64(const uint8_t *p)
+{
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--)
+    v = v << 8 | p[i];
+  return v;
+}
+
+static uint32_t fnv1a(const uint8_t *p, size_t n)
+{
+  uint32_t h = 2166136261u;
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ p[i]) * 16777619u;
+  return h;
+}
+
+XPORT_API int xport_rkey_pack(const xport_mr_t *mr, size_t offset, size_t len, void *buf,
+                              size_t buflen)
+{
+  uint8_t raw[RK_RAW_MAX];
+  size_t klen = 8;
+  uint64_t addr;
+
+  if (!mr || !buf || !len)
+    return -XPORT_EINVAL;
+  if (offset > mr->len || len > mr->len - offset)
+    return -XPORT_ERANGE;
+  if (!(mr->access & (XPORT_ACCESS_REMOTE_READ | XPORT_ACCESS_REMOTE_WRITE)))
+    return -XPORT_EACCES;
+  xport_ctx_t *ctx = mr->ctx;
+  if (ctx->raw_keys) {
+    uint64_t base = 0;
+    klen = sizeof raw;
+    int ret = fi_mr_raw_attr(mr->mr, &base, raw, &klen, 0);
+    if (ret)
+      return ret == -FI_ETOOSMALL ? -XPORT_ENOSYS : xport__err_from_fi(ret);
+  } else {
+    put64(raw, fi_mr_key(mr->mr));
+  }
+  addr = ctx->virt_addr ? (uint64_t)(uintptr_t)(mr->base + offset) : (uint64_t)offset;
+  size_t total = RK_HDR + klen + 4;
+  if (buflen < total)
+    return -XPORT_ERANGE;
+
+  uint8_t *p = buf;
+  memset(p, 0, RK_HDR);
+  put32(p, RK_MAGIC);
+  put16(p + 4, RK_VERSION);
+  put16(p + 6, (uint16_t)((ctx->virt_addr ? RK_F_VIRT : 0) | (ctx->raw_keys ? RK_F_RAW : 0)));
+  put16(p + 8, (uint16_t)total);
+  put16(p + 10, (uint16_t)klen);
+  put32(p + 12, mr->access & (XPORT_ACCESS_REMOTE_READ | XPORT_ACCESS_REMOTE_WRITE));
+  put64(p + 16, ctx->id);
+  put64(p + 24, addr);
+  put64(p + 32, len);
+  memcpy(p + 40, ctx->caps.provider, strnlen(ctx->caps.provider, 16));
+  memcpy(p + RK_HDR, raw, klen);
+  put32(p + RK_HDR + klen, fnv1a(p, RK_HDR + klen));
+  return (int)total;
+}
+
+XPORT_API int xport_rkey_unpack(xport_conn_t *conn, const void *buf, size_t len,
+                                xport_rkey_t **rkey_p)
+{
+  const uint8_t *p = buf;
+  char prov[17];
+
+  if (!conn || !buf || !rkey_p)
+    return -XPORT_EINVAL;
+  if (conn->state != XPORT__CONN_CONNECTED)
+    return conn->state == XPORT__CONN_CLOSED ? -XPORT_EINVAL : -XPORT_ENOTCONN;
+  xport_ctx_t *ctx = conn->ctx;
+  /* Every field is checked before any is trusted: a key is data from
+   * the network. */
+  if (len < RK_HDR + 4 || get32(p) != RK_MAGIC || get16(p + 4) != RK_VERSION)
+    goto bad;
+  size_t total = get16(p + 8), klen = get16(p + 10);
+  if (total != len || klen > RK_RAW_MAX || total != RK_HDR + klen + 4)
+    goto bad;
+  if (get32(p + RK_HDR + klen) != fnv1a(p, RK_HDR + klen))
+    goto bad;
+  memcpy(prov, p + 40, 16);
+  prov[16] = '\0';
+  unsigned flags = get16(p + 6), access = get32(p + 12);
+  if (strcmp(prov, ctx->caps.provider) || !(flags & RK_F_VIRT) != !ctx->virt_addr ||
+      !(flags & RK_F_RAW) != !ctx->raw_keys || (!ctx->raw_keys && klen != 8))
+    goto foreign;
+  if (get64(p + 16) != conn->peer_ctx_id)
+    goto foreign;
+  uint64_t addr = get64(p + 24), rlen = get64(p + 32);
+  if (!rlen || addr + rlen < addr || !access ||
+      (access & ~(unsigned)(XPORT_ACCESS_REMOTE_READ | XPORT_ACCESS_REMOTE_WRITE)))
+    goto bad;
+
+  xport_rkey_t *rk = calloc(1, sizeof *rk);
+  if (!rk)
+    return -XPORT_ENOMEM;
+  if (ctx->raw_keys) {
+    int ret = fi_mr_map_raw(ctx->domain, addr, (uint8_t *)(p + RK_HDR), klen, &rk->key, 0);
+    if (ret) {
+      free(rk);
+      return -XPORT_EPROTO;
+    }
+    rk->mapped = 1;
+  } else {
+    rk->key = get64(p + RK_HDR);
+  }
+  rk->conn = conn;
+  rk->addr = addr;
+  rk->len = rlen;
+  rk->access = access;
+  *rkey_p = rk;
+  return 0;
+bad:
+  XPORT__INFO("refused a remote key: truncated, corrupted or of another version");
+  return -XPORT_EPROTO;
+foreign:
+  XPORT__INFO("refused a remote key: it belongs to another provider, mode or peer");
+  return -XPORT_EPROTO;
+}
+
+XPORT_API int xport_rkey_release(xport_rkey_t *rkey)
+{
+  if (!rkey)
+    return 0;
+  if (rkey->mapped)
+    fi_mr_unmap_key(rkey->conn->ctx->domain, rkey->key);
+  free(rkey);
+  return 0;
+}
+
+/* Checks the remote side of an operation against the unpacked key. */
+static inline int check_remote(const xport_conn_t *conn, const xport_rkey_t *rk,
+                               size_t offset, size_t len, unsigned need)
+{
+  if (XPORT__UNLIKELY(!rk || rk->conn != conn))
+    return -XPORT_EINVAL;
+  if (XPORT__UNLIKELY(offset > rk->len || len > rk->len - offset))
+    return -XPORT_ERANGE;
+  if (XPORT__UNLIKELY(!(rk->access & need)))
+    return -XPORT_EACCES;
+  return 0;
+}
+
+static size_t iov_total(const xport_iov_t *iov, size_t cnt)
+{
+  size_t t = 0;
+  for (size_t i = 0; i < cnt; i++)
+    t += iov[i].len;
+  return t;
+}
+
+static int post_rma(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_t iovcnt,
+                    const xport_rkey_t *rk, size_t offset, int with_imm, uint32_t imm,
+                    void *user_ctx)
+{
+  struct iovec fiov[XPORT__IOV_MAX];
+  void *desc[XPORT__IOV_MAX];
+  struct xport__req *req;
+  size_t cnt;
+  ssize_t ret;
+
+  if (XPORT__UNLIKELY(!conn || !iov || !iovcnt))
+    return -XPORT_EINVAL;
+  size_t len = iov_total(iov, iovcnt);
+  /* Zero bytes are only meaningful as a notification (write_imm). */
+  if (XPORT__UNLIKELY(!len && !with_imm))
+    return -XPORT_EINVAL;
+  ret = check_remote(conn, rk, offset, len,
+                     op == XPORT_OP_READ ? XPORT_ACCESS_REMOTE_READ : XPORT_ACCESS_REMOTE_WRITE);
+  if (XPORT__UNLIKELY(ret))
+    return (int)ret;
+  xport_ctx_t *ctx = conn->ctx;
+  uint64_t addr = rk->addr + offset;
+
+  if (with_imm && !ctx->native_wimm) {
+    /* Emulation for providers whose write-with-immediate consumes no
+     * receive (tcp, shm, rxm): the write, then an empty message whose CQ
+     * data carries the marker and the value. The message is ordered after
+     * the write (FI_ORDER_SAW), so the data is in place when the target's
+     * receive completes; the write's own completion stays silent. */
+    if (len) {
+      ret = xport__post_begin(conn, XPORT__OP_SILENT, iov, iovcnt, NULL, fiov, desc, &cnt, &req);
+      if (XPORT__UNLIKELY(ret))
+        return (int)ret;
+      struct fi_rma_iov riov = {addr, len, rk->key};
+      struct fi_msg_rma m = {.msg_iov = fiov, .desc = desc, .iov_count = cnt,
+                             .rma_iov = &riov, .rma_iov_count = 1, .context = &req->fictx};
+      ret = xport__post_end(conn, req, fi_writemsg(conn->ep, &m, 0));
+      if (XPORT__UNLIKELY(ret))
+        return (int)ret;
+    }
+    xport_iov_t none = {NULL, 0, NULL};
+    ret = xport__post_begin(conn, XPORT_OP_WRITE, &none, 1, user_ctx, fiov, desc, &cnt, &req);
+    if (XPORT__UNLIKELY(ret))
+      return (int)ret;
+    req->len = len;
+    struct fi_msg msg = {.msg_iov = fiov, .desc = desc, .iov_count = 1,
+                         .context = &req->fictx, .data = XPORT__WIMM_MARK << 32 | imm};
+    return xport__post_end(conn, req, fi_sendmsg(conn->ep, &msg, FI_REMOTE_CQ_DATA));
+  }
+
+  ret = xport__post_begin(conn, op, iov, iovcnt, user_ctx, fiov, desc, &cnt, &req);
+  if (XPORT__UNLIKELY(ret))
+    return (int)ret;
+  if (op == XPORT_OP_READ) {
+    if (cnt == 1)
+      ret = fi_read(conn->ep, fiov[0].iov_base, fiov[0].iov_len, desc[0], 0, addr, rk->key,
+                    &req->fictx);
+    else
+      ret = fi_readv(conn->ep, fiov, desc, cnt, 0, addr, rk->key, &req->fictx);
+  } else if (with_imm) {
+    struct fi_rma_iov riov = {addr, len, rk->key};
+    struct fi_msg_rma m = {.msg_iov = fiov, .desc = desc, .iov_count = cnt, .rma_iov = &riov,
+                           .rma_iov_count = 1, .context = &req->fictx, .data = imm};
+    ret = fi_writemsg(conn->ep, &m, FI_REMOTE_CQ_DATA);
+  } else if (cnt == 1) {
+    ret = fi_write(conn->ep, fiov[0].iov_base, fiov[0].iov_len, desc[0], 0, addr, rk->key,
+                   &req->fictx);
+  } else {
+    ret = fi_writev(conn->ep, fiov, desc, cnt, 0, addr, rk->key, &req->fictx);
+  }
+  return xport__post_end(conn, req, ret);
+}
+
+XPORT_API int xport_write(xport_conn_t *conn, const void *buf, size_t len, xport_mr_t *mr,
+                          const xport_rkey_t *rkey, size_t offset, void *user_ctx)
+{
+  xport_iov_t v = {(void *)buf, len, mr};
+  return post_rma(conn, XPORT_OP_WRITE, &v, 1, rkey, offset, 0, 0, user_ctx);
+}
+
+XPORT_API int xport_write_imm(xport_conn_t *conn, const void *buf, size_t len,
+                              xport_mr_t *mr, const xport_rkey_t *rkey, size_t offset,
+                              uint32_t imm, void *user_ctx)
+{
+  xport_iov_t v = {(void *)buf, len, mr};
+  return post_rma(conn, XPORT_OP_WRITE, &v, 1, rkey, offset, 1, imm, user_ctx);
+}
+
+XPORT_API int xport_writev(xport_conn_t *conn, const xport_iov_t *iov, size_t iovcnt,
+                           const xport_rkey_t *rkey, size_t offset, void *user_ctx)
+{
+  return post_rma(conn, XPORT_OP_WRITE, iov, iovcnt, rkey, offset, 0, 0, user_ctx);
+}
+
+XPORT_API int xport_read(xport_conn_t *conn, void *buf, size_t len, xport_mr_t *mr,
+                         const xport_rkey_t *rkey, size_t offset, void *user_ctx)
+{
+  xport_iov_t v = {buf, len, mr};
+  return post_rma(conn, XPORT_OP_READ, &v, 1, rkey, offset, 0, 0, user_ctx);
+}
+
+XPORT_API int xport_readv(xport_conn_t *conn, const xport_iov_t *iov, size_t iovcnt,
+                          const xport_rkey_t *rkey, size_t offset, void *user_ctx)
+{
+  return post_rma(conn, XPORT_OP_READ, iov, iovcnt, rkey, offset, 0, 0, user_ctx);
+}

@@ -1,0 +1,718 @@
+/* One-sided operations on every provider present: registration, remote
+ * keys, write / read / write-with-immediate with bytes verified on both
+ * sides, rights and ranges enforced locally, bad keys failing cleanly. */
+#include "harness.h"
+
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+#define T_MS 20000
+#define REGION ((size_t)64 << 20)
+#define SLACK 4096
+
+/* ---- a little control channel: completions that are not the one being
+ * waited for are kept for later waits */
+#define STASH 64
+static xport_completion_t stash[STASH];
+static int nstash;
+
+static xport_completion_t wait_op(xport_ctx_t *ctx, xport_op_t op)
+{
+  xport_completion_t c;
+  for (int i = 0; i < nstash; i++)
+    if (stash[i].op == op) {
+      c = stash[i];
+      memmove(&stash[i], &stash[i + 1], (size_t)(nstash - i - 1) * sizeof c);
+      nstash--;
+      return c;
+    }
+  for (;;) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "no completion of op %d within %d ms on %s", op,
+             T_MS, xt_config());
+    if (c.op == op)
+      return c;
+    XT_CHECK(nstash < STASH, "too many unexpected completions");
+    stash[nstash++] = c;
+  }
+}
+
+static void expect_ok(xport_ctx_t *ctx, xport_op_t op)
+{
+  xport_completion_t c = wait_op(ctx, op);
+  XT_CHECK(c.status == 0, "op %d failed: %s (%s)", op, xport_strerror(c.status),
+           c.detail ? c.detail : "");
+}
+
+struct ctl {
+  uint64_t off, len;
+  uint32_t seed, kind;
+};
+
+static void ctl_send(xport_ctx_t *ctx, xport_conn_t *conn, const struct ctl *m)
+{
+  XT_OK(xport_send(conn, m, sizeof *m, NULL, NULL));
+  expect_ok(ctx, XPORT_OP_SEND);
+}
+
+static struct ctl ctl_recv(xport_ctx_t *ctx, xport_conn_t *conn)
+{
+  struct ctl m;
+  XT_OK(xport_recv(conn, &m, sizeof m, NULL, NULL));
+  expect_ok(ctx, XPORT_OP_RECV);
+  return m;
+}
+
+/* The server exports a region and sends its packed key first. */
+static char *export_region(xport_ctx_t *ctx, xport_conn_t *conn, size_t size, unsigned access,
+                           xport_mr_t **mr_p)
+{
+  char *reg = calloc(1, size);
+  uint8_t key[XPORT_RKEY_MAX_SIZE];
+  XT_CHECK(reg != NULL, "calloc");
+  XT_OK(xport_mr_reg(ctx, reg, size, access, mr_p));
+  int n = xport_rkey_pack(*mr_p, 0, size, key, sizeof key);
+  XT_CHECK(n > 0 && n <= XPORT_RKEY_MAX_SIZE, "pack: %s", xport_strerror(n));
+  XT_OK(xport_send(conn, key, (size_t)n, NULL, NULL));
+  expect_ok(ctx, XPORT_OP_SEND);
+  return reg;
+}
+
+static xport_rkey_t *import_key(xport_ctx_t *ctx, xport_conn_t *conn, uint8_t *raw, size_t *len)
+{
+  uint8_t key[XPORT_RKEY_MAX_SIZE];
+  xport_rkey_t *rk;
+  XT_OK(xport_recv(conn, key, sizeof key, NULL, NULL));
+  xport_completion_t c = wait_op(ctx, XPORT_OP_RECV);
+  XT_CHECK(c.status == 0, "key: %s", xport_strerror(c.status));
+  XT_OK(xport_rkey_unpack(conn, key, c.len, &rk));
+  if (raw) {
+    memcpy(raw, key, c.len);
+    *len = c.len;
+  }
+  return rk;
+}
+
+enum { K_VERIFY = 1, K_DONE, K_FILLED, K_VERIFY_GUARDS };
+
+/* Serves verification requests until the client says it is done. */
+static int region_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  xport_mr_t *mr;
+  char *reg = export_region(ctx, conn, REGION + SLACK,
+                            XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_READ |
+                                XPORT_ACCESS_REMOTE_WRITE,
+                            &mr);
+  for (;;) {
+    struct ctl m = ctl_recv(ctx, conn);
+    if (m.kind == K_DONE)
+      break;
+    XT_CHECK(m.kind == K_VERIFY || m.kind == K_VERIFY_GUARDS, "protocol: kind %u", m.kind);
+    size_t bad = xt_verify(reg + m.off, m.len, m.seed);
+    XT_CHECK(bad == m.len, "region [%llu,+%llu) byte %zu differs at the target",
+             (unsigned long long)m.off, (unsigned long long)m.len, bad);
+    /* Bytes just outside the range are untouched (still the guard byte). */
+    if (m.kind == K_VERIFY_GUARDS) {
+      XT_CHECK(reg[m.off - 1] == (char)0xee, "byte before the range was written");
+      XT_CHECK(reg[m.off + m.len] == (char)0xee, "byte after the range was written");
+    }
+    xt_fill(reg + m.off, m.len, m.seed + 500);
+    m.kind = K_FILLED;
+    ctl_send(ctx, conn, &m);
+  }
+  xport_mr_dereg(mr);
+  free(reg);
+  return 0;
+}
+
+struct rw_arg {
+  int registered;
+};
+
+static const size_t rw_sizes[] = {1, 2, 3, 7, 64, 255, 4095, 4096, 8193, 65537,
+                                  1 << 20, (8 << 20) + 3, (size_t)64 << 20};
+
+static int rw_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  struct rw_arg *a = arg;
+  xport_rkey_t *rk = import_key(ctx, conn, NULL, NULL);
+  char *buf = malloc(REGION + SLACK);
+  xport_mr_t *mr = NULL;
+  XT_CHECK(buf != NULL, "malloc");
+  if (a->registered)
+    XT_OK(xport_mr_reg(ctx, buf, REGION + SLACK, XPORT_ACCESS_LOCAL, &mr));
+  for (size_t i = 0; i < sizeof rw_sizes / sizeof rw_sizes[0]; i++) {
+    size_t len = rw_sizes[i], off = (i * 1237) % (SLACK - 8) + 1; /* unaligned */
+    char *src = buf + (i % 8);                                      /* unaligned too */
+    struct ctl m = {off, len, (uint32_t)i, K_VERIFY_GUARDS};
+    /* Mark the bytes around the range so the server can check them. */
+    memset(src, 0xee, len + 2);
+    XT_OK(xport_write(conn, src, 1, mr, rk, off - 1, NULL));
+    expect_ok(ctx, XPORT_OP_WRITE);
+    XT_OK(xport_write(conn, src, 1, mr, rk, off + len, NULL));
+    expect_ok(ctx, XPORT_OP_WRITE);
+    xt_fill(src, len, (uint32_t)i);
+    XT_OK(xport_write(conn, src, len, mr, rk, off, src));
+    xport_completion_t c = wait_op(ctx, XPORT_OP_WRITE);
+    XT_CHECK(c.status == 0 && c.len == len && c.user_ctx == src, "write of %zu: %s", len,
+             xport_strerror(c.status));
+    ctl_send(ctx, conn, &m);
+    m = ctl_recv(ctx, conn);
+    XT_CHECK(m.kind == K_FILLED, "server did not refill");
+    memset(src, 0, len);
+    XT_OK(xport_read(conn, src, len, mr, rk, off, NULL));
+    c = wait_op(ctx, XPORT_OP_READ);
+    XT_CHECK(c.status == 0 && c.len == len, "read of %zu: %s", len, xport_strerror(c.status));
+    size_t bad = xt_verify(src, len, (uint32_t)i + 500);
+    XT_CHECK(bad == len, "read of %zu at %zu: byte %zu differs", len, off, bad);
+  }
+  struct ctl done = {0, 0, 0, K_DONE};
+  ctl_send(ctx, conn, &done);
+  xport_rkey_release(rk);
+  xport_mr_dereg(mr);
+  free(buf);
+  return 0;
+}
+
+START_TEST(write_read_sizes_unregistered)
+{
+  struct rw_arg a = {0};
+  xt_pair(region_server, rw_client, &a);
+}
+END_TEST
+
+START_TEST(write_read_sizes_registered)
+{
+  struct rw_arg a = {1};
+  xt_pair(region_server, rw_client, &a);
+}
+END_TEST
+
+static int iov_many_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  xport_rkey_t *rk = import_key(ctx, conn, NULL, NULL);
+  xport_caps_t caps;
+  static char src[100], a[40], b[60];
+  XT_OK(xport_ctx_query(ctx, &caps));
+  /* iov: three pieces gathered into one remote range, read back into two. */
+  xt_fill(src, sizeof src, 77);
+  size_t n = caps.max_iov < 3 ? caps.max_iov : 3;
+  xport_iov_t w[3] = {{src, 30, NULL}, {src + 30, 50, NULL}, {src + 80, 20, NULL}};
+  if (n < 3)
+    w[0].len = 100; /* a provider with one iov entry gets the whole */
+  XT_OK(xport_writev(conn, w, n, rk, 333, NULL));
+  expect_ok(ctx, XPORT_OP_WRITE);
+  struct ctl m = {333, 100, 77, K_VERIFY};
+  ctl_send(ctx, conn, &m);
+  m = ctl_recv(ctx, conn);
+  xport_iov_t r[2] = {{a, 40, NULL}, {b, 60, NULL}};
+  XT_OK(xport_readv(conn, r, caps.max_iov < 2 ? 1 : 2, rk, 333, NULL));
+  expect_ok(ctx, XPORT_OP_READ);
+  if (caps.max_iov >= 2) {
+    char all[100];
+    memcpy(all, a, 40);
+    memcpy(all + 40, b, 60);
+    XT_CHECK(xt_verify(all, 100, 77 + 500) == 100, "readv bytes differ");
+  }
+  /* Many outstanding: 400 writes of 256 bytes in flight at once. */
+  enum { NW = 400, SZ = 256 };
+  static char many[NW * SZ];
+  xt_fill(many, sizeof many, 99);
+  int posted = 0, done = 0;
+  while (done < NW) {
+    while (posted < NW) {
+      int rc = xport_write(conn, many + posted * SZ, SZ, NULL, rk, 8192 + (size_t)posted * SZ,
+                           NULL);
+      if (rc == -XPORT_EAGAIN)
+        break;
+      XT_OK(rc);
+      posted++;
+    }
+    expect_ok(ctx, XPORT_OP_WRITE);
+    done++;
+  }
+  struct ctl mm = {8192, NW * SZ, 99, K_VERIFY};
+  ctl_send(ctx, conn, &mm);
+  mm = ctl_recv(ctx, conn);
+  /* And 400 reads of it back. */
+  memset(many, 0, sizeof many);
+  for (posted = 0, done = 0; done < NW;) {
+    while (posted < NW) {
+      int rc = xport_read(conn, many + posted * SZ, SZ, NULL, rk, 8192 + (size_t)posted * SZ,
+                          NULL);
+      if (rc == -XPORT_EAGAIN)
+        break;
+      XT_OK(rc);
+      posted++;
+    }
+    expect_ok(ctx, XPORT_OP_READ);
+    done++;
+  }
+  XT_CHECK(xt_verify(many, sizeof many, 99 + 500) == sizeof many, "many reads differ");
+  struct ctl end = {0, 0, 0, K_DONE};
+  ctl_send(ctx, conn, &end);
+  xport_rkey_release(rk);
+  return 0;
+}
+
+START_TEST(iov_and_many_outstanding)
+{
+  xt_pair(region_server, iov_many_client, NULL);
+}
+END_TEST
+
+/* ---- write with immediate data ----------------------------------------- */
+
+static const uint32_t wimm[] = {0, 7, 0xdeadbeefu, 0xffffffffu};
+
+static int wimm_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  xport_mr_t *mr;
+  static char rbuf[4][16];
+  char *reg = export_region(ctx, conn, 1 << 20,
+                            XPORT_ACCESS_REMOTE_WRITE | XPORT_ACCESS_REMOTE_READ, &mr);
+  for (uintptr_t i = 0; i < 4; i++)
+    XT_OK(xport_recv(conn, rbuf[i], sizeof rbuf[i], NULL, (void *)i));
+  for (size_t i = 0; i < 4; i++) {
+    xport_completion_t c = wait_op(ctx, XPORT_OP_REMOTE_WRITE_IMM);
+    XT_CHECK(c.status == 0, "%s", xport_strerror(c.status));
+    XT_CHECK(c.conn == conn, "write_imm named another connection");
+    XT_CHECK((c.flags & XPORT_COMP_IMM) && c.imm == wimm[i], "imm %08x, expected %08x", c.imm,
+             wimm[i]);
+    XT_CHECK((uintptr_t)c.user_ctx == i, "consumed receive %p, expected %zu", c.user_ctx, i);
+    /* The data is in place when the completion is seen. */
+    size_t len = i == 1 ? 0 : 1000 * (i + 1);
+    XT_CHECK(xt_verify(reg + 4096 * i, len, 40 + (unsigned)i) == len,
+             "write_imm %zu data not in place at its completion", i);
+  }
+  /* Receives are consumed: a message now needs a fresh one. */
+  char msg[8];
+  XT_OK(xport_recv(conn, msg, sizeof msg, NULL, NULL));
+  xport_completion_t c = wait_op(ctx, XPORT_OP_RECV);
+  XT_CHECK(c.status == 0 && !strcmp(msg, "bye"), "message after write_imm");
+  xport_mr_dereg(mr);
+  free(reg);
+  return 0;
+}
+
+static int wimm_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  xport_rkey_t *rk = import_key(ctx, conn, NULL, NULL);
+  static char src[4][4000];
+  for (size_t i = 0; i < 4; i++) {
+    size_t len = i == 1 ? 0 : 1000 * (i + 1);
+    xt_fill(src[i], len, 40 + (unsigned)i);
+    XT_OK(xport_write_imm(conn, src[i], len, NULL, rk, 4096 * i, wimm[i], src[i]));
+  }
+  for (size_t i = 0; i < 4; i++) {
+    xport_completion_t c = wait_op(ctx, XPORT_OP_WRITE);
+    XT_CHECK(c.status == 0 && c.user_ctx == src[i], "write_imm %zu: %s", i,
+             xport_strerror(c.status));
+    XT_CHECK(!(c.flags & XPORT_COMP_IMM), "initiator completion carries imm");
+  }
+  XT_OK(xport_send(conn, "bye", 4, NULL, NULL));
+  expect_ok(ctx, XPORT_OP_SEND);
+  xport_rkey_release(rk);
+  return 0;
+}
+
+START_TEST(write_with_immediate)
+{
+  xt_pair(wimm_server, wimm_client, NULL);
+}
+END_TEST
+
+/* Two connections share the server's context: each write_imm must name
+ * the connection it came from. */
+static void two_wimm_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  (void)arg;
+  xport_conn_t *conn[2];
+  xport_mr_t *mr[2];
+  char *reg[2];
+  static char rb[2][8];
+  for (int i = 0; i < 2; i++) {
+    XT_OK(xport_accept(lst, T_MS, &conn[i]));
+    reg[i] = export_region(ctx, conn[i], 4096, XPORT_ACCESS_REMOTE_WRITE, &mr[i]);
+    XT_OK(xport_recv(conn[i], rb[i], sizeof rb[i], NULL, NULL));
+  }
+  for (int k = 0; k < 2; k++) {
+    xport_completion_t c = wait_op(ctx, XPORT_OP_REMOTE_WRITE_IMM);
+    XT_CHECK(c.status == 0, "%s", xport_strerror(c.status));
+    int i = c.conn == conn[0] ? 0 : c.conn == conn[1] ? 1 : -1;
+    XT_CHECK(i >= 0, "write_imm names no connection of ours");
+    /* The client tags each write with the index of its connection. */
+    XT_CHECK(c.imm == 0x1000u + (unsigned)i, "imm %x arrived on connection %d", c.imm, i);
+    XT_CHECK(reg[i][0] == (char)('A' + i), "data of connection %d", i);
+  }
+  for (int i = 0; i < 2; i++) {
+    xport_completion_t c = wait_op(ctx, XPORT_OP_DISCONNECT);
+    (void)c;
+  }
+  for (int i = 0; i < 2; i++) {
+    XT_OK(xport_conn_close(conn[i]));
+    xport_mr_dereg(mr[i]);
+    free(reg[i]);
+  }
+}
+
+START_TEST(write_imm_names_connection)
+{
+  char addr[128];
+  pid_t pid = xt_spawn_server(two_wimm_server, NULL, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn[2];
+  xport_rkey_t *rk[2];
+  for (int i = 0; i < 2; i++) {
+    XT_OK(xport_connect(ctx, addr, T_MS, &conn[i]));
+    rk[i] = import_key(ctx, conn[i], NULL, NULL);
+  }
+  /* Second connection first, so arrival order does not give it away. */
+  for (int i = 1; i >= 0; i--) {
+    char tag = (char)('A' + i);
+    XT_OK(xport_write_imm(conn[i], &tag, 1, NULL, rk[i], 0, 0x1000u + (unsigned)i, NULL));
+    expect_ok(ctx, XPORT_OP_WRITE);
+  }
+  /* A key only works on the connection it was unpacked on. */
+  char x = 0;
+  XT_CHECK(xport_write(conn[0], &x, 1, NULL, rk[1], 0, NULL) == -XPORT_EINVAL,
+           "key used on another connection");
+  usleep(100000);
+  for (int i = 0; i < 2; i++) {
+    xport_rkey_release(rk[i]);
+    XT_OK(xport_conn_close(conn[i]));
+  }
+  xport_ctx_destroy(ctx);
+  XT_CHECK(xt_reap(pid) == 0, "server failed");
+}
+END_TEST
+
+/* ---- rights, ranges and malformed keys: refused locally, nothing posted */
+
+static void put64le(uint8_t *p, uint64_t v)
+{
+  for (int i = 0; i < 8; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Recomputes the trailing FNV-1a of a packed key (format: xport_rkey_pack(3)). */
+static void reseal(uint8_t *k, size_t len)
+{
+  uint32_t h = 2166136261u;
+  for (size_t i = 0; i < len - 4; i++)
+    h = (h ^ k[i]) * 16777619u;
+  for (int i = 0; i < 4; i++)
+    k[len - 4 + i] = (uint8_t)(h >> (8 * i));
+}
+
+static int keys_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  static char reg[8192];
+  xport_mr_t *ro, *wo, *local;
+  uint8_t k[XPORT_RKEY_MAX_SIZE];
+  XT_OK(xport_mr_reg(ctx, reg, 4096, XPORT_ACCESS_REMOTE_READ, &ro));
+  XT_OK(xport_mr_reg(ctx, reg + 4096, 4096, XPORT_ACCESS_REMOTE_WRITE, &wo));
+  XT_OK(xport_mr_reg(ctx, reg, 100, XPORT_ACCESS_LOCAL, &local));
+  XT_CHECK(xport_rkey_pack(local, 0, 100, k, sizeof k) == -XPORT_EACCES, "local-only pack");
+  XT_CHECK(xport_rkey_pack(ro, 0, 4097, k, sizeof k) == -XPORT_ERANGE, "pack past end");
+  XT_CHECK(xport_rkey_pack(ro, 4096, 1, k, sizeof k) == -XPORT_ERANGE, "pack at end");
+  XT_CHECK(xport_rkey_pack(ro, 0, 0, k, sizeof k) == -XPORT_EINVAL, "pack length 0");
+  XT_CHECK(xport_rkey_pack(ro, 0, 10, k, 20) == -XPORT_ERANGE, "pack into a short buffer");
+  XT_CHECK(xport_rkey_pack(NULL, 0, 10, k, sizeof k) == -XPORT_EINVAL, "pack NULL");
+  int n = xport_rkey_pack(ro, 0, 4096, k, sizeof k);
+  XT_CHECK(n > 0, "pack: %s", xport_strerror(n));
+  XT_OK(xport_send(conn, k, (size_t)n, NULL, NULL));
+  /* The write-only key covers a sub-range: bytes 100..149 of its region. */
+  n = xport_rkey_pack(wo, 100, 50, k, sizeof k);
+  XT_CHECK(n > 0, "pack: %s", xport_strerror(n));
+  XT_OK(xport_send(conn, k, (size_t)n, NULL, NULL));
+  expect_ok(ctx, XPORT_OP_SEND);
+  expect_ok(ctx, XPORT_OP_SEND);
+  struct ctl m = ctl_recv(ctx, conn);
+  XT_CHECK(m.kind == K_VERIFY, "protocol");
+  XT_CHECK(xt_verify(reg + 4096 + 100 + 10, 20, 5) == 20, "sub-range write landed wrong");
+  XT_CHECK(reg[4096 + 100 + 9] == 0 && reg[4096 + 100 + 30] == 0, "write spilled");
+  ctl_send(ctx, conn, &m);
+  xport_mr_dereg(ro);
+  xport_mr_dereg(wo);
+  xport_mr_dereg(local);
+  return 0;
+}
+
+static int keys_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  uint8_t raw[XPORT_RKEY_MAX_SIZE], k[XPORT_RKEY_MAX_SIZE];
+  size_t klen;
+  char buf[64];
+  xport_rkey_t *bad = (xport_rkey_t *)0x1;
+  xport_completion_t c;
+  xport_rkey_t *ro = import_key(ctx, conn, raw, &klen);
+  xport_rkey_t *wo = import_key(ctx, conn, NULL, NULL);
+
+  /* rights */
+  XT_CHECK(xport_write(conn, buf, 8, NULL, ro, 0, NULL) == -XPORT_EACCES, "write, read-only");
+  XT_CHECK(xport_read(conn, buf, 8, NULL, wo, 0, NULL) == -XPORT_EACCES, "read, write-only");
+  XT_CHECK(xport_write_imm(conn, buf, 8, NULL, ro, 0, 1, NULL) == -XPORT_EACCES,
+           "write_imm, read-only");
+  /* ranges */
+  XT_CHECK(xport_read(conn, buf, 8, NULL, ro, 4090, NULL) == -XPORT_ERANGE, "read past end");
+  XT_CHECK(xport_read(conn, buf, 1, NULL, ro, 4096, NULL) == -XPORT_ERANGE, "read at end");
+  XT_CHECK(xport_read(conn, buf, 1, NULL, ro, SIZE_MAX, NULL) == -XPORT_ERANGE, "huge offset");
+  XT_CHECK(xport_write(conn, buf, 20, NULL, wo, 40, NULL) == -XPORT_ERANGE, "past sub-range");
+  XT_CHECK(xport_write(conn, buf, 51, NULL, wo, 0, NULL) == -XPORT_ERANGE, "over sub-range");
+  /* arguments */
+  XT_CHECK(xport_read(conn, buf, 0, NULL, ro, 0, NULL) == -XPORT_EINVAL, "zero-length read");
+  XT_CHECK(xport_write(conn, buf, 0, NULL, wo, 0, NULL) == -XPORT_EINVAL, "zero-length write");
+  XT_CHECK(xport_read(conn, buf, 8, NULL, NULL, 0, NULL) == -XPORT_EINVAL, "NULL key");
+  XT_CHECK(xport_read(NULL, buf, 8, NULL, ro, 0, NULL) == -XPORT_EINVAL, "NULL conn");
+  XT_CHECK(xport_read(conn, NULL, 8, NULL, ro, 0, NULL) == -XPORT_EINVAL, "NULL buffer");
+  XT_CHECK(xport_readv(conn, NULL, 1, ro, 0, NULL) == -XPORT_EINVAL, "NULL iov");
+  XT_CHECK(xport_writev(conn, NULL, 0, wo, 0, NULL) == -XPORT_EINVAL, "no iov");
+  XT_CHECK(xport_rkey_unpack(NULL, raw, klen, &bad) == -XPORT_EINVAL, "unpack NULL conn");
+  XT_CHECK(xport_rkey_unpack(conn, NULL, klen, &bad) == -XPORT_EINVAL, "unpack NULL buf");
+  XT_CHECK(xport_rkey_unpack(conn, raw, klen, NULL) == -XPORT_EINVAL, "unpack NULL out");
+  /* truncated: every prefix */
+  for (size_t l = 0; l < klen; l++)
+    XT_CHECK(xport_rkey_unpack(conn, raw, l, &bad) == -XPORT_EPROTO, "truncated to %zu", l);
+  XT_CHECK(xport_rkey_unpack(conn, raw, klen + 1, &bad) == -XPORT_EPROTO, "trailing byte");
+  /* corrupted: every byte, every way the checksum would not catch is
+   * covered by the cases below */
+  for (size_t i = 0; i < klen; i++) {
+    memcpy(k, raw, klen);
+    k[i] ^= 0x5a;
+    XT_CHECK(xport_rkey_unpack(conn, k, klen, &bad) == -XPORT_EPROTO, "byte %zu flipped", i);
+  }
+  /* wrong version, foreign provider, another owner: checksums made good */
+  memcpy(k, raw, klen);
+  k[4] = 2;
+  reseal(k, klen);
+  XT_CHECK(xport_rkey_unpack(conn, k, klen, &bad) == -XPORT_EPROTO, "version 2");
+  memcpy(k, raw, klen);
+  memcpy(k + 40, "verbs\0\0\0", 8);
+  reseal(k, klen);
+  XT_CHECK(xport_rkey_unpack(conn, k, klen, &bad) == -XPORT_EPROTO, "foreign provider");
+  memcpy(k, raw, klen);
+  k[6] ^= 0x1; /* the other addressing mode */
+  reseal(k, klen);
+  XT_CHECK(xport_rkey_unpack(conn, k, klen, &bad) == -XPORT_EPROTO, "foreign address mode");
+  memcpy(k, raw, klen);
+  k[16] ^= 0x80; /* owner context id */
+  reseal(k, klen);
+  XT_CHECK(xport_rkey_unpack(conn, k, klen, &bad) == -XPORT_EPROTO, "another context's key");
+  /* a real key from a context of our own: right format, wrong peer */
+  {
+    static char mine[64];
+    xport_mr_t *mr;
+    XT_OK(xport_mr_reg(ctx, mine, sizeof mine, XPORT_ACCESS_REMOTE_READ, &mr));
+    int n = xport_rkey_pack(mr, 0, sizeof mine, k, sizeof k);
+    XT_CHECK(n > 0, "pack");
+    XT_CHECK(xport_rkey_unpack(conn, k, (size_t)n, &bad) == -XPORT_EPROTO, "own key");
+    xport_mr_dereg(mr);
+  }
+  memcpy(k, raw, klen);
+  put64le(k + 32, 0); /* zero length */
+  reseal(k, klen);
+  XT_CHECK(xport_rkey_unpack(conn, k, klen, &bad) == -XPORT_EPROTO, "zero-length key");
+  XT_CHECK(bad == (xport_rkey_t *)0x1, "output written on failure");
+  XT_CHECK(xport_poll(ctx, &c, 1) == 0, "a refused operation produced a completion");
+
+  /* The sub-range key writes where it says. */
+  xt_fill(buf, 20, 5);
+  XT_OK(xport_write(conn, buf, 20, NULL, wo, 10, NULL));
+  expect_ok(ctx, XPORT_OP_WRITE);
+  struct ctl m = {0, 0, 0, K_VERIFY};
+  ctl_send(ctx, conn, &m);
+  ctl_recv(ctx, conn);
+  xport_rkey_release(ro);
+  xport_rkey_release(wo);
+  XT_CHECK(xport_rkey_release(NULL) == 0, "release NULL");
+  return 0;
+}
+
+START_TEST(rights_ranges_and_bad_keys)
+{
+  xt_pair(keys_server, keys_client, NULL);
+}
+END_TEST
+
+/* ---- keys the target no longer honours ------------------------------- */
+
+static void revoked_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  (void)arg;
+  xport_conn_t *victim, *other;
+  xport_mr_t *mr;
+  char ping[8];
+  XT_OK(xport_accept(lst, T_MS, &victim));
+  XT_OK(xport_accept(lst, T_MS, &other));
+  char *reg = export_region(ctx, victim, 4096, XPORT_ACCESS_REMOTE_READ | XPORT_ACCESS_REMOTE_WRITE,
+                            &mr);
+  XT_OK(xport_mr_dereg(mr)); /* revoke before the client uses it */
+  struct ctl m = {0, 0, 0, K_DONE};
+  ctl_send(ctx, victim, &m);
+  /* Keep serving: progress for the bad operations, then the other
+   * connection's ping must still get its answer. */
+  XT_OK(xport_recv(other, ping, sizeof ping, NULL, NULL));
+  for (;;) {
+    xport_completion_t c;
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "server starved");
+    if (c.op == XPORT_OP_RECV && c.conn == other) {
+      XT_CHECK(c.status == 0 && !strcmp(ping, "ping"), "ping");
+      XT_OK(xport_send(other, "pong", 5, NULL, NULL));
+      expect_ok(ctx, XPORT_OP_SEND);
+      break;
+    }
+  }
+  xport_completion_t c = wait_op(ctx, XPORT_OP_DISCONNECT); /* the client leaves */
+  (void)c;
+  xport_conn_close(victim);
+  xport_conn_close(other);
+  free(reg);
+}
+
+START_TEST(revoked_and_forged_keys)
+{
+  char addr[128], buf[64], pong[8];
+  uint8_t raw[XPORT_RKEY_MAX_SIZE];
+  size_t klen;
+  pid_t pid = xt_spawn_server(revoked_server, NULL, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *victim, *other;
+  XT_OK(xport_connect(ctx, addr, T_MS, &victim));
+  XT_OK(xport_connect(ctx, addr, T_MS, &other));
+  xport_rkey_t *rk = import_key(ctx, victim, raw, &klen);
+  ctl_recv(ctx, victim); /* the region is gone now */
+  /* A forged key (right format, wrong key) and the revoked one: each
+   * operation completes (with an error, or the provider drops the
+   * connection); nothing hangs. */
+  memcpy(raw + 56, "\x11\x22\x33\x44\x55\x66\x77\x88", 8);
+  reseal(raw, klen);
+  xport_rkey_t *forged;
+  XT_OK(xport_rkey_unpack(victim, raw, klen, &forged));
+  int posted = 0, rc;
+  memset(buf, 1, sizeof buf);
+  if ((rc = xport_write(victim, buf, 16, NULL, forged, 0, NULL)) == 0)
+    posted++;
+  if ((rc = xport_read(victim, buf, 16, NULL, rk, 0, NULL)) == 0)
+    posted++;
+  if ((rc = xport_read(victim, buf, 16, NULL, forged, 0, NULL)) == 0)
+    posted++;
+  int errors = 0, events = 0;
+  for (int got = 0; got < posted;) {
+    xport_completion_t c;
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "bad-key operation hangs (%d of %d done)", got,
+             posted);
+    if (c.op == XPORT_OP_DISCONNECT) {
+      events++;
+      continue;
+    }
+    got++;
+    if (c.status) {
+      errors++;
+      XT_CHECK(c.hint != NULL, "failed RMA without a hint");
+    }
+  }
+  XT_CHECK(errors > 0, "no bad-key operation reported an error");
+  /* The other connection to the same server still works. */
+  XT_OK(xport_recv(other, pong, sizeof pong, NULL, NULL));
+  XT_OK(xport_send(other, "ping", 5, NULL, NULL));
+  for (int got = 0; got < 2;) {
+    xport_completion_t c;
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "other connection stalled");
+    if (c.conn != other)
+      continue;
+    XT_CHECK(c.status == 0, "other connection: %s", xport_strerror(c.status));
+    got++;
+  }
+  XT_CHECK(!strcmp(pong, "pong"), "pong");
+  xport_rkey_release(rk);
+  xport_rkey_release(forged);
+  XT_OK(xport_conn_close(victim));
+  XT_OK(xport_conn_close(other));
+  xport_ctx_destroy(ctx);
+  XT_CHECK(xt_reap(pid) == 0, "server failed");
+}
+END_TEST
+
+/* ---- registration ------------------------------------------------------ */
+
+START_TEST(registration_rules_and_random_keys)
+{
+  enum { N = 64 };
+  static char mem[N * 64 + 16];
+  xport_ctx_t *ctx = xt_ctx();
+  xport_mr_t *mr[N], *twice, *overlap, *odd;
+  xport_caps_t caps;
+  uint64_t keys[N], bits = 0;
+  uint8_t k[XPORT_RKEY_MAX_SIZE];
+  XT_OK(xport_ctx_query(ctx, &caps));
+  /* same buffer twice, overlapping, misaligned: all allowed */
+  XT_OK(xport_mr_reg(ctx, mem, 64, XPORT_ACCESS_REMOTE_READ, &twice));
+  XT_OK(xport_mr_reg(ctx, mem + 32, 64, XPORT_ACCESS_REMOTE_READ, &overlap));
+  XT_OK(xport_mr_reg(ctx, mem + 3, 5, XPORT_ACCESS_REMOTE_READ, &odd));
+  for (int i = 0; i < N; i++) {
+    XT_OK(xport_mr_reg(ctx, mem, 64, XPORT_ACCESS_REMOTE_READ, &mr[i]));
+    int n = xport_rkey_pack(mr[i], 0, 64, k, sizeof k);
+    XT_CHECK(n == 56 + 8 + 4, "packed size %d", n);
+    keys[i] = 0;
+    for (int b = 7; b >= 0; b--)
+      keys[i] = keys[i] << 8 | k[56 + b];
+    bits |= keys[i];
+    for (int j = 0; j < i; j++)
+      XT_CHECK(keys[i] != keys[j], "key %d repeats key %d", i, j);
+  }
+  if (!(caps.mr_mode & XPORT_MR_PROV_KEY)) {
+    /* Chosen by xport: random 64-bit values, not 0, 1, 2, ... */
+    for (int i = 0; i < N; i++)
+      XT_CHECK(keys[i] > 0xffffffu, "key %d is small: %llx", i, (unsigned long long)keys[i]);
+    XT_CHECK(__builtin_popcountll(bits) >= 60, "key bits barely vary: %llx",
+             (unsigned long long)bits);
+  }
+  /* After deregistration a new region does not get the old key back. */
+  XT_OK(xport_mr_dereg(mr[0]));
+  XT_OK(xport_mr_reg(ctx, mem, 64, XPORT_ACCESS_REMOTE_READ, &mr[0]));
+  XT_CHECK(xport_rkey_pack(mr[0], 0, 64, k, sizeof k) > 0, "pack");
+  uint64_t again = 0;
+  for (int b = 7; b >= 0; b--)
+    again = again << 8 | k[56 + b];
+  if (!(caps.mr_mode & XPORT_MR_PROV_KEY))
+    XT_CHECK(again != keys[0], "a deregistered key came back");
+  for (int i = 0; i < N; i++)
+    XT_OK(xport_mr_dereg(mr[i]));
+  XT_OK(xport_mr_dereg(twice));
+  XT_OK(xport_mr_dereg(overlap));
+  XT_OK(xport_mr_dereg(odd));
+  xport_ctx_destroy(ctx);
+}
+END_TEST
+
+static Suite *make_suite(void)
+{
+  Suite *s = suite_create("rma");
+  TCase *core = tcase_create("Core");
+  tcase_set_timeout(core, 180);
+  tcase_add_test(core, write_read_sizes_unregistered);
+  tcase_add_test(core, write_read_sizes_registered);
+  tcase_add_test(core, iov_and_many_outstanding);
+  tcase_add_test(core, write_with_immediate);
+  tcase_add_test(core, write_imm_names_connection);
+  tcase_add_test(core, registration_rules_and_random_keys);
+  suite_add_tcase(s, core);
+  TCase *err = tcase_create("Errors");
+  tcase_set_timeout(err, 60);
+  tcase_add_test(err, rights_ranges_and_bad_keys);
+  tcase_add_test(err, revoked_and_forged_keys);
+  suite_add_tcase(s, err);
+  return s;
+}
+
+int main(void)
+{
+  return xt_main("check_rma", make_suite, 1);
+}
