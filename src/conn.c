@@ -69,13 +69,31 @@ static void evq_remove(xport_ctx_t *ctx, xport_conn_t *conn)
   conn->ev_queued = 0;
 }
 
+/* Closes the endpoint and gives every operation still outstanding on it
+ * exactly one completion: what the provider flushes, and -XPORT_ECANCELED
+ * for whatever it did not report. */
+static void conn_release_ep(xport_conn_t *conn)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  if (!conn->ep)
+    return;
+  fi_close(&conn->ep->fid);
+  conn->ep = NULL;
+  xport__cq_drain(ctx);
+  while (conn->out)
+    xport__req_complete(ctx, conn->out, -XPORT_ECANCELED);
+}
+
 static void conn_lost(xport_conn_t *conn, int status)
 {
   if (conn->state == XPORT__CONN_CONNECTING) {
     conn->state = XPORT__CONN_FAILED;
     conn->fail_code = status;
   } else if (conn->state == XPORT__CONN_CONNECTED) {
+    /* A dead connection's operations must not wait for a close that the
+     * application may only call after seeing them end. */
     conn->state = XPORT__CONN_DISCONNECTED;
+    conn_release_ep(conn);
     evq_push(conn->ctx, conn, -XPORT_ECONNRESET);
   }
 }
@@ -482,14 +500,7 @@ XPORT_API int xport_conn_close(xport_conn_t *conn)
     return -XPORT_EINVAL;
   if (conn->state == XPORT__CONN_CONNECTED)
     fi_shutdown(conn->ep, 0);
-  /* Closing the endpoint flushes what the provider still holds; whatever
-   * it did not report is cancelled here, so every post gets exactly one
-   * completion. */
-  fi_close(&conn->ep->fid);
-  conn->ep = NULL;
-  xport__cq_drain(ctx);
-  while (conn->out)
-    xport__req_complete(ctx, conn->out, -XPORT_ECANCELED);
+  conn_release_ep(conn);
   evq_remove(ctx, conn);
   if (conn->prev)
     conn->prev->next = conn->next;
