@@ -64,18 +64,26 @@ static struct ctl ctl_recv(xport_ctx_t *ctx, xport_conn_t *conn)
 }
 
 /* The server exports a region and sends its packed key first. */
-static char *export_region(xport_ctx_t *ctx, xport_conn_t *conn, size_t size, unsigned access,
-                           xport_mr_t **mr_p)
+static char *export_region_filled(xport_ctx_t *ctx, xport_conn_t *conn, size_t size,
+                                  unsigned access, xport_mr_t **mr_p, unsigned seed)
 {
   char *reg = calloc(1, size);
   uint8_t key[XPORT_RKEY_MAX_SIZE];
   XT_CHECK(reg != NULL, "calloc");
+  if (seed)
+    xt_fill(reg, size, seed);
   XT_OK(xport_mr_reg(ctx, reg, size, access, mr_p));
   int n = xport_rkey_pack(*mr_p, 0, size, key, sizeof key);
   XT_CHECK(n > 0 && n <= XPORT_RKEY_MAX_SIZE, "pack: %s", xport_strerror(n));
   XT_OK(xport_send(conn, key, (size_t)n, NULL, NULL));
   expect_ok(ctx, XPORT_OP_SEND);
   return reg;
+}
+
+static char *export_region(xport_ctx_t *ctx, xport_conn_t *conn, size_t size, unsigned access,
+                           xport_mr_t **mr_p)
+{
+  return export_region_filled(ctx, conn, size, access, mr_p, 0);
 }
 
 static xport_rkey_t *import_key(xport_ctx_t *ctx, xport_conn_t *conn, uint8_t *raw, size_t *len)
@@ -640,6 +648,75 @@ START_TEST(revoked_and_forged_keys)
 }
 END_TEST
 
+
+/* With the progress thread on, a target that never polls still serves
+ * one-sided operations (tcp and shm move nothing otherwise). */
+static void sleepy_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  (void)arg;
+  xport_ctx_t *pctx;
+  xport_ctx_attr_t attr = {.progress_thread = XPORT_ON};
+  xport_listener_t *plst;
+  xport_conn_t *conn;
+  xport_mr_t *mr;
+  char addr[128];
+  (void)lst;
+  /* A context of its own with the thread; the harness's one stays idle. */
+  XT_OK(xport_ctx_create(&attr, &pctx));
+  XT_OK(xport_listen(pctx, "127.0.0.1:0", &plst));
+  XT_OK(xport_listener_addr(plst, addr, sizeof addr));
+  XT_OK(xport_accept(lst, T_MS, &conn)); /* the client's first connection */
+  XT_OK(xport_send(conn, addr, strlen(addr) + 1, NULL, NULL));
+  expect_ok(ctx, XPORT_OP_SEND);
+  xport_conn_t *pconn;
+  XT_OK(xport_accept(plst, T_MS, &pconn));
+  char *reg = export_region_filled(pctx, pconn, 1 << 20,
+                                   XPORT_ACCESS_REMOTE_READ | XPORT_ACCESS_REMOTE_WRITE, &mr, 3);
+  /* From here on this process does not poll pctx at all. */
+  char done[8];
+  XT_OK(xport_recv(conn, done, sizeof done, NULL, NULL));
+  expect_ok(ctx, XPORT_OP_RECV);
+  XT_CHECK(xt_verify(reg + 4096, 1000, 4) == 1000, "the write did not land");
+  xport_conn_close(conn);
+  xport_conn_close(pconn);
+  xport_mr_dereg(mr);
+  xport_listener_close(plst);
+  xport_ctx_destroy(pctx);
+  free(reg);
+}
+
+START_TEST(progress_thread_serves_idle_target)
+{
+  char addr[128], paddr[128];
+  static char buf[1 << 20];
+  pid_t pid = xt_spawn_server(sleepy_server, NULL, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn, *pconn;
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  XT_OK(xport_recv(conn, paddr, sizeof paddr, NULL, NULL));
+  expect_ok(ctx, XPORT_OP_RECV);
+  XT_OK(xport_connect(ctx, paddr, T_MS, &pconn));
+  xport_rkey_t *rk = import_key(ctx, pconn, NULL, NULL);
+  XT_OK(xport_read(pconn, buf, sizeof buf, NULL, rk, 0, NULL));
+  expect_ok(ctx, XPORT_OP_READ);
+  XT_CHECK(xt_verify(buf, sizeof buf, 3) == sizeof buf, "read from an idle target differs");
+  xt_fill(buf, 1000, 4);
+  XT_OK(xport_write(pconn, buf, 1000, NULL, rk, 4096, NULL));
+  expect_ok(ctx, XPORT_OP_WRITE);
+  /* A read after the write sees it: the write has landed. */
+  XT_OK(xport_read(pconn, buf + 8192, 1000, NULL, rk, 4096, NULL));
+  expect_ok(ctx, XPORT_OP_READ);
+  XT_CHECK(xt_verify(buf + 8192, 1000, 4) == 1000, "write not visible to a later read");
+  XT_OK(xport_send(conn, "done", 5, NULL, NULL));
+  expect_ok(ctx, XPORT_OP_SEND);
+  xport_rkey_release(rk);
+  xport_conn_close(pconn);
+  xport_conn_close(conn);
+  xport_ctx_destroy(ctx);
+  XT_CHECK(xt_reap(pid) == 0, "server failed");
+}
+END_TEST
+
 /* ---- registration ------------------------------------------------------ */
 
 START_TEST(registration_rules_and_random_keys)
@@ -703,6 +780,7 @@ static Suite *make_suite(void)
   tcase_add_test(core, write_with_immediate);
   tcase_add_test(core, write_imm_names_connection);
   tcase_add_test(core, registration_rules_and_random_keys);
+  tcase_add_test(core, progress_thread_serves_idle_target);
   suite_add_tcase(s, core);
   TCase *err = tcase_create("Errors");
   tcase_set_timeout(err, 60);
