@@ -7,11 +7,17 @@
 extern const struct xport__profile xport__profile_verbs;
 extern const struct xport__profile xport__profile_tcp;
 extern const struct xport__profile xport__profile_sockets;
+extern const struct xport__profile xport__profile_shm;
+extern const struct xport__profile xport__profile_tcp_rxm;
+extern const struct xport__profile xport__profile_verbs_rxm;
 
 const struct xport__profile *const xport__profiles[] = {
   &xport__profile_verbs,
   &xport__profile_tcp,
   &xport__profile_sockets,
+  &xport__profile_shm,
+  &xport__profile_tcp_rxm,
+  &xport__profile_verbs_rxm,
   NULL,
 };
 

@@ -40,7 +40,7 @@ static int hello_ok(const uint8_t *data, size_t len, uint64_t *ctx_id)
   return 1;
 }
 
-static void evq_push(xport_ctx_t *ctx, xport_conn_t *conn, int status)
+void xport__evq_push(xport_ctx_t *ctx, xport_conn_t *conn, int status)
 {
   if (conn->ev_queued)
     return;
@@ -54,7 +54,7 @@ static void evq_push(xport_ctx_t *ctx, xport_conn_t *conn, int status)
   ctx->evq_tail = conn;
 }
 
-static void evq_remove(xport_ctx_t *ctx, xport_conn_t *conn)
+void xport__evq_remove(xport_ctx_t *ctx, xport_conn_t *conn)
 {
   xport_conn_t **pp = &ctx->evq, *prev = NULL;
   while (*pp && *pp != conn) {
@@ -77,7 +77,7 @@ static void conn_release_ep(xport_conn_t *conn)
   xport_ctx_t *ctx = conn->ctx;
   if (!conn->ep)
     return;
-  fi_close(&conn->ep->fid);
+  xport__close_fid(ctx, &conn->ep->fid);
   conn->ep = NULL;
   xport__cq_drain(ctx);
   while (conn->out)
@@ -94,7 +94,7 @@ static void conn_lost(xport_conn_t *conn, int status)
      * application may only call after seeing them end. */
     conn->state = XPORT__CONN_DISCONNECTED;
     conn_release_ep(conn);
-    evq_push(conn->ctx, conn, -XPORT_ECONNRESET);
+    xport__evq_push(conn->ctx, conn, -XPORT_ECONNRESET);
   }
 }
 
@@ -131,6 +131,8 @@ void xport__eq_dispatch(xport_ctx_t *ctx)
   struct cm_buf buf;
   uint32_t event;
 
+  if (!ctx->eq)
+    return;
   for (;;) {
     ssize_t r = fi_eq_read(ctx->eq, &event, &buf, sizeof buf, 0);
     if (r == -FI_EAGAIN)
@@ -254,7 +256,7 @@ static void format_sockaddr(const struct sockaddr *sa, char *buf, size_t len)
   }
 }
 
-XPORT_API int xport_listen(xport_ctx_t *ctx, const char *addr, xport_listener_t **lst_p)
+static int xport_listen__locked(xport_ctx_t *ctx, const char *addr, xport_listener_t **lst_p)
 {
   struct fi_info *info = NULL;
   xport_listener_t *lst;
@@ -262,6 +264,22 @@ XPORT_API int xport_listen(xport_ctx_t *ctx, const char *addr, xport_listener_t 
 
   if (!ctx || !addr || !lst_p)
     return -XPORT_EINVAL;
+  if (ctx->rdm) {
+    char host[256], port[8];
+    ret = xport__addr_split(addr, host, sizeof host, port, sizeof port);
+    if (ret)
+      return ret;
+    lst = calloc(1, sizeof *lst);
+    if (!lst)
+      return -XPORT_ENOMEM;
+    lst->ctx = ctx;
+    ret = xport__rdm_listen(lst, host, port);
+    if (ret) {
+      free(lst);
+      return ret;
+    }
+    goto linked;
+  }
   ret = resolve(ctx, addr, FI_SOURCE, &info);
   if (ret)
     return ret;
@@ -293,6 +311,7 @@ XPORT_API int xport_listen(xport_ctx_t *ctx, const char *addr, xport_listener_t 
     format_sockaddr(&name.sa, lst->addr, sizeof lst->addr);
   else
     xport__strlcpy(lst->addr, addr, sizeof lst->addr);
+linked:
   lst->next = ctx->listeners;
   if (ctx->listeners)
     ctx->listeners->prev = lst;
@@ -312,12 +331,15 @@ XPORT_API int xport_listener_addr(const xport_listener_t *lst, char *buf, size_t
   return 0;
 }
 
-XPORT_API int xport_listener_close(xport_listener_t *lst)
+static int xport_listener_close__locked(xport_listener_t *lst)
 {
   if (!lst)
     return 0;
   xport_ctx_t *ctx = lst->ctx;
-  fi_close(&lst->pep->fid);
+  if (ctx->rdm)
+    xport__rdm_listener_close(lst);
+  else
+    xport__close_fid(ctx, &lst->pep->fid);
   while (lst->pending) {
     struct xport__connreq *cr = lst->pending;
     lst->pending = cr->next;
@@ -344,7 +366,19 @@ static xport_conn_t *conn_new(xport_ctx_t *ctx)
   return conn;
 }
 
-static void conn_link(xport_conn_t *conn)
+void xport__conn_unlink(xport_conn_t *conn)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  if (conn->prev)
+    conn->prev->next = conn->next;
+  else
+    ctx->conns = conn->next;
+  if (conn->next)
+    conn->next->prev = conn->prev;
+  conn->next = conn->prev = NULL;
+}
+
+void xport__conn_link(xport_conn_t *conn)
 {
   xport_ctx_t *ctx = conn->ctx;
   conn->next = ctx->conns;
@@ -377,8 +411,8 @@ static int wait_connected(xport_conn_t *conn, long deadline)
   xport_ctx_t *ctx = conn->ctx;
   for (;;) {
     xport__eq_dispatch(ctx);
-    if (conn->state == XPORT__CONN_CONNECTED)
-      return 0;
+    if (conn->state == XPORT__CONN_CONNECTED || conn->state == XPORT__CONN_DISCONNECTED)
+      return 0; /* connected, perhaps lost already: the event is queued */
     if (conn->state != XPORT__CONN_CONNECTING)
       return conn->fail_code ? conn->fail_code : -XPORT_ECONNREFUSED;
     long left = deadline < 0 ? 100 : deadline - xport__now_ms();
@@ -395,7 +429,7 @@ static void conn_discard(xport_conn_t *conn)
   free(conn);
 }
 
-XPORT_API int xport_connect(xport_ctx_t *ctx, const char *addr, int timeout_ms,
+static int xport_connect__locked(xport_ctx_t *ctx, const char *addr, int timeout_ms,
                             xport_conn_t **conn_p)
 {
   struct hello h = {.magic = HELLO_MAGIC, .version = HELLO_VERSION};
@@ -408,6 +442,11 @@ XPORT_API int xport_connect(xport_ctx_t *ctx, const char *addr, int timeout_ms,
 
   if (!ctx || !addr || !conn_p)
     return -XPORT_EINVAL;
+  if (ctx->rdm) {
+    char host[256], port[8];
+    ret = xport__addr_split(addr, host, sizeof host, port, sizeof port);
+    return ret ? ret : xport__rdm_connect(ctx, host, port, deadline, conn_p);
+  }
   ret = resolve(ctx, addr, 0, &info);
   if (ret)
     return ret;
@@ -429,12 +468,12 @@ XPORT_API int xport_connect(xport_ctx_t *ctx, const char *addr, int timeout_ms,
     conn_discard(conn);
     return ret;
   }
-  conn_link(conn);
+  xport__conn_link(conn);
   *conn_p = conn;
   return 0;
 }
 
-XPORT_API int xport_accept(xport_listener_t *lst, int timeout_ms, xport_conn_t **conn_p)
+static int xport_accept__locked(xport_listener_t *lst, int timeout_ms, xport_conn_t **conn_p)
 {
   struct hello h = {.magic = HELLO_MAGIC, .version = HELLO_VERSION};
   long deadline = timeout_ms < 0 ? -1 : xport__now_ms() + timeout_ms;
@@ -443,6 +482,8 @@ XPORT_API int xport_accept(xport_listener_t *lst, int timeout_ms, xport_conn_t *
   if (!lst || !conn_p)
     return -XPORT_EINVAL;
   xport_ctx_t *ctx = lst->ctx;
+  if (ctx->rdm)
+    return xport__rdm_accept(lst, deadline, conn_p);
   h.ctx_id = ctx->id;
   for (;;) {
     xport__eq_dispatch(ctx);
@@ -472,7 +513,7 @@ XPORT_API int xport_accept(xport_listener_t *lst, int timeout_ms, xport_conn_t *
     else
       ret = xport__err_from_fi(ret);
     if (!ret) {
-      conn_link(conn);
+      xport__conn_link(conn);
       *conn_p = conn;
       return 0;
     }
@@ -491,24 +532,79 @@ void xport__conn_free_if_done(xport_conn_t *conn)
     free(conn);
 }
 
-XPORT_API int xport_conn_close(xport_conn_t *conn)
+static int xport_conn_close__locked(xport_conn_t *conn)
 {
   if (!conn)
     return 0;
   xport_ctx_t *ctx = conn->ctx;
   if (conn->state == XPORT__CONN_CLOSED)
     return -XPORT_EINVAL;
-  if (conn->state == XPORT__CONN_CONNECTED)
-    fi_shutdown(conn->ep, 0);
-  conn_release_ep(conn);
-  evq_remove(ctx, conn);
-  if (conn->prev)
-    conn->prev->next = conn->next;
-  else
-    ctx->conns = conn->next;
-  if (conn->next)
-    conn->next->prev = conn->prev;
+  if (ctx->rdm) {
+    xport__rdm_close(conn);
+  } else {
+    if (conn->state == XPORT__CONN_CONNECTED)
+      fi_shutdown(conn->ep, 0);
+    conn_release_ep(conn);
+  }
+  xport__evq_remove(ctx, conn);
+  xport__conn_unlink(conn);
   conn->state = XPORT__CONN_CLOSED;
   xport__conn_free_if_done(conn);
   return 0;
+}
+
+XPORT_API int xport_listen(xport_ctx_t *ctx, const char *addr, xport_listener_t **lst_p)
+{
+  if (!ctx)
+    return xport_listen__locked(ctx, addr, lst_p);
+  xport_ctx_t *lctx = ctx;
+  XPORT__LOCK(lctx);
+  int ret = xport_listen__locked(ctx, addr, lst_p);
+  XPORT__UNLOCK(lctx);
+  return ret;
+}
+
+XPORT_API int xport_listener_close(xport_listener_t *lst)
+{
+  if (!lst)
+    return xport_listener_close__locked(lst);
+  xport_ctx_t *lctx = lst->ctx;
+  XPORT__LOCK(lctx);
+  int ret = xport_listener_close__locked(lst);
+  XPORT__UNLOCK(lctx);
+  return ret;
+}
+
+XPORT_API int xport_connect(xport_ctx_t *ctx, const char *addr, int timeout_ms,
+                            xport_conn_t **conn_p)
+{
+  if (!ctx)
+    return xport_connect__locked(ctx, addr, timeout_ms, conn_p);
+  xport_ctx_t *lctx = ctx;
+  XPORT__LOCK(lctx);
+  int ret = xport_connect__locked(ctx, addr, timeout_ms, conn_p);
+  XPORT__UNLOCK(lctx);
+  return ret;
+}
+
+XPORT_API int xport_accept(xport_listener_t *lst, int timeout_ms, xport_conn_t **conn_p)
+{
+  if (!lst)
+    return xport_accept__locked(lst, timeout_ms, conn_p);
+  xport_ctx_t *lctx = lst->ctx;
+  XPORT__LOCK(lctx);
+  int ret = xport_accept__locked(lst, timeout_ms, conn_p);
+  XPORT__UNLOCK(lctx);
+  return ret;
+}
+
+XPORT_API int xport_conn_close(xport_conn_t *conn)
+{
+  if (!conn)
+    return xport_conn_close__locked(conn);
+  xport_ctx_t *lctx = conn->ctx;
+  XPORT__LOCK(lctx);
+  int ret = xport_conn_close__locked(conn);
+  XPORT__UNLOCK(lctx);
+  return ret;
 }

@@ -70,26 +70,36 @@ static void scatter(const struct xport__req *req, size_t len)
   }
 }
 
-/* Ends a request's life on the wire: library-owned memory is released,
- * received bytes are in the user's buffer, and it leaves its connection's
- * outstanding list. */
-static void req_finish(xport_ctx_t *ctx, struct xport__req *req, int status, size_t len)
+void xport__req_free_mem(xport_ctx_t *ctx, struct xport__req *req)
 {
   if (req->bounce) {
-    if (req->uiovcnt && !status)
-      scatter(req, len);
     xport__bounce_put(ctx, req->bounce);
     req->bounce = NULL;
   }
   for (unsigned i = 0; i < req->ntmp; i++)
     fi_close(&req->tmp[i]->fid);
   req->ntmp = 0;
+}
+
+static void unlink_out(struct xport__req *req)
+{
   if (req->cprev)
     req->cprev->cnext = req->cnext;
   else
     req->conn->out = req->cnext;
   if (req->cnext)
     req->cnext->cprev = req->cprev;
+}
+
+/* Ends a request's life on the wire: library-owned memory is released,
+ * received bytes are in the user's buffer, and it leaves its connection's
+ * outstanding list. */
+static void req_finish(xport_ctx_t *ctx, struct xport__req *req, int status, size_t len)
+{
+  if (req->bounce && req->uiovcnt && !status)
+    scatter(req, len);
+  xport__req_free_mem(ctx, req);
+  unlink_out(req);
 }
 
 static void done_push(xport_ctx_t *ctx, struct xport__req *req)
@@ -109,6 +119,60 @@ void xport__req_complete(xport_ctx_t *ctx, struct xport__req *req, int status)
   req->len = 0;
   req->flags = 0;
   done_push(ctx, req);
+}
+
+void xport__req_orphan(xport_ctx_t *ctx, struct xport__req *req, int status)
+{
+  unlink_out(req);
+  req->status = status;
+  req->len = 0;
+  req->flags = 0;
+  req->zombie = XPORT__Z_SYNTH;
+  /* Also on the zombie list until the provider reports it. */
+  req->cprev = NULL;
+  req->cnext = ctx->zombies;
+  if (ctx->zombies)
+    ctx->zombies->cprev = req;
+  ctx->zombies = req;
+  done_push(ctx, req);
+}
+
+/* A zombie goes back to the pool once user and provider are both done. */
+static void zombie_step(xport_ctx_t *ctx, struct xport__req *req, unsigned who)
+{
+  req->zombie |= who;
+  if (who == XPORT__Z_PROV) {
+    if (req->cprev)
+      req->cprev->cnext = req->cnext;
+    else
+      ctx->zombies = req->cnext;
+    if (req->cnext)
+      req->cnext->cprev = req->cprev;
+  }
+  if ((req->zombie & (XPORT__Z_USER | XPORT__Z_PROV)) != (XPORT__Z_USER | XPORT__Z_PROV))
+    return;
+  xport__req_free_mem(ctx, req);
+  req->zombie = 0;
+  req->conn = NULL; /* accounted for when the user saw it */
+  xport__req_release(ctx, req);
+}
+
+void xport__zombie_reclaim(xport_ctx_t *ctx, struct xport__rep *rep)
+{
+  for (struct xport__req *z = ctx->zombies, *next; z; z = next) {
+    next = z->cnext;
+    if (z->rep == rep)
+      zombie_step(ctx, z, XPORT__Z_PROV);
+  }
+}
+
+/* Entries xport handles itself: control traffic and zombies. */
+static void internal_entry(xport_ctx_t *ctx, struct xport__req *req, int status)
+{
+  if (req->zombie)
+    zombie_step(ctx, req, XPORT__Z_PROV);
+  else
+    xport__rdm_internal(ctx, req, status);
 }
 
 /* Reads a successful CQ entry into the request: bytes, immediate data,
@@ -161,6 +225,15 @@ static inline int deliver(xport_ctx_t *ctx, struct xport__req *req, xport_comple
   int shown = req->op != XPORT__OP_SILENT;
   if (shown)
     fill_comp(c, req);
+  if (XPORT__UNLIKELY(req->zombie)) {
+    xport_conn_t *conn = req->conn;
+    req->conn = NULL;
+    conn->nreqs--;
+    if (conn->state == XPORT__CONN_CLOSED)
+      xport__conn_free_if_done(conn);
+    zombie_step(ctx, req, XPORT__Z_USER);
+    return shown;
+  }
   xport__req_release(ctx, req);
   return shown;
 }
@@ -176,6 +249,10 @@ static int read_error(xport_ctx_t *ctx, struct xport__req **req_p)
   if (!req)
     return 1; /* an error with no request of ours behind it */
   int status = xport__err_from_fi(err.err ? err.err : FI_EIO);
+  if (XPORT__UNLIKELY(req->op >= XPORT__OP_CTL_SEND || req->zombie)) {
+    internal_entry(ctx, req, status);
+    return 1;
+  }
   size_t len = status == -XPORT_ETRUNC ? err.len : 0;
   req_finish(ctx, req, status, len);
   req->status = status;
@@ -207,13 +284,17 @@ void xport__cq_drain(xport_ctx_t *ctx)
       struct xport__req *req = ents[i].op_context;
       if (!req)
         continue;
+      if (XPORT__UNLIKELY(req->op >= XPORT__OP_CTL_SEND || req->zombie)) {
+        internal_entry(ctx, req, 0);
+        continue;
+      }
       take_entry(ctx, req, &ents[i]);
       done_push(ctx, req);
     }
   }
 }
 
-XPORT_API int xport_poll(xport_ctx_t *ctx, xport_completion_t *comps, int max)
+static int xport_poll__locked(xport_ctx_t *ctx, xport_completion_t *comps, int max)
 {
   struct fi_cq_data_entry ents[XPORT__CQ_BATCH];
   int n = 0;
@@ -236,6 +317,10 @@ XPORT_API int xport_poll(xport_ctx_t *ctx, xport_completion_t *comps, int max)
         struct xport__req *req = ents[i].op_context;
         if (XPORT__UNLIKELY(!req))
           continue;
+        if (XPORT__UNLIKELY(req->op >= XPORT__OP_CTL_SEND || req->zombie)) {
+          internal_entry(ctx, req, 0);
+          continue;
+        }
         take_entry(ctx, req, &ents[i]);
         n += deliver(ctx, req, &comps[n]);
       }
@@ -251,7 +336,10 @@ XPORT_API int xport_poll(xport_ctx_t *ctx, xport_completion_t *comps, int max)
    * idle, and at once after an error completion. */
   if (n < max && ++ctx->eq_skip >= XPORT__EQ_EVERY) {
     ctx->eq_skip = 0;
-    xport__eq_dispatch(ctx);
+    if (ctx->rdm)
+      xport__rdm_housekeeping(ctx);
+    else
+      xport__eq_dispatch(ctx);
   }
   while (XPORT__UNLIKELY(ctx->evq != NULL) && n < max) {
     xport_conn_t *conn = ctx->evq;
@@ -275,13 +363,13 @@ int xport__wait_fds(xport_ctx_t *ctx)
   struct epoll_event ev = {.events = EPOLLIN};
 
   if (fi_control(&ctx->cq->fid, FI_GETWAIT, &cq_fd) || cq_fd < 0 ||
-      fi_control(&ctx->eq->fid, FI_GETWAIT, &eq_fd) || eq_fd < 0)
+      (ctx->eq && (fi_control(&ctx->eq->fid, FI_GETWAIT, &eq_fd) || eq_fd < 0)))
     return 0; /* no wait fd: xport_wait sleeps in short steps instead */
   ctx->epfd = epoll_create1(EPOLL_CLOEXEC);
   if (ctx->epfd < 0)
     return -XPORT_ENOMEM;
   if (epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, cq_fd, &ev) ||
-      epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, eq_fd, &ev)) {
+      (ctx->eq && epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, eq_fd, &ev))) {
     close(ctx->epfd);
     ctx->epfd = -1;
   }
@@ -301,8 +389,25 @@ XPORT_API int xport_ctx_fd(xport_ctx_t *ctx, int *fd_p)
 /* 1 when the wait fds may be slept on, 0 when something is pending. */
 static int may_sleep(xport_ctx_t *ctx)
 {
-  struct fid *fids[2] = {&ctx->cq->fid, &ctx->eq->fid};
-  return fi_trywait(ctx->fabric, fids, 2) == FI_SUCCESS;
+  struct fid *fids[2] = {&ctx->cq->fid, ctx->eq ? &ctx->eq->fid : NULL};
+  return fi_trywait(ctx->fabric, fids, ctx->eq ? 2 : 1) == FI_SUCCESS;
+}
+
+/* One look for work without sleeping: 1 if the caller should return. */
+static int wait_check(xport_ctx_t *ctx, int drain)
+{
+  XPORT__LOCK(ctx);
+  if (drain)
+    xport__cq_drain(ctx);
+  if (!ctx->done && !ctx->evq) {
+    if (ctx->rdm)
+      xport__rdm_housekeeping(ctx);
+    else
+      xport__eq_dispatch(ctx);
+  }
+  int ready = ctx->done || ctx->evq;
+  XPORT__UNLOCK(ctx);
+  return ready;
 }
 
 XPORT_API int xport_wait(xport_ctx_t *ctx, int timeout_ms)
@@ -311,26 +416,32 @@ XPORT_API int xport_wait(xport_ctx_t *ctx, int timeout_ms)
     return -XPORT_EINVAL;
   if (ctx->done || ctx->evq)
     return 0;
+  /* Where peers are watched for death (RDM), never sleep past a check. */
+  int cap = ctx->rdm && ctx->conns ? (int)ctx->peer_check_ms : -1;
   if (ctx->epfd >= 0) {
     struct epoll_event ev;
-    if (!may_sleep(ctx))
+    /* Control traffic (RDM) must not look like work. */
+    if (ctx->rdm && wait_check(ctx, 1))
       return 0;
-    int r = epoll_wait(ctx->epfd, &ev, 1, timeout_ms < 0 ? -1 : timeout_ms);
+    XPORT__LOCK(ctx);
+    int sleep_ok = may_sleep(ctx);
+    XPORT__UNLOCK(ctx);
+    if (!sleep_ok)
+      return 0;
+    int t = timeout_ms < 0 ? cap : cap < 0 ? timeout_ms : timeout_ms < cap ? timeout_ms : cap;
+    int r = epoll_wait(ctx->epfd, &ev, 1, t);
     if (r < 0 && errno != EINTR)
       return -XPORT_EIO;
-    return r > 0 || (r < 0) ? 0 : -XPORT_ETIMEDOUT;
+    if (r == 0 && ctx->rdm && wait_check(ctx, 0))
+      return 0;
+    return r != 0 ? 0 : (t == timeout_ms ? -XPORT_ETIMEDOUT : 0);
   }
-  /* No wait object: check for work, then sleep in growing steps (up to
-   * 1 ms) so that an idle process does not burn a core. */
+  /* No wait object (shm): check for work, then sleep in growing steps (up
+   * to 1 ms) so that an idle process does not burn a core. */
   long deadline = timeout_ms < 0 ? -1 : xport__now_ms() + timeout_ms;
   long step_us = 10;
   for (;;) {
-    struct fi_cq_data_entry e;
-    ssize_t r = fi_cq_read(ctx->cq, &e, 0);
-    if (r == -FI_EAVAIL || r > 0 || !may_sleep(ctx))
-      return 0;
-    xport__eq_dispatch(ctx);
-    if (ctx->evq)
+    if (wait_check(ctx, 1))
       return 0;
     if (deadline >= 0 && xport__now_ms() >= deadline)
       return -XPORT_ETIMEDOUT;
@@ -341,31 +452,51 @@ XPORT_API int xport_wait(xport_ctx_t *ctx, int timeout_ms)
   }
 }
 
-/* The progress thread only turns libfabric's crank (a zero-entry CQ read);
- * it never touches xport's own state, so it needs no lock of ours. */
+/* The progress thread reads the CQ on the application's behalf, under
+ * ctx->progress_lock like every other call into the provider while it
+ * runs, and queues what it finds for the next xport_poll. */
 static void *progress_main(void *arg)
 {
   xport_ctx_t *ctx = arg;
-  struct fid *fids[1] = {&ctx->cq->fid};
+  int fd = -1;
+  if (ctx->epfd >= 0 && fi_control(&ctx->cq->fid, FI_GETWAIT, &fd))
+    fd = -1;
   while (!ctx->progress_stop) {
-    if (ctx->epfd >= 0 && fi_trywait(ctx->fabric, fids, 1) == FI_SUCCESS) {
-      int fd = -1;
-      if (!fi_control(&ctx->cq->fid, FI_GETWAIT, &fd)) {
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        poll(&p, 1, 50);
+    pthread_mutex_lock(&ctx->progress_lock);
+    xport__cq_drain(ctx);
+    pthread_mutex_unlock(&ctx->progress_lock);
+    /* No fi_trywait here (it faults under rxm from a second thread): a
+     * short poll on the fd, bounded so that nothing waits long for it. */
+    if (fd >= 0) {
+      struct pollfd p = {.fd = fd, .events = POLLIN};
+      if (poll(&p, 1, 10) > 0) {
+        struct timespec ts = {0, 50 * 1000}; /* the fd may stay readable */
+        nanosleep(&ts, NULL);
       }
     } else {
       struct timespec ts = {0, 100 * 1000};
       nanosleep(&ts, NULL);
     }
-    fi_cq_read(ctx->cq, NULL, 0);
   }
   return NULL;
 }
 
+int xport__close_fid(xport_ctx_t *ctx, struct fid *fid)
+{
+  XPORT__LOCK(ctx);
+  int ret = fi_close(fid);
+  XPORT__UNLOCK(ctx);
+  return ret;
+}
+
 int xport__progress_start(xport_ctx_t *ctx)
 {
+  pthread_mutexattr_t a;
   ctx->progress_stop = 0;
+  pthread_mutexattr_init(&a);
+  pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+  pthread_mutex_init(&ctx->progress_lock, &a);
+  pthread_mutexattr_destroy(&a);
   if (pthread_create(&ctx->progress_tid, NULL, progress_main, ctx))
     return -XPORT_ENOMEM;
   ctx->progress_on = 1;
@@ -378,5 +509,17 @@ void xport__progress_stop(xport_ctx_t *ctx)
     return;
   ctx->progress_stop = 1;
   pthread_join(ctx->progress_tid, NULL);
+  pthread_mutex_destroy(&ctx->progress_lock);
   ctx->progress_on = 0;
+}
+
+XPORT_API int xport_poll(xport_ctx_t *ctx, xport_completion_t *comps, int max)
+{
+  if (!ctx)
+    return xport_poll__locked(ctx, comps, max);
+  xport_ctx_t *lctx = ctx;
+  XPORT__LOCK(lctx);
+  int ret = xport_poll__locked(ctx, comps, max);
+  XPORT__UNLOCK(lctx);
+  return ret;
 }

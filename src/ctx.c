@@ -199,6 +199,9 @@ static int open_candidate(xport_ctx_t *ctx, struct fi_info *fi, int strict,
 
   /* Strict mode asks for what verbs imposes; providers that merely allow
    * it (tcp) then use virtual addresses and their own keys. */
+  const struct xport__profile *prof = xport__profile_find(fi->fabric_attr->prov_name);
+  if (prof)
+    fi->domain_attr->mr_mode &= ~prof->clear_mr_mode;
   if (strict)
     fi->domain_attr->mr_mode |= FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_ALLOCATED;
 
@@ -210,19 +213,22 @@ static int open_candidate(xport_ctx_t *ctx, struct fi_info *fi, int strict,
   ret = fi_domain(ctx->fabric, fi, &ctx->domain, ctx);
   if (ret)
     goto fail;
-  *what = "fi_eq_open";
-  ret = fi_eq_open(ctx->fabric, &eq_attr, &ctx->eq, ctx);
-  if (ret == -FI_ENOSYS || ret == -FI_EINVAL) {
-    eq_attr.wait_obj = FI_WAIT_UNSPEC;
+  if (fi->ep_attr->type == FI_EP_MSG) { /* RDM has no connection manager */
+    *what = "fi_eq_open";
     ret = fi_eq_open(ctx->fabric, &eq_attr, &ctx->eq, ctx);
+    if (ret == -FI_ENOSYS || ret == -FI_EINVAL) {
+      eq_attr.wait_obj = FI_WAIT_UNSPEC;
+      ret = fi_eq_open(ctx->fabric, &eq_attr, &ctx->eq, ctx);
+    }
+    if (ret)
+      goto fail;
   }
-  if (ret)
-    goto fail;
   *what = "fi_cq_open";
   cq_attr.size = fi->rx_attr->size + fi->tx_attr->size;
   ret = fi_cq_open(ctx->domain, &cq_attr, &ctx->cq, ctx);
   if (ret == -FI_ENOSYS || ret == -FI_EINVAL) {
-    cq_attr.wait_obj = FI_WAIT_UNSPEC;
+    /* No wait fd (shm): xport_wait sleeps in steps of its own. */
+    cq_attr.wait_obj = FI_WAIT_NONE;
     ret = fi_cq_open(ctx->domain, &cq_attr, &ctx->cq, ctx);
   }
   if (ret)
@@ -276,13 +282,14 @@ static void fill_caps(xport_ctx_t *ctx, const struct settings *s)
   c->progress_thread = s->progress_thread;
 }
 
-static struct fi_info *make_hints(void)
+static struct fi_info *make_hints(enum fi_ep_type type)
 {
   struct fi_info *h = fi_allocinfo();
   if (!h)
     return NULL;
-  h->ep_attr->type = FI_EP_MSG;
-  h->caps = FI_MSG | FI_RMA;
+  h->ep_attr->type = type;
+  /* RDM endpoints carry many connections; tags tell them apart. */
+  h->caps = FI_MSG | FI_RMA | (type == FI_EP_RDM ? FI_TAGGED : 0);
   /* Requests embed a fi_context2; completions of RMA with CQ data may
    * consume receives (verbs), which the data path handles. */
   h->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;
@@ -309,26 +316,49 @@ static void log_no_provider(const struct settings *s, const xport_candidate_t *c
                               c[i].provider);
   }
   XPORT__LOG(XPORT__LOG_ERROR,
-             "no usable provider for XPORT_PROVIDER=%s (FI_EP_MSG with FI_MSG|FI_RMA); "
-             "found: %s", s->provider ? s->provider : "(default)",
+             "no usable provider for XPORT_PROVIDER=%s (FI_EP_MSG or FI_EP_RDM with "
+             "FI_MSG|FI_RMA); found: %s", s->provider ? s->provider : "(default)",
              n ? found : "none");
   for (int i = 0; i < n; i++)
     XPORT__INFO("  %s %s/%s: %s", c[i].provider, c[i].fabric, c[i].domain, c[i].reason);
 }
 
+/* Connected endpoints first, then reliable-datagram ones (shm, rxm),
+ * under which xport runs connections of its own. */
+static int get_candidates(struct fi_info **list_p)
+{
+  static const enum fi_ep_type types[] = {FI_EP_MSG, FI_EP_RDM};
+  struct fi_info *list = NULL, **tail = &list;
+  for (size_t i = 0; i < 2; i++) {
+    struct fi_info *hints = make_hints(types[i]), *got = NULL;
+    if (!hints) {
+      fi_freeinfo(list);
+      return -XPORT_ENOMEM;
+    }
+    int ret = fi_getinfo(XPORT__FI_VERSION, NULL, NULL, 0, hints, &got);
+    fi_freeinfo(hints);
+    if (ret && ret != -FI_ENODATA) {
+      fi_freeinfo(list);
+      return xport__err_from_fi(ret);
+    }
+    *tail = got;
+    while (*tail)
+      tail = &(*tail)->next;
+  }
+  *list_p = list;
+  return 0;
+}
+
 static int probe(xport_ctx_t *ctx, const struct settings *s)
 {
-  struct fi_info *hints = make_hints(), *list = NULL;
+  struct fi_info *list = NULL;
   struct cand ok[XPORT__MAX_CANDS];
   struct ifaddrs *ifs = NULL;
   int nok = 0, n = 0, chosen = -1, ret;
 
-  if (!hints)
-    return -XPORT_ENOMEM;
-  ret = fi_getinfo(XPORT__FI_VERSION, NULL, NULL, 0, hints, &list);
-  fi_freeinfo(hints);
-  if (ret && ret != -FI_ENODATA)
-    return xport__err_from_fi(ret);
+  ret = get_candidates(&list);
+  if (ret)
+    return ret;
   if (s->iface && getifaddrs(&ifs))
     ifs = NULL;
 
@@ -389,6 +419,9 @@ static int probe(xport_ctx_t *ctx, const struct settings *s)
 static void log_init(void)
 {
   xport__log_init();
+  for (size_t i = 0; xport__profiles[i]; i++)
+    if (xport__profiles[i]->preinit)
+      xport__profiles[i]->preinit();
 }
 
 XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p)
@@ -419,6 +452,12 @@ XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p
    * emulates it, and that needs room for a marker in the CQ data. */
   ctx->native_wimm = (ctx->info->mode & FI_RX_CQ_DATA) ||
                      ctx->info->domain_attr->cq_data_size < 8;
+  ctx->rdm = ctx->info->ep_attr->type == FI_EP_RDM;
+  ctx->peer_check_ms = (long)xport__env_size(XPORT__ENV_PEER_TIMEOUT, 500);
+  if (ctx->peer_check_ms < 1)
+    ctx->peer_check_ms = 1;
+  if (ctx->prof && ctx->prof->rma_never_fails)
+    ctx->rma_timeout_ms = (long)xport__env_size(XPORT__ENV_RMA_TIMEOUT, 5000);
   ctx->eager_size = xport__env_size(XPORT__ENV_EAGER_SIZE, 8192);
   ret = xport__wait_fds(ctx);
   if (ret)
@@ -450,6 +489,7 @@ XPORT_API int xport_ctx_destroy(xport_ctx_t *ctx)
     xport_conn_close(ctx->conns);
   while (ctx->listeners)
     xport_listener_close(ctx->listeners);
+  xport__rdm_fini(ctx);
   /* Closed connections wait for their requests to be delivered; nobody
    * will poll now, so drop them along with their connections. */
   while (ctx->done) {

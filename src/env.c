@@ -29,6 +29,16 @@ static const xport_env_var_t env_table[XPORT__ENV_COUNT] = {
     "Where local registration is required, unregistered messages up to "
     "this size are copied through pre-registered buffers; larger ones "
     "are registered for the duration of the operation."},
+  [XPORT__ENV_PEER_TIMEOUT] = {"XPORT_PEER_TIMEOUT", "size", "500",
+    "On providers that never report a dead peer (shm, tcp;ofi_rxm), the "
+    "time in milliseconds within which xport notices that a peer process "
+    "on the same node has died: its operations then fail and its "
+    "connection reports the disconnect."},
+  [XPORT__ENV_RMA_TIMEOUT] = {"XPORT_RMA_TIMEOUT", "size", "5000",
+    "On providers where a one-sided operation that the target refuses "
+    "(revoked or forged key) neither completes nor fails (shm), the time "
+    "in milliseconds after which xport fails it with ETIMEDOUT and drops "
+    "the connection."},
 };
 
 XPORT_API int xport_env_list(const xport_env_var_t **vars_p)

@@ -76,6 +76,8 @@ const char *xport__err_hint(int code)
     return "the remote key was revoked or never granted this access";
   case XPORT_ENOMEM:
     return "registration may exceed the locked-memory limit: see ulimit -l";
+  case XPORT_ETIMEDOUT:
+    return "no answer in time: the target may have refused the remote key";
   default:
     return NULL;
   }

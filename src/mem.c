@@ -37,7 +37,7 @@ int xport__reg(xport_ctx_t *ctx, void *buf, size_t len, uint64_t fi_access,
   return 0;
 }
 
-XPORT_API int xport_mr_reg(xport_ctx_t *ctx, void *buf, size_t len,
+static int xport_mr_reg__locked(xport_ctx_t *ctx, void *buf, size_t len,
                            unsigned access, xport_mr_t **mr_p)
 {
   const unsigned all = XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_READ |
@@ -78,7 +78,7 @@ XPORT_API int xport_mr_reg(xport_ctx_t *ctx, void *buf, size_t len,
   return 0;
 }
 
-XPORT_API int xport_mr_dereg(xport_mr_t *mr)
+static int xport_mr_dereg__locked(xport_mr_t *mr)
 {
   if (!mr)
     return 0;
@@ -155,4 +155,27 @@ void xport__bounce_fini(xport_ctx_t *ctx)
     free(c);
   }
   ctx->free_bounce = NULL;
+}
+
+XPORT_API int xport_mr_reg(xport_ctx_t *ctx, void *buf, size_t len,
+                           unsigned access, xport_mr_t **mr_p)
+{
+  if (!ctx)
+    return xport_mr_reg__locked(ctx, buf, len, access, mr_p);
+  xport_ctx_t *lctx = ctx;
+  XPORT__LOCK(lctx);
+  int ret = xport_mr_reg__locked(ctx, buf, len, access, mr_p);
+  XPORT__UNLOCK(lctx);
+  return ret;
+}
+
+XPORT_API int xport_mr_dereg(xport_mr_t *mr)
+{
+  if (!mr)
+    return xport_mr_dereg__locked(mr);
+  xport_ctx_t *lctx = mr->ctx;
+  XPORT__LOCK(lctx);
+  int ret = xport_mr_dereg__locked(mr);
+  XPORT__UNLOCK(lctx);
+  return ret;
 }

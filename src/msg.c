@@ -81,7 +81,8 @@ static int prepare_local(xport_ctx_t *ctx, struct xport__req *req, int is_send,
     if (iov[i].mr || !iov[i].len)
       continue;
     struct fid_mr *mr;
-    int ret = xport__reg(ctx, iov[i].base, iov[i].len, is_send ? FI_SEND | FI_WRITE : FI_RECV | FI_READ, &mr);
+    uint64_t acc = is_send ? FI_SEND | FI_WRITE : FI_RECV | FI_READ;
+    int ret = xport__reg(ctx, iov[i].base, iov[i].len, acc, &mr);
     if (ret)
       return ret;
     req->tmp[req->ntmp++] = mr;
@@ -118,6 +119,9 @@ int xport__post_begin(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov,
   req->bounce = NULL;
   req->ntmp = 0;
   req->uiovcnt = 0;
+  req->zombie = 0;
+  req->rep = NULL;
+  req->posted_ms = 0;
   *cnt = iovcnt;
   /* Data flows out of the local buffer for sends and writes, into it for
    * receives and reads. */
@@ -135,7 +139,9 @@ int xport__post_end(xport_conn_t *conn, struct xport__req *req, ssize_t ret)
 {
   if (XPORT__UNLIKELY(ret)) {
     undo_prepare(conn->ctx, req);
-    return ret == -FI_EAGAIN ? -XPORT_EAGAIN : xport__err_from_fi((int)ret);
+    /* A full queue shows as EAGAIN, or as ENOMEM where the provider's
+     * per-endpoint entry pool is what ran out (shm). */
+    return ret == -FI_EAGAIN || ret == -FI_ENOMEM ? -XPORT_EAGAIN : xport__err_from_fi((int)ret);
   }
   req->cprev = NULL;
   req->cnext = conn->out;
@@ -155,10 +161,36 @@ static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_
   size_t cnt;
   ssize_t ret;
 
+  if (XPORT__UNLIKELY(!conn))
+    return -XPORT_EINVAL;
+  XPORT__LOCK(conn->ctx);
   ret = xport__post_begin(conn, op, iov, iovcnt, user_ctx, fiov, desc, &cnt, &req);
-  if (XPORT__UNLIKELY(ret))
+  if (XPORT__UNLIKELY(ret)) {
+    XPORT__UNLOCK(conn->ctx);
     return (int)ret;
-  if (op == XPORT_OP_SEND) {
+  }
+  if (conn->rep) {
+    /* RDM: one endpoint for many connections; the tag picks the
+     * connection, the peer's id on sends and ours on receives. */
+    if (op == XPORT_OP_SEND) {
+      if (with_imm) {
+        struct fi_msg_tagged msg = {.msg_iov = fiov, .desc = desc, .iov_count = cnt,
+                                    .addr = conn->dest, .tag = conn->tag,
+                                    .context = &req->fictx, .data = imm};
+        ret = fi_tsendmsg(conn->ep, &msg, FI_REMOTE_CQ_DATA);
+      } else if (cnt == 1) {
+        ret = fi_tsend(conn->ep, fiov[0].iov_base, fiov[0].iov_len, desc[0], conn->dest,
+                       conn->tag, &req->fictx);
+      } else {
+        ret = fi_tsendv(conn->ep, fiov, desc, cnt, conn->dest, conn->tag, &req->fictx);
+      }
+    } else if (cnt == 1) {
+      ret = fi_trecv(conn->ep, fiov[0].iov_base, fiov[0].iov_len, desc[0], FI_ADDR_UNSPEC,
+                     conn->id, 0, &req->fictx);
+    } else {
+      ret = fi_trecvv(conn->ep, fiov, desc, cnt, FI_ADDR_UNSPEC, conn->id, 0, &req->fictx);
+    }
+  } else if (op == XPORT_OP_SEND) {
     if (with_imm) {
       struct fi_msg msg = {.msg_iov = fiov, .desc = desc, .iov_count = cnt,
                            .context = &req->fictx, .data = imm};
@@ -173,7 +205,9 @@ static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_
   } else {
     ret = fi_recvv(conn->ep, fiov, desc, cnt, 0, &req->fictx);
   }
-  return xport__post_end(conn, req, ret);
+  ret = xport__post_end(conn, req, ret);
+  XPORT__UNLOCK(conn->ctx);
+  return (int)ret;
 }
 
 XPORT_API int xport_send(xport_conn_t *conn, const void *buf, size_t len, xport_mr_t *mr,

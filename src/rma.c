@@ -100,7 +100,7 @@ XPORT_API int xport_rkey_pack(const xport_mr_t *mr, size_t offset, size_t len, v
   return (int)total;
 }
 
-XPORT_API int xport_rkey_unpack(xport_conn_t *conn, const void *buf, size_t len,
+static int xport_rkey_unpack__locked(xport_conn_t *conn, const void *buf, size_t len,
                                 xport_rkey_t **rkey_p)
 {
   const uint8_t *p = buf;
@@ -147,6 +147,7 @@ XPORT_API int xport_rkey_unpack(xport_conn_t *conn, const void *buf, size_t len,
     rk->key = get64(p + RK_HDR);
   }
   rk->conn = conn;
+  rk->ctx = ctx;
   rk->addr = addr;
   rk->len = rlen;
   rk->access = access;
@@ -165,7 +166,7 @@ XPORT_API int xport_rkey_release(xport_rkey_t *rkey)
   if (!rkey)
     return 0;
   if (rkey->mapped)
-    fi_mr_unmap_key(rkey->conn->ctx->domain, rkey->key);
+    fi_mr_unmap_key(rkey->ctx->domain, rkey->key);
   free(rkey);
   return 0;
 }
@@ -191,7 +192,7 @@ static size_t iov_total(const xport_iov_t *iov, size_t cnt)
   return t;
 }
 
-static int post_rma(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_t iovcnt,
+static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_t iovcnt,
                     const xport_rkey_t *rk, size_t offset, int with_imm, uint32_t imm,
                     void *user_ctx)
 {
@@ -224,9 +225,12 @@ static int post_rma(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, s
       ret = xport__post_begin(conn, XPORT__OP_SILENT, iov, iovcnt, NULL, fiov, desc, &cnt, &req);
       if (XPORT__UNLIKELY(ret))
         return (int)ret;
+      if (XPORT__UNLIKELY(ctx->rma_timeout_ms))
+        req->posted_ms = xport__now_ms();
       struct fi_rma_iov riov = {addr, len, rk->key};
       struct fi_msg_rma m = {.msg_iov = fiov, .desc = desc, .iov_count = cnt,
-                             .rma_iov = &riov, .rma_iov_count = 1, .context = &req->fictx};
+                             .addr = conn->dest, .rma_iov = &riov, .rma_iov_count = 1,
+                             .context = &req->fictx};
       ret = xport__post_end(conn, req, fi_writemsg(conn->ep, &m, 0));
       if (XPORT__UNLIKELY(ret))
         return (int)ret;
@@ -236,32 +240,56 @@ static int post_rma(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, s
     if (XPORT__UNLIKELY(ret))
       return (int)ret;
     req->len = len;
-    struct fi_msg msg = {.msg_iov = fiov, .desc = desc, .iov_count = 1,
-                         .context = &req->fictx, .data = XPORT__WIMM_MARK << 32 | imm};
-    return xport__post_end(conn, req, fi_sendmsg(conn->ep, &msg, FI_REMOTE_CQ_DATA));
+    uint64_t data = XPORT__WIMM_MARK << 32 | imm;
+    if (conn->rep) {
+      struct fi_msg_tagged tm = {.msg_iov = fiov, .desc = desc, .iov_count = 1,
+                                 .addr = conn->dest, .tag = conn->tag,
+                                 .context = &req->fictx, .data = data};
+      ret = fi_tsendmsg(conn->ep, &tm, FI_REMOTE_CQ_DATA);
+    } else {
+      struct fi_msg msg = {.msg_iov = fiov, .desc = desc, .iov_count = 1,
+                           .context = &req->fictx, .data = data};
+      ret = fi_sendmsg(conn->ep, &msg, FI_REMOTE_CQ_DATA);
+    }
+    return xport__post_end(conn, req, ret);
   }
 
   ret = xport__post_begin(conn, op, iov, iovcnt, user_ctx, fiov, desc, &cnt, &req);
   if (XPORT__UNLIKELY(ret))
     return (int)ret;
+  if (XPORT__UNLIKELY(ctx->rma_timeout_ms))
+    req->posted_ms = xport__now_ms();
   if (op == XPORT_OP_READ) {
     if (cnt == 1)
-      ret = fi_read(conn->ep, fiov[0].iov_base, fiov[0].iov_len, desc[0], 0, addr, rk->key,
-                    &req->fictx);
+      ret = fi_read(conn->ep, fiov[0].iov_base, fiov[0].iov_len, desc[0], conn->dest, addr,
+                    rk->key, &req->fictx);
     else
-      ret = fi_readv(conn->ep, fiov, desc, cnt, 0, addr, rk->key, &req->fictx);
+      ret = fi_readv(conn->ep, fiov, desc, cnt, conn->dest, addr, rk->key, &req->fictx);
   } else if (with_imm) {
     struct fi_rma_iov riov = {addr, len, rk->key};
-    struct fi_msg_rma m = {.msg_iov = fiov, .desc = desc, .iov_count = cnt, .rma_iov = &riov,
-                           .rma_iov_count = 1, .context = &req->fictx, .data = imm};
+    struct fi_msg_rma m = {.msg_iov = fiov, .desc = desc, .iov_count = cnt,
+                           .addr = conn->dest, .rma_iov = &riov, .rma_iov_count = 1,
+                           .context = &req->fictx, .data = imm};
     ret = fi_writemsg(conn->ep, &m, FI_REMOTE_CQ_DATA);
   } else if (cnt == 1) {
-    ret = fi_write(conn->ep, fiov[0].iov_base, fiov[0].iov_len, desc[0], 0, addr, rk->key,
-                   &req->fictx);
+    ret = fi_write(conn->ep, fiov[0].iov_base, fiov[0].iov_len, desc[0], conn->dest, addr,
+                   rk->key, &req->fictx);
   } else {
-    ret = fi_writev(conn->ep, fiov, desc, cnt, 0, addr, rk->key, &req->fictx);
+    ret = fi_writev(conn->ep, fiov, desc, cnt, conn->dest, addr, rk->key, &req->fictx);
   }
   return xport__post_end(conn, req, ret);
+}
+
+static int post_rma(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_t iovcnt,
+                    const xport_rkey_t *rk, size_t offset, int with_imm, uint32_t imm,
+                    void *user_ctx)
+{
+  if (XPORT__UNLIKELY(!conn))
+    return -XPORT_EINVAL;
+  XPORT__LOCK(conn->ctx);
+  int ret = post_rma_locked(conn, op, iov, iovcnt, rk, offset, with_imm, imm, user_ctx);
+  XPORT__UNLOCK(conn->ctx);
+  return ret;
 }
 
 XPORT_API int xport_write(xport_conn_t *conn, const void *buf, size_t len, xport_mr_t *mr,
@@ -296,4 +324,16 @@ XPORT_API int xport_readv(xport_conn_t *conn, const xport_iov_t *iov, size_t iov
                           const xport_rkey_t *rkey, size_t offset, void *user_ctx)
 {
   return post_rma(conn, XPORT_OP_READ, iov, iovcnt, rkey, offset, 0, 0, user_ctx);
+}
+
+XPORT_API int xport_rkey_unpack(xport_conn_t *conn, const void *buf, size_t len,
+                                xport_rkey_t **rkey_p)
+{
+  if (!conn)
+    return xport_rkey_unpack__locked(conn, buf, len, rkey_p);
+  xport_ctx_t *lctx = conn->ctx;
+  XPORT__LOCK(lctx);
+  int ret = xport_rkey_unpack__locked(conn, buf, len, rkey_p);
+  XPORT__UNLOCK(lctx);
+  return ret;
 }

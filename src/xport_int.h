@@ -17,6 +17,7 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
 
 #define XPORT__FI_VERSION FI_VERSION(1, 17)
 #define XPORT__IOV_MAX 4     /* iov entries xport itself tracks per post */
@@ -27,7 +28,11 @@
 #define XPORT__UNLIKELY(x) __builtin_expect(!!(x), 0)
 
 /* Request kinds of xport's own, next to the public xport_op_t values. */
-#define XPORT__OP_SILENT 100 /* internal half of an emulated write_imm */
+#define XPORT__OP_SILENT 100   /* internal half of an emulated write_imm */
+#define XPORT__OP_CTL_SEND 101 /* RDM control message out (rdm.c) */
+#define XPORT__OP_CTL_RECV 102 /* RDM control receive */
+#define XPORT__CTL_TAG (UINT64_C(1) << 63) /* tag bit of control messages */
+#define XPORT__ADDR_MAX 256
 /* Upper half of 8-byte CQ data marking the message that completes an
  * emulated write-with-immediate (see rma.c). */
 #define XPORT__WIMM_MARK UINT64_C(0x57494d4d) /* "WIMM" */
@@ -46,6 +51,29 @@ struct xport__profile {
   const char *explicit_only;
   /* 1: reports FI_PROGRESS_AUTO but moves nothing unless its CQ is read. */
   int manual_progress;
+  /* Runs before libfabric is first asked anything (may be NULL): the
+   * place to set the provider's own environment variables. */
+  void (*preinit)(void);
+  /* 1: a one-sided operation the target refuses (bad key, revoked
+   * region) never completes, nor does any error come (shm). xport then
+   * gives such operations a deadline (XPORT_RMA_TIMEOUT). */
+  int rma_never_fails;
+  /* mr_mode bits to drop before opening the domain where the provider
+   * merely allows them (shm checks keys only with offsets). */
+  uint64_t clear_mr_mode;
+
+  /* Providers without a connection manager whose endpoints are named
+   * (shm): how a listener's host:port becomes a name, and how a name is
+   * owned. All NULL for providers addressed by socket address. */
+  int (*listen_name)(const char *host, const char *port, char *name, size_t len);
+  /* Takes the name for this process; -XPORT_EADDRINUSE if a live owner
+   * has it. Sets *lock_p to what release_name gives back. */
+  int (*claim_name)(const char *name, int *lock_p);
+  void (*release_name)(const char *name, int lock);
+  /* 1 if a live endpoint owns the name. */
+  int (*name_alive)(const char *name);
+  /* Cleans up what a dead peer at this address left behind (may be NULL). */
+  void (*peer_gone)(const void *addr, size_t len);
 };
 
 /* NULL-terminated registry, providers/registry.c. */
@@ -62,6 +90,8 @@ enum xport__env_id {
   XPORT__ENV_STRICT,
   XPORT__ENV_PROGRESS_THREAD,
   XPORT__ENV_EAGER_SIZE,
+  XPORT__ENV_PEER_TIMEOUT,
+  XPORT__ENV_RMA_TIMEOUT,
   XPORT__ENV_COUNT
 };
 
@@ -137,7 +167,16 @@ struct xport__req {
   struct fid_mr *tmp[XPORT__IOV_MAX];
   size_t uiovcnt;                 /* user's receive iov, for copy-out */
   xport_iov_t uiov[XPORT__IOV_MAX];
+  /* RDM only: a request whose completion xport reported itself (the
+   * connection died or closed) while the provider still owns it. It goes
+   * back to the pool once both the user and the provider are done. */
+  unsigned zombie;
+  struct xport__rep *rep;         /* control requests: their endpoint */
+  long posted_ms;                 /* RMA under a deadline (rma_timeout_ms) */
 };
+#define XPORT__Z_SYNTH 1u
+#define XPORT__Z_USER 2u
+#define XPORT__Z_PROV 4u
 
 struct xport__req_chunk {
   struct xport__req_chunk *next;
@@ -152,10 +191,44 @@ enum xport__conn_state {
   XPORT__CONN_CLOSED        /* the user closed it; freed with its last req */
 };
 
-struct xport_conn {
+/* A peer endpoint in an RDM endpoint's address vector. */
+struct xport__peer {
+  struct xport__peer *next;
+  fi_addr_t fi_addr;
+  size_t refs;
+  size_t addrlen;
+  uint8_t addr[XPORT__ADDR_MAX];
+};
+
+/* An RDM endpoint shared by many connections: the context's one for
+ * outgoing connections, or a listener's. */
+#define XPORT__CTL_RX 8
+struct xport__rep {
   xport_ctx_t *ctx;
   struct fid_ep *ep;
+  struct fid_av *av;
+  xport_listener_t *lst;          /* NULL for the context's own */
+  size_t nconns;                  /* connections using this endpoint */
+  struct xport__peer *peers;
+  struct xport__req *ctl_out;     /* control messages in flight */
+  struct xport__req *ctl_rx[XPORT__CTL_RX];
+  char name[XPORT__ADDR_MAX];     /* claimed name (named providers) */
+  int lock;
+  size_t addrlen;
+  uint8_t addr[XPORT__ADDR_MAX];  /* fi_getname */
+};
+
+struct xport_conn {
+  xport_ctx_t *ctx;
+  struct fid_ep *ep;              /* MSG: its own; RDM: its rep's */
   uint64_t peer_ctx_id;          /* the peer context's id, from the hello */
+  /* RDM only */
+  struct xport__rep *rep;
+  struct xport__peer *peer;
+  fi_addr_t dest;
+  uint64_t tag;                   /* tag of messages to the peer: its id */
+  uint32_t id, peer_id;
+  int pidfd;                      /* the peer's process, same node only */
   enum xport__conn_state state;
   int fail_code;                 /* why FAILED */
   size_t nreqs;                  /* posted and not yet delivered */
@@ -166,14 +239,18 @@ struct xport_conn {
   struct xport_conn *next, *prev; /* ctx->conns */
 };
 
+struct xport__ctl; /* rdm.c */
+
 struct xport__connreq {
   struct xport__connreq *next;
-  struct fi_info *info;
+  struct fi_info *info;          /* MSG */
   uint64_t peer_ctx_id;
+  struct xport__ctl *ctl;        /* RDM: the request as received */
 };
 
 /* An unpacked remote key, bound to the connection it was unpacked on. */
 struct xport_rkey {
+  xport_ctx_t *ctx;
   const xport_conn_t *conn;
   uint64_t addr;   /* remote address of the packed range's start */
   uint64_t len;
@@ -184,7 +261,8 @@ struct xport_rkey {
 
 struct xport_listener {
   xport_ctx_t *ctx;
-  struct fid_pep *pep;
+  struct fid_pep *pep;            /* MSG */
+  struct xport__rep *rep;         /* RDM */
   struct xport__connreq *pending, *pending_tail;
   char addr[96];
   struct xport_listener *next, *prev; /* ctx->listeners */
@@ -207,6 +285,13 @@ struct xport_ctx {
   int virt_addr;      /* RMA addresses are virtual addresses */
   int raw_keys;       /* FI_MR_RAW */
   int native_wimm;    /* write_imm consumes a receive natively (FI_RX_CQ_DATA) */
+  int rdm;            /* FI_EP_RDM: connections are xport's own (rdm.c) */
+  struct xport__rep *cep; /* RDM: the endpoint outgoing connections use */
+  uint32_t next_conn_id;
+  long peer_check_ms; /* how often to look for dead peers */
+  long rma_timeout_ms; /* 0, or the deadline of one-sided operations */
+  long last_check;
+  struct xport__req *zombies; /* RDM: reported, still owned by the provider */
   size_t eager_size;  /* copy through bounce buffers up to this size */
 
   int epfd;           /* joins the CQ and EQ wait fds; -1 without */
@@ -227,6 +312,10 @@ struct xport_ctx {
   pthread_t progress_tid;
   int progress_on;
   volatile int progress_stop;
+  /* Held by the progress thread while it is inside the provider, and by
+   * xport around closing endpoints, which providers do not allow while
+   * another thread progresses them. Never taken on the data path. */
+  pthread_mutex_t progress_lock;
 
   char detail[256]; /* provider text of the last error completion */
 };
@@ -254,15 +343,54 @@ int xport__post_end(xport_conn_t *conn, struct xport__req *req, ssize_t ret);
 struct xport__req *xport__req_get(xport_ctx_t *ctx);
 /* Marks a request finished with status and queues it for delivery. */
 void xport__req_complete(xport_ctx_t *ctx, struct xport__req *req, int status);
+/* Queues a completion for a request the provider still owns (RDM). */
+void xport__req_orphan(xport_ctx_t *ctx, struct xport__req *req, int status);
+/* Releases a request's library-owned memory (bounce, registrations). */
+void xport__req_free_mem(xport_ctx_t *ctx, struct xport__req *req);
+/* After an endpoint closed: its zombies will never be reported. */
+void xport__zombie_reclaim(xport_ctx_t *ctx, struct xport__rep *rep);
+/* Reads the CQ until it is empty, queueing what the user must see. */
+void xport__cq_drain(xport_ctx_t *ctx);
 void xport__req_release(xport_ctx_t *ctx, struct xport__req *req);
 void xport__req_fini(xport_ctx_t *ctx);
-void xport__cq_drain(xport_ctx_t *ctx);
 int xport__progress_start(xport_ctx_t *ctx);
 void xport__progress_stop(xport_ctx_t *ctx);
+/* With the progress thread on, every call into the provider is made
+ * under ctx->progress_lock (recursive): not every provider survives two
+ * threads progressing it (rxm). Without it, this costs one branch. */
+#define XPORT__LOCK(ctx)                                                     \
+  do {                                                                       \
+    if (XPORT__UNLIKELY((ctx)->progress_on))                                 \
+      pthread_mutex_lock(&(ctx)->progress_lock);                             \
+  } while (0)
+#define XPORT__UNLOCK(ctx)                                                   \
+  do {                                                                       \
+    if (XPORT__UNLIKELY((ctx)->progress_on))                                 \
+      pthread_mutex_unlock(&(ctx)->progress_lock);                           \
+  } while (0)
+/* Closes a fid with the progress thread held off. */
+int xport__close_fid(xport_ctx_t *ctx, struct fid *fid);
 int xport__wait_fds(xport_ctx_t *ctx);
+
+/* rdm.c: connections over FI_EP_RDM endpoints */
+int xport__rdm_listen(xport_listener_t *lst, const char *host, const char *port);
+void xport__rdm_listener_close(xport_listener_t *lst);
+int xport__rdm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_p);
+int xport__rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, long deadline,
+                       xport_conn_t **conn_p);
+void xport__rdm_close(xport_conn_t *conn);
+void xport__rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status);
+void xport__rdm_housekeeping(xport_ctx_t *ctx);
+void xport__rdm_fini(xport_ctx_t *ctx);
+/* Completes every outstanding request of conn with status (RDM). */
+void xport__rdm_orphan_all(xport_conn_t *conn, int status);
 
 /* conn.c */
 void xport__eq_dispatch(xport_ctx_t *ctx);
+void xport__conn_link(xport_conn_t *conn);
+void xport__conn_unlink(xport_conn_t *conn);
+void xport__evq_push(xport_ctx_t *ctx, xport_conn_t *conn, int status);
+void xport__evq_remove(xport_ctx_t *ctx, xport_conn_t *conn);
 void xport__conn_free_if_done(xport_conn_t *conn);
 int xport__wait_eq(xport_ctx_t *ctx, int timeout_ms);
 

@@ -83,8 +83,8 @@ static int available(const struct xt_cfg *c, char *why, size_t len)
     else if (!libfabric_has(c->provider))
       snprintf(msg, sizeof msg, "libfabric on this machine has no %s provider", c->provider);
     else if (libfabric_has(c->provider) == 1)
-      snprintf(msg, sizeof msg, "libfabric offers %s with FI_EP_RDM endpoints only, and this "
-               "build of xport runs FI_EP_MSG endpoints only", c->provider);
+      snprintf(msg, sizeof msg, "%s offers FI_EP_RDM endpoints, but xport_ctx_create says: %s",
+               c->provider, xport_strerror(rc));
     else
       snprintf(msg, sizeof msg, "%s is present, but xport_ctx_create says: %s", c->provider,
                xport_strerror(rc));

@@ -1,0 +1,158 @@
+/* shm: processes of one node, FI_EP_RDM only. Endpoints are files in
+ * /dev/shm named after the endpoint; xport names a listener's endpoint
+ * "xport-HOST-PORT" after the address it was given, and guards the name
+ * with a lock file, because starting a second endpoint under a live name
+ * unlinks the owner's file (libfabric 1.17). */
+#define _GNU_SOURCE /* process_vm_readv */
+#include "xport_int.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <arpa/inet.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define SHM_DIR "/dev/shm/"
+#define SHM_PREFIX "fi_shm://"
+
+/* The rule: "xport-ADDRESS-PORT", where ADDRESS is the host resolved to
+ * its first numeric address, so that "localhost:7000" and
+ * "127.0.0.1:7000" meet, and a host that does not resolve is refused as
+ * on any other provider. shm reaches only this node either way. */
+static int shm_listen_name(const char *host, const char *port, char *name, size_t len)
+{
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
+  char num[INET6_ADDRSTRLEN];
+  if (getaddrinfo(host, NULL, &hints, &res))
+    return -XPORT_EADDRNOTAVAIL;
+  int ret = getnameinfo(res->ai_addr, res->ai_addrlen, num, sizeof num, NULL, 0, NI_NUMERICHOST);
+  freeaddrinfo(res);
+  if (ret)
+    return -XPORT_EADDRNOTAVAIL;
+  int n = snprintf(name, len, "xport-%s-%s", num, port);
+  return n > 0 && (size_t)n < len ? 0 : -XPORT_EINVAL;
+}
+
+static void lock_path(const char *name, char *path, size_t len)
+{
+  snprintf(path, len, SHM_DIR "%s.lock", name);
+}
+
+static int shm_claim_name(const char *name, int *lock_p)
+{
+  char path[512];
+  lock_path(name, path, sizeof path);
+  for (;;) {
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+      return -XPORT_EACCES;
+    if (flock(fd, LOCK_EX | LOCK_NB)) {
+      close(fd);
+      return -XPORT_EADDRINUSE; /* a live process holds it */
+    }
+    /* The file may have been unlinked by its previous owner between our
+     * open and lock: then lock the new one. */
+    struct stat a, b;
+    if (fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_ino == b.st_ino) {
+      char ep[512];
+      snprintf(ep, sizeof ep, SHM_DIR "%s", name);
+      unlink(ep); /* left by an owner that died */
+      *lock_p = fd;
+      return 0;
+    }
+    close(fd);
+  }
+}
+
+static void shm_release_name(const char *name, int lock)
+{
+  char path[512];
+  lock_path(name, path, sizeof path);
+  unlink(path); /* while still holding the lock: see the inode check above */
+  if (lock >= 0)
+    close(lock);
+}
+
+static int shm_name_alive(const char *name)
+{
+  char path[512];
+  lock_path(name, path, sizeof path);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return 0;
+  int alive = flock(fd, LOCK_SH | LOCK_NB) != 0;
+  close(fd);
+  return alive;
+}
+
+/* A dead peer's endpoint file stays in /dev/shm: remove it, when its
+ * owner is really gone. */
+static void shm_peer_gone(const void *addr, size_t len)
+{
+  char name[XPORT__ADDR_MAX], path[512];
+  if (!len || len > sizeof name)
+    return;
+  memcpy(name, addr, len);
+  name[len - 1] = '\0';
+  const char *n = strncmp(name, SHM_PREFIX, strlen(SHM_PREFIX)) ? name
+                                                                 : name + strlen(SHM_PREFIX);
+  if (!strncmp(n, "xport-", 6)) {
+    if (shm_name_alive(n))
+      return;
+  } else {
+    long pid = strtol(n, NULL, 10); /* anonymous names start with the pid */
+    if (pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+      return;
+  }
+  snprintf(path, sizeof path, SHM_DIR "%s", n);
+  unlink(path);
+}
+
+/* Cross-memory attach copies large messages in one step, but needs the
+ * right to ptrace the peer. Where Yama or a seccomp filter forbids it,
+ * say so and make shm use its copy path from the start, rather than
+ * failing on the first large message. */
+static void shm_preinit(void)
+{
+  if (getenv("FI_SHM_DISABLE_CMA"))
+    return;
+  int scope = 0;
+  FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+  if (f) {
+    if (fscanf(f, "%d", &scope) != 1)
+      scope = 0;
+    fclose(f);
+  }
+  char probe = 1, copy = 0;
+  struct iovec local = {&copy, 1}, remote = {&probe, 1};
+  int self_ok = process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == 1;
+  int allowed = self_ok && (scope == 0 || (scope < 3 && geteuid() == 0));
+  if (allowed)
+    return;
+  setenv("FI_SHM_DISABLE_CMA", "1", 0);
+  XPORT__INFO("shm: cross-memory attach is not permitted here (%s); large messages "
+              "use shm's copy path", self_ok ? "ptrace_scope forbids it" : "process_vm_readv "
+              "fails");
+}
+
+const struct xport__profile xport__profile_shm = {
+  .name = "shm",
+  .rank = 40,
+  .explicit_only = NULL,
+  .manual_progress = 1,
+  .preinit = shm_preinit,
+  .rma_never_fails = 1,
+  /* With virtual addresses and CMA shm checks no key or bound. */
+  .clear_mr_mode = FI_MR_VIRT_ADDR,
+  .listen_name = shm_listen_name,
+  .claim_name = shm_claim_name,
+  .release_name = shm_release_name,
+  .name_alive = shm_name_alive,
+  .peer_gone = shm_peer_gone,
+};

@@ -1,0 +1,692 @@
+/* Connections over FI_EP_RDM endpoints (shm, tcp;ofi_rxm), which have no
+ * connection manager: xport runs its own handshake with control messages
+ * and watches peers for death itself.
+ *
+ * One RDM endpoint serves many connections: the context's own for the
+ * connections it opens, and one per listener. Messages are tagged with
+ * the receiving side's connection id, so that two connections between the
+ * same pair of endpoints stay apart; control messages carry the top tag
+ * bit. A listener's endpoint is named after its host:port where the
+ * provider names endpoints (shm), or bound to it (rxm). */
+#include "xport_int.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define CTL_MAGIC 0x58505254434c3031ULL /* "XPRTCL01" */
+#define CTL_VERSION 1
+
+enum { CTL_CONNREQ = 1, CTL_CONNACK, CTL_CONNREJ, CTL_DISC };
+
+struct xport__ctl {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t type;
+  uint64_t ctx_id;   /* the sender's context */
+  uint32_t src_id;   /* the sender's connection id */
+  uint32_t dst_id;   /* the receiver's connection id (0 in a request) */
+  uint32_t pid;      /* the sender's process */
+  uint32_t addrlen;
+  char boot_id[40];  /* with pid: which node, for death detection */
+  uint8_t addr[XPORT__ADDR_MAX]; /* CONNREQ: the sender's endpoint name */
+};
+
+static const char *boot_id(void)
+{
+  static char id[40];
+  if (!id[0]) {
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (!f || !fgets(id, sizeof id, f))
+      snprintf(id, sizeof id, "unknown");
+    if (f)
+      fclose(f);
+    id[strcspn(id, "\n")] = '\0';
+  }
+  return id;
+}
+
+/* ---- peers in an endpoint's address vector -------------------------- */
+
+static struct xport__peer *peer_get(struct xport__rep *rep, const void *addr, size_t len,
+                                    int *ret_p)
+{
+  struct xport__peer *p;
+  for (p = rep->peers; p; p = p->next)
+    if (p->addrlen == len && !memcmp(p->addr, addr, len)) {
+      p->refs++;
+      return p;
+    }
+  if (len > XPORT__ADDR_MAX || !(p = calloc(1, sizeof *p))) {
+    *ret_p = -XPORT_ENOMEM;
+    return NULL;
+  }
+  memcpy(p->addr, addr, len);
+  p->addrlen = len;
+  int ret = fi_av_insert(rep->av, p->addr, 1, &p->fi_addr, 0, NULL);
+  if (ret != 1) {
+    free(p);
+    *ret_p = ret < 0 ? xport__err_from_fi(ret) : -XPORT_EADDRNOTAVAIL;
+    return NULL;
+  }
+  p->refs = 1;
+  p->next = rep->peers;
+  rep->peers = p;
+  return p;
+}
+
+static void peer_put(struct xport__rep *rep, struct xport__peer *peer)
+{
+  if (!peer || --peer->refs)
+    return;
+  struct xport__peer **pp = &rep->peers;
+  while (*pp != peer)
+    pp = &(*pp)->next;
+  *pp = peer->next;
+  fi_av_remove(rep->av, &peer->fi_addr, 1, 0);
+  free(peer);
+}
+
+/* ---- control messages ----------------------------------------------- */
+
+static int ctl_post_recv(struct xport__rep *rep, struct xport__req *req)
+{
+  ssize_t ret = fi_trecv(rep->ep, req->bounce->buf, sizeof(struct xport__ctl),
+                         req->bounce->desc, FI_ADDR_UNSPEC, XPORT__CTL_TAG,
+                         ~XPORT__CTL_TAG, &req->fictx);
+  return ret ? xport__err_from_fi((int)ret) : 0;
+}
+
+static struct xport__req *ctl_req(struct xport__rep *rep, unsigned op)
+{
+  xport_ctx_t *ctx = rep->ctx;
+  struct xport__req *req = xport__req_get(ctx);
+  if (!req)
+    return NULL;
+  memset(req, 0, sizeof *req);
+  req->op = op;
+  req->rep = rep;
+  req->bounce = xport__bounce_get(ctx);
+  if (!req->bounce) {
+    xport__req_release(ctx, req);
+    return NULL;
+  }
+  return req;
+}
+
+static void ctl_req_free(xport_ctx_t *ctx, struct xport__req *req)
+{
+  xport__req_free_mem(ctx, req);
+  req->conn = NULL;
+  xport__req_release(ctx, req);
+}
+
+/* Sends a control message; the provider may push back for a while. */
+static int ctl_send(struct xport__rep *rep, fi_addr_t dest, uint32_t type, uint32_t src_id,
+                    uint32_t dst_id)
+{
+  xport_ctx_t *ctx = rep->ctx;
+  struct xport__req *req = ctl_req(rep, XPORT__OP_CTL_SEND);
+  if (!req)
+    return -XPORT_ENOMEM;
+  struct xport__ctl *m = (struct xport__ctl *)req->bounce->buf;
+  memset(m, 0, sizeof *m);
+  m->magic = CTL_MAGIC;
+  m->version = CTL_VERSION;
+  m->type = type;
+  m->ctx_id = ctx->id;
+  m->src_id = src_id;
+  m->dst_id = dst_id;
+  m->pid = (uint32_t)getpid();
+  snprintf(m->boot_id, sizeof m->boot_id, "%s", boot_id());
+  if (type == CTL_CONNREQ) {
+    memcpy(m->addr, rep->addr, rep->addrlen);
+    m->addrlen = (uint32_t)rep->addrlen;
+  }
+  req->imm = src_id; /* so that a failed request can fail its connection */
+  /* The first message to a peer may be pushed back while the provider
+   * maps it (shm): keep progressing, briefly. */
+  ssize_t ret;
+  for (int tries = 0;; tries++) {
+    ret = fi_tsend(rep->ep, m, sizeof *m, req->bounce->desc, dest, XPORT__CTL_TAG, &req->fictx);
+    if (ret != -FI_EAGAIN || tries == 2000)
+      break;
+    xport__cq_drain(ctx);
+    if (tries > 10) {
+      struct timespec ts = {0, 50 * 1000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  if (ret) {
+    ctl_req_free(ctx, req);
+    return ret == -FI_EAGAIN ? -XPORT_EAGAIN : xport__err_from_fi((int)ret);
+  }
+  req->cprev = NULL;
+  req->cnext = rep->ctl_out;
+  if (rep->ctl_out)
+    rep->ctl_out->cprev = req;
+  rep->ctl_out = req;
+  return 0;
+}
+
+static xport_conn_t *find_conn(xport_ctx_t *ctx, uint32_t id)
+{
+  for (xport_conn_t *c = ctx->conns; c; c = c->next)
+    if (c->id == id)
+      return c;
+  return NULL;
+}
+
+static void watch_peer(xport_conn_t *conn, const struct xport__ctl *m)
+{
+  conn->pidfd = -1;
+  if (strcmp(m->boot_id, boot_id()))
+    return; /* another node: a pid means nothing here */
+#ifdef SYS_pidfd_open
+  conn->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)m->pid, 0);
+#endif
+  if (conn->pidfd < 0)
+    XPORT__INFO("cannot watch peer process %u: %s", m->pid, strerror(errno));
+}
+
+static void conn_lost(xport_conn_t *conn, int status)
+{
+  if (conn->state == XPORT__CONN_CONNECTING) {
+    conn->state = XPORT__CONN_FAILED;
+    conn->fail_code = status;
+    return;
+  }
+  if (conn->state != XPORT__CONN_CONNECTED)
+    return;
+  conn->state = XPORT__CONN_DISCONNECTED;
+  xport__rdm_orphan_all(conn, status);
+  xport__evq_push(conn->ctx, conn, -XPORT_ECONNRESET);
+}
+
+static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t len)
+{
+  xport_ctx_t *ctx = rep->ctx;
+  xport_conn_t *conn;
+  if (len != sizeof *m || m->magic != CTL_MAGIC || m->version != CTL_VERSION ||
+      m->addrlen > XPORT__ADDR_MAX) {
+    XPORT__INFO("dropped a malformed control message (%zu bytes)", len);
+    return;
+  }
+  switch (m->type) {
+  case CTL_CONNREQ: {
+    xport_listener_t *lst = rep->lst;
+    if (!lst || !m->addrlen)
+      return; /* nobody listens here any more: the client times out */
+    struct xport__connreq *cr = calloc(1, sizeof *cr);
+    if (cr)
+      cr->ctl = malloc(sizeof *m);
+    if (!cr || !cr->ctl) {
+      free(cr);
+      return;
+    }
+    memcpy(cr->ctl, m, sizeof *m);
+    cr->peer_ctx_id = m->ctx_id;
+    if (lst->pending_tail)
+      lst->pending_tail->next = cr;
+    else
+      lst->pending = cr;
+    lst->pending_tail = cr;
+    break;
+  }
+  case CTL_CONNACK:
+    conn = find_conn(ctx, m->dst_id);
+    if (!conn || conn->rep != rep || conn->state != XPORT__CONN_CONNECTING)
+      return;
+    conn->peer_id = m->src_id;
+    conn->tag = m->src_id;
+    conn->peer_ctx_id = m->ctx_id;
+    watch_peer(conn, m);
+    conn->state = XPORT__CONN_CONNECTED;
+    break;
+  case CTL_CONNREJ:
+    conn = find_conn(ctx, m->dst_id);
+    if (conn && conn->rep == rep)
+      conn_lost(conn, -XPORT_ECONNREFUSED);
+    break;
+  case CTL_DISC:
+    conn = find_conn(ctx, m->dst_id);
+    if (conn && conn->rep == rep && conn->peer_id == m->src_id && conn->peer_ctx_id == m->ctx_id)
+      conn_lost(conn, -XPORT_ECONNRESET);
+    break;
+  default:
+    XPORT__INFO("dropped a control message of unknown type %u", m->type);
+  }
+}
+
+void xport__rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status)
+{
+  struct xport__rep *rep = req->rep;
+  if (req->op == XPORT__OP_CTL_SEND) {
+    if (req->cprev)
+      req->cprev->cnext = req->cnext;
+    else
+      rep->ctl_out = req->cnext;
+    if (req->cnext)
+      req->cnext->cprev = req->cprev;
+    if (status) {
+      xport_conn_t *conn = find_conn(ctx, req->imm);
+      if (conn && conn->rep == rep && conn->state == XPORT__CONN_CONNECTING)
+        conn_lost(conn, status == -XPORT_ECANCELED ? -XPORT_ECONNREFUSED : status);
+    }
+    ctl_req_free(ctx, req);
+    return;
+  }
+  /* A control receive: act on it and post it again. */
+  if (!status)
+    on_ctl(rep, (const struct xport__ctl *)req->bounce->buf, sizeof(struct xport__ctl));
+  if (status == -XPORT_ECANCELED || ctl_post_recv(rep, req))
+    XPORT__DEBUG("control receive not reposted (%s)", xport_strerror(status));
+}
+
+/* ---- endpoints -------------------------------------------------------- */
+
+static void rep_close(struct xport__rep *rep)
+{
+  if (!rep)
+    return;
+  xport_ctx_t *ctx = rep->ctx;
+  if (rep->ep)
+    xport__close_fid(ctx, &rep->ep->fid);
+  /* The endpoint is gone: whatever it still owned is ours again. */
+  for (int i = 0; i < XPORT__CTL_RX; i++)
+    if (rep->ctl_rx[i])
+      ctl_req_free(ctx, rep->ctl_rx[i]);
+  while (rep->ctl_out) {
+    struct xport__req *r = rep->ctl_out;
+    rep->ctl_out = r->cnext;
+    ctl_req_free(ctx, r);
+  }
+  xport__zombie_reclaim(ctx, rep);
+  while (rep->peers) {
+    struct xport__peer *p = rep->peers;
+    rep->peers = p->next;
+    free(p);
+  }
+  if (rep->av)
+    xport__close_fid(ctx, &rep->av->fid);
+  if (rep->name[0] && ctx->prof && ctx->prof->release_name)
+    ctx->prof->release_name(rep->name, rep->lock);
+  free(rep);
+}
+
+/* Opens an RDM endpoint; info (may be NULL) carries a source address. */
+static int rep_open(xport_ctx_t *ctx, struct fi_info *info, const char *name,
+                    struct xport__rep **rep_p)
+{
+  struct fi_av_attr av_attr = {.type = FI_AV_UNSPEC};
+  struct xport__rep *rep = calloc(1, sizeof *rep);
+  int ret;
+  if (!rep)
+    return -XPORT_ENOMEM;
+  rep->ctx = ctx;
+  rep->lock = -1;
+  ret = fi_endpoint(ctx->domain, info ? info : ctx->info, &rep->ep, rep);
+  if (!ret)
+    ret = fi_av_open(ctx->domain, &av_attr, &rep->av, rep);
+  if (!ret)
+    ret = fi_ep_bind(rep->ep, &rep->av->fid, 0);
+  if (!ret)
+    ret = fi_ep_bind(rep->ep, &ctx->cq->fid, FI_TRANSMIT | FI_RECV);
+  if (!ret && name)
+    ret = fi_setname(&rep->ep->fid, (void *)name, strlen(name) + 1);
+  if (!ret)
+    ret = fi_enable(rep->ep);
+  rep->addrlen = sizeof rep->addr;
+  if (!ret)
+    ret = fi_getname(&rep->ep->fid, rep->addr, &rep->addrlen);
+  if (ret) {
+    rep_close(rep);
+    return ret == -FI_EADDRINUSE ? -XPORT_EADDRINUSE : xport__err_from_fi(ret);
+  }
+  for (int i = 0; i < XPORT__CTL_RX && !ret; i++) {
+    rep->ctl_rx[i] = ctl_req(rep, XPORT__OP_CTL_RECV);
+    ret = rep->ctl_rx[i] ? ctl_post_recv(rep, rep->ctl_rx[i]) : -XPORT_ENOMEM;
+  }
+  if (ret) {
+    rep_close(rep);
+    return ret;
+  }
+  *rep_p = rep;
+  return 0;
+}
+
+/* ---- listen, connect, accept, close ----------------------------------- */
+
+static int resolve_sockaddr(xport_ctx_t *ctx, const char *host, const char *port,
+                            uint64_t flags, struct fi_info **info_p)
+{
+  struct fi_info *h = fi_dupinfo(ctx->info);
+  if (!h)
+    return -XPORT_ENOMEM;
+  free(h->src_addr);
+  free(h->dest_addr);
+  h->src_addr = h->dest_addr = NULL;
+  h->src_addrlen = h->dest_addrlen = 0;
+  h->addr_format = FI_FORMAT_UNSPEC;
+  free(h->fabric_attr->name);
+  h->fabric_attr->name = NULL;
+  free(h->domain_attr->name);
+  h->domain_attr->name = NULL;
+  int ret = fi_getinfo(XPORT__FI_VERSION, host, port, flags, h, info_p);
+  fi_freeinfo(h);
+  if (ret)
+    return ret == -FI_ENODATA ? -XPORT_EADDRNOTAVAIL : xport__err_from_fi(ret);
+  return 0;
+}
+
+int xport__rdm_listen(xport_listener_t *lst, const char *host, const char *port)
+{
+  xport_ctx_t *ctx = lst->ctx;
+  const struct xport__profile *prof = ctx->prof;
+  struct xport__rep *rep = NULL;
+  int ret;
+
+  if (prof && prof->listen_name) {
+    char name[XPORT__ADDR_MAX], p[8];
+    int lock = -1;
+    /* Port 0: an unused port number, chosen at random like the kernel's
+     * ephemeral ports, so that the name can still be given to clients. */
+    for (int tries = 0; tries < 64; tries++) {
+      if (strcmp(port, "0"))
+        snprintf(p, sizeof p, "%s", port);
+      else
+        snprintf(p, sizeof p, "%u", 49152u + (unsigned)(xport__random_key(8) % 16384));
+      ret = prof->listen_name(host, p, name, sizeof name);
+      if (!ret)
+        ret = prof->claim_name(name, &lock);
+      if (ret != -XPORT_EADDRINUSE || strcmp(port, "0"))
+        break;
+    }
+    if (ret)
+      return ret;
+    ret = rep_open(ctx, NULL, name, &rep);
+    if (ret) {
+      prof->release_name(name, lock);
+      return ret;
+    }
+    snprintf(rep->name, sizeof rep->name, "%s", name);
+    rep->lock = lock;
+    if (host[strspn(host, "0123456789abcdefABCDEF.:")] == '\0' && strchr(host, ':'))
+      snprintf(lst->addr, sizeof lst->addr, "[%s]:%s", host, p);
+    else
+      snprintf(lst->addr, sizeof lst->addr, "%s:%s", host, p);
+  } else {
+    struct fi_info *info;
+    ret = resolve_sockaddr(ctx, host, port, FI_SOURCE, &info);
+    if (ret)
+      return ret;
+    ret = rep_open(ctx, info, NULL, &rep);
+    fi_freeinfo(info);
+    if (ret)
+      return ret;
+    if (strcmp(port, "0")) {
+      snprintf(lst->addr, sizeof lst->addr, "%s:%s", host, port);
+    } else {
+      /* The real port is in the bound name (same place for IPv4 and 6). */
+      struct sockaddr_in sin;
+      memcpy(&sin, rep->addr, sizeof sin);
+      unsigned real = ntohs(sin.sin_port);
+      if (strchr(host, ':'))
+        snprintf(lst->addr, sizeof lst->addr, "[%s]:%u", host, real);
+      else
+        snprintf(lst->addr, sizeof lst->addr, "%s:%u", host, real);
+    }
+  }
+  rep->lst = lst;
+  lst->rep = rep;
+  return 0;
+}
+
+void xport__rdm_listener_close(xport_listener_t *lst)
+{
+  while (lst->pending) {
+    struct xport__connreq *cr = lst->pending;
+    lst->pending = cr->next;
+    free(cr->ctl);
+    free(cr);
+  }
+  /* Connections accepted here live on this endpoint: it closes with the
+   * last of them (and keeps its name until then). */
+  lst->rep->lst = NULL;
+  if (!lst->rep->nconns)
+    rep_close(lst->rep);
+  lst->rep = NULL;
+}
+
+static xport_conn_t *conn_new(struct xport__rep *rep, struct xport__peer *peer)
+{
+  xport_ctx_t *ctx = rep->ctx;
+  xport_conn_t *conn = calloc(1, sizeof *conn);
+  if (!conn)
+    return NULL;
+  conn->ctx = ctx;
+  conn->ep = rep->ep;
+  conn->rep = rep;
+  conn->peer = peer;
+  conn->dest = peer->fi_addr;
+  conn->pidfd = -1;
+  conn->state = XPORT__CONN_CONNECTING;
+  rep->nconns++;
+  /* Ids start at 1 and are not reused within a context, so that a late
+   * message for a closed connection matches nothing. */
+  conn->id = ++ctx->next_conn_id;
+  xport__conn_link(conn);
+  return conn;
+}
+
+/* Lets go of the peer and the endpoint; the last connection of a closed
+ * listener's endpoint closes it. */
+static void conn_detach(xport_conn_t *conn)
+{
+  struct xport__rep *rep = conn->rep;
+  if (conn->pidfd >= 0)
+    close(conn->pidfd);
+  conn->pidfd = -1;
+  peer_put(rep, conn->peer);
+  conn->peer = NULL;
+  conn->rep = NULL;
+  if (!--rep->nconns && !rep->lst && rep != rep->ctx->cep)
+    rep_close(rep);
+}
+
+static void conn_discard(xport_conn_t *conn)
+{
+  xport__conn_unlink(conn);
+  conn_detach(conn);
+  free(conn);
+}
+
+static int wait_progress(xport_ctx_t *ctx, long deadline)
+{
+  long left = deadline < 0 ? 10 : deadline - xport__now_ms();
+  if (left <= 0)
+    return -XPORT_ETIMEDOUT;
+  struct timespec ts = {0, 200 * 1000};
+  nanosleep(&ts, NULL);
+  xport__cq_drain(ctx);
+  return 0;
+}
+
+int xport__rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, long deadline,
+                       xport_conn_t **conn_p)
+{
+  const struct xport__profile *prof = ctx->prof;
+  uint8_t addr[XPORT__ADDR_MAX];
+  size_t alen;
+  int ret;
+
+  if (prof && prof->listen_name) {
+    char name[XPORT__ADDR_MAX];
+    ret = prof->listen_name(host, port, name, sizeof name);
+    if (ret)
+      return ret;
+    /* Inserting a name nobody owns can later misdirect traffic (shm):
+     * only a live listener's name goes into the address vector. */
+    if (!prof->name_alive(name))
+      return -XPORT_ECONNREFUSED;
+    alen = strlen(name) + 1;
+    memcpy(addr, name, alen);
+  } else {
+    struct fi_info *info;
+    ret = resolve_sockaddr(ctx, host, port, 0, &info);
+    if (ret)
+      return ret;
+    alen = info->dest_addrlen;
+    if (alen > sizeof addr) {
+      fi_freeinfo(info);
+      return -XPORT_EADDRNOTAVAIL;
+    }
+    memcpy(addr, info->dest_addr, alen);
+    fi_freeinfo(info);
+  }
+  if (!ctx->cep && (ret = rep_open(ctx, NULL, NULL, &ctx->cep)))
+    return ret;
+  struct xport__peer *peer = peer_get(ctx->cep, addr, alen, &ret);
+  if (!peer)
+    return ret;
+  xport_conn_t *conn = conn_new(ctx->cep, peer);
+  if (!conn) {
+    peer_put(ctx->cep, peer);
+    return -XPORT_ENOMEM;
+  }
+  /* A listener that is not there makes some providers push back for
+   * ever (rxm) rather than fail: retry until the deadline. */
+  while ((ret = ctl_send(ctx->cep, peer->fi_addr, CTL_CONNREQ, conn->id, 0)) == -XPORT_EAGAIN &&
+         (ret = wait_progress(ctx, deadline)) == 0)
+    ;
+  while (!ret && conn->state == XPORT__CONN_CONNECTING)
+    ret = wait_progress(ctx, deadline);
+  /* Connected and already lost is still a connection: its disconnect
+   * event is queued for the application. */
+  if (!ret && conn->state != XPORT__CONN_CONNECTED && conn->state != XPORT__CONN_DISCONNECTED)
+    ret = conn->fail_code ? conn->fail_code : -XPORT_ECONNREFUSED;
+  if (ret) {
+    conn_discard(conn);
+    return ret;
+  }
+  *conn_p = conn;
+  return 0;
+}
+
+int xport__rdm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_p)
+{
+  xport_ctx_t *ctx = lst->ctx;
+  struct xport__rep *rep = lst->rep;
+  for (;;) {
+    xport__cq_drain(ctx);
+    struct xport__connreq *cr = lst->pending;
+    if (!cr) {
+      int ret = wait_progress(ctx, deadline);
+      if (ret)
+        return ret;
+      continue;
+    }
+    lst->pending = cr->next;
+    if (!lst->pending)
+      lst->pending_tail = NULL;
+    int ret = 0;
+    struct xport__peer *peer = peer_get(rep, cr->ctl->addr, cr->ctl->addrlen, &ret);
+    xport_conn_t *conn = peer ? conn_new(rep, peer) : NULL;
+    if (conn) {
+      conn->peer_id = cr->ctl->src_id;
+      conn->tag = cr->ctl->src_id;
+      conn->peer_ctx_id = cr->ctl->ctx_id;
+      watch_peer(conn, cr->ctl);
+      ret = ctl_send(rep, peer->fi_addr, CTL_CONNACK, conn->id, conn->peer_id);
+    } else if (peer) {
+      peer_put(rep, peer);
+      ret = -XPORT_ENOMEM;
+    }
+    free(cr->ctl);
+    free(cr);
+    if (conn && !ret) {
+      conn->state = XPORT__CONN_CONNECTED;
+      *conn_p = conn;
+      return 0;
+    }
+    XPORT__INFO("listener %s: accept failed: %s", lst->addr, xport_strerror(ret));
+    if (conn)
+      conn_discard(conn);
+    if (ret == -XPORT_ENOMEM)
+      return ret;
+  }
+}
+
+void xport__rdm_orphan_all(xport_conn_t *conn, int status)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  while (conn->out) {
+    struct xport__req *req = conn->out;
+    /* Receives can be taken back; sends and RMA run their course (or
+     * never finish, if the peer is dead) and are reclaimed then. */
+    if (req->op == XPORT_OP_RECV)
+      fi_cancel(&conn->ep->fid, &req->fictx);
+    req->rep = conn->rep;
+    xport__req_orphan(ctx, req, status);
+  }
+}
+
+void xport__rdm_close(xport_conn_t *conn)
+{
+  if (conn->state == XPORT__CONN_CONNECTED)
+    ctl_send(conn->rep, conn->dest, CTL_DISC, conn->id, conn->peer_id);
+  xport__rdm_orphan_all(conn, -XPORT_ECANCELED);
+  conn_detach(conn);
+}
+
+/* Looks for peers that died (same node: their process is gone). */
+void xport__rdm_housekeeping(xport_ctx_t *ctx)
+{
+  long now = xport__now_ms();
+  if (now - ctx->last_check < ctx->peer_check_ms)
+    return;
+  ctx->last_check = now;
+  for (xport_conn_t *c = ctx->conns; c; c = c->next) {
+    if (c->state != XPORT__CONN_CONNECTED)
+      continue;
+    if (ctx->rma_timeout_ms) {
+      struct xport__req *r = c->out;
+      while (r && !(r->posted_ms && now - r->posted_ms > ctx->rma_timeout_ms))
+        r = r->cnext;
+      if (r) {
+        /* The refused operation stays stuck in the provider and holds up
+         * everything behind it between these two endpoints: every
+         * connection over that pair is lost, not only this one. */
+        XPORT__WARN("connection %u: a one-sided operation got no answer in %ld ms; the "
+                    "target probably refused its key: dropping the connections to that "
+                    "peer endpoint", c->id, ctx->rma_timeout_ms);
+        for (xport_conn_t *o = ctx->conns; o; o = o->next)
+          if (o != c && o->rep == c->rep && o->peer == c->peer)
+            conn_lost(o, -XPORT_ETIMEDOUT);
+        conn_lost(c, -XPORT_ETIMEDOUT);
+        continue;
+      }
+    }
+    if (c->pidfd < 0)
+      continue;
+    struct pollfd p = {.fd = c->pidfd, .events = POLLIN};
+    if (poll(&p, 1, 0) <= 0)
+      continue;
+    XPORT__INFO("connection %u: the peer process is gone", c->id);
+    if (ctx->prof && ctx->prof->peer_gone)
+      ctx->prof->peer_gone(c->peer->addr, c->peer->addrlen);
+    conn_lost(c, -XPORT_ECONNRESET);
+  }
+}
+
+void xport__rdm_fini(xport_ctx_t *ctx)
+{
+  if (ctx->cep)
+    rep_close(ctx->cep);
+  ctx->cep = NULL;
+}
