@@ -103,8 +103,12 @@ static void shm_peer_gone(const void *addr, size_t len)
   const char *n = strncmp(name, SHM_PREFIX, strlen(SHM_PREFIX)) ? name
                                                                  : name + strlen(SHM_PREFIX);
   if (!strncmp(n, "xport-", 6)) {
-    if (shm_name_alive(n))
-      return;
+    /* Claiming the name of a dead listener removes its endpoint file;
+     * releasing it removes the lock file. A live owner keeps both. */
+    int lock;
+    if (shm_claim_name(n, &lock) == 0)
+      shm_release_name(n, lock);
+    return;
   } else {
     long pid = strtol(n, NULL, 10); /* anonymous names start with the pid */
     if (pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH)

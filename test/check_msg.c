@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -697,6 +698,171 @@ START_TEST(listen_addresses)
 }
 END_TEST
 
+
+/* ---- Scale and restarts ------------------------------------------------ */
+
+#define NCONN 64
+#define NCLIENTS 2
+
+static void many_conn_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  (void)arg;
+  static xport_conn_t *conn[NCONN];
+  static uint32_t in[NCONN];
+  xport_completion_t c;
+  for (int i = 0; i < NCONN; i++) {
+    XT_OK(xport_accept(lst, T_MS, &conn[i]));
+    XT_OK(xport_recv(conn[i], &in[i], sizeof in[i], NULL, &in[i]));
+  }
+  /* Echo each client's number back on the connection it came on. */
+  int echoed = 0, sent = 0, gone = 0;
+  while (echoed < NCONN || sent < NCONN || gone < NCONN) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "timeout: %d echoed, %d sent, %d gone", echoed,
+             sent, gone);
+    if (c.op == XPORT_OP_RECV) {
+      XT_CHECK(c.status == 0 && c.len == 4, "receive: %s", xport_strerror(c.status));
+      XT_OK(xport_send(c.conn, c.user_ctx, 4, NULL, NULL));
+      echoed++;
+    } else if (c.op == XPORT_OP_SEND) {
+      XT_CHECK(c.status == 0, "echo: %s", xport_strerror(c.status));
+      sent++;
+    } else {
+      gone++;
+    }
+  }
+  for (int i = 0; i < NCONN; i++)
+    XT_OK(xport_conn_close(conn[i]));
+}
+
+/* One client process: NCONN / NCLIENTS connections from one context,
+ * each sending its own number and checking the echo. */
+static void many_conn_client(const char *addr, unsigned base)
+{
+  enum { N = NCONN / NCLIENTS };
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn[N];
+  uint32_t out[N], in[N];
+  xport_completion_t c;
+  for (int i = 0; i < N; i++) {
+    XT_OK(xport_connect(ctx, addr, T_MS, &conn[i]));
+    XT_OK(xport_recv(conn[i], &in[i], sizeof in[i], NULL, &in[i]));
+  }
+  for (int i = 0; i < N; i++) {
+    out[i] = base + (unsigned)i;
+    XT_OK(xport_send(conn[i], &out[i], 4, NULL, NULL));
+  }
+  for (int got = 0, sent = 0; got < N || sent < N;) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "timeout: %d echoes", got);
+    XT_CHECK(c.status == 0, "%s", xport_strerror(c.status));
+    if (c.op == XPORT_OP_SEND) {
+      sent++;
+      continue;
+    }
+    int i = (int)((uint32_t *)c.user_ctx - in);
+    XT_CHECK(i >= 0 && i < N && c.conn == conn[i], "echo on the wrong connection");
+    XT_CHECK(in[i] == base + (unsigned)i, "connection %d got %u", i, in[i]);
+    got++;
+  }
+  for (int i = 0; i < N; i++)
+    XT_OK(xport_conn_close(conn[i]));
+  xport_ctx_destroy(ctx);
+}
+
+START_TEST(many_connections_one_listener)
+{
+  char addr[128];
+  pid_t server = xt_spawn_server(many_conn_server, NULL, addr, sizeof addr);
+  pid_t other = fork();
+  if (other == 0) {
+    xt_in_child = 1;
+    many_conn_client(addr, 1000);
+    exit(0);
+  }
+  many_conn_client(addr, 2000);
+  XT_CHECK(xt_reap(other) == 0, "second client failed");
+  XT_CHECK(xt_reap(server) == 0, "server failed");
+}
+END_TEST
+
+static void restart_first(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  (void)ctx;
+  (void)lst;
+  (void)arg;
+  raise(SIGKILL); /* dies holding the address */
+}
+
+static void restart_second(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  (void)lst;
+  const char *addr = arg;
+  xport_listener_t *again;
+  xport_conn_t *conn;
+  xport_completion_t c;
+  char buf[16];
+  /* The harness's listener is on an ephemeral port; this one takes over
+   * the dead server's address. */
+  XT_OK(xport_listen(ctx, addr, &again));
+  XT_OK(xport_accept(again, T_MS, &conn));
+  XT_OK(xport_recv(conn, buf, sizeof buf, NULL, NULL));
+  expect_comp(ctx, &c, XPORT_OP_RECV, 0);
+  XT_CHECK(!strcmp(buf, "again"), "got '%s'", buf);
+  XT_OK(xport_send(conn, "ok", 3, NULL, NULL));
+  sends_then_gone(ctx, 1, 1);
+  XT_OK(xport_conn_close(conn));
+  XT_OK(xport_listener_close(again));
+}
+
+START_TEST(server_restarted_same_address)
+{
+  char addr[128], dummy[128], ack[4];
+  xport_completion_t c;
+  pid_t first = xt_spawn_server(restart_first, NULL, addr, sizeof addr);
+  XT_CHECK(xt_reap(first) == 128 + SIGKILL, "first server did not die");
+  pid_t second = xt_spawn_server(restart_second, addr, dummy, sizeof dummy);
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn = NULL;
+  /* The second server may still be starting to listen: retry a little. */
+  int rc = -XPORT_ECONNREFUSED;
+  for (int i = 0; i < 100 && rc; i++) {
+    rc = xport_connect(ctx, addr, T_MS, &conn);
+    if (rc)
+      usleep(50000);
+  }
+  XT_CHECK(rc == 0, "connect to the restarted server: %s", xport_strerror(rc));
+  XT_OK(xport_recv(conn, ack, sizeof ack, NULL, NULL));
+  XT_OK(xport_send(conn, "again", 6, NULL, NULL));
+  for (int i = 0; i < 2; i++) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "timeout");
+    XT_CHECK(c.status == 0, "%s", xport_strerror(c.status));
+  }
+  XT_OK(xport_conn_close(conn));
+  xport_ctx_destroy(ctx);
+  XT_CHECK(xt_reap(second) == 0, "second server failed");
+}
+END_TEST
+
+START_TEST(idle_wait_does_not_spin)
+{
+  /* Waiting with nothing to do must sleep, wait fd or not (shm has none). */
+  xport_ctx_t *ctx = xt_ctx();
+  xport_listener_t *lst;
+  struct rusage a, b;
+  XT_OK(xport_listen(ctx, "127.0.0.1:0", &lst));
+  getrusage(RUSAGE_SELF, &a);
+  for (int i = 0; i < 5; i++)
+    XT_CHECK(xport_wait(ctx, 100) == -XPORT_ETIMEDOUT, "idle wait returned early");
+  getrusage(RUSAGE_SELF, &b);
+  long us = (b.ru_utime.tv_sec - a.ru_utime.tv_sec) * 1000000L +
+            (b.ru_utime.tv_usec - a.ru_utime.tv_usec) +
+            (b.ru_stime.tv_sec - a.ru_stime.tv_sec) * 1000000L +
+            (b.ru_stime.tv_usec - a.ru_stime.tv_usec);
+  XT_CHECK(us < 250000, "0.5 s of idle waiting used %ld us of CPU", us);
+  XT_OK(xport_listener_close(lst));
+  xport_ctx_destroy(ctx);
+}
+END_TEST
+
 /* ---- Errors: bad input is refused before anything is posted ---------- */
 
 START_TEST(bad_addresses)
@@ -835,6 +1001,9 @@ static Suite *make_suite(void)
   tcase_add_test(core, truncation);
   tcase_add_test(core, two_connections_one_listener);
   tcase_add_test(core, listen_addresses);
+  tcase_add_test(core, many_connections_one_listener);
+  tcase_add_test(core, server_restarted_same_address);
+  tcase_add_test(core, idle_wait_does_not_spin);
   suite_add_tcase(s, core);
 
   TCase *fail = tcase_create("Failures");
