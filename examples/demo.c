@@ -1,6 +1,7 @@
 /* demo: two processes exchange messages over the provider the probe
- * picks, and print what it picked. The parent listens on 127.0.0.1 and
- * echoes; the child connects, sends, and checks every byte of the echo. */
+ * picks (XPORT_PROVIDER=shm needs no network), and print what it picked.
+ * The parent listens on 127.0.0.1 and echoes; the child connects, sends,
+ * and checks every byte of the echo. */
 #include <xport.h>
 
 #include <stdio.h>
@@ -75,10 +76,11 @@ int main(void)
   printf("probe chose %s (fabric %s, domain %s); %d candidates seen:\n", caps.provider,
          caps.fabric, caps.domain, n);
   for (int i = 0; i < n; i++)
-    printf("  %-9s %-8s %-6s %s\n", cands[i].verdict == XPORT_VERDICT_CHOSEN ? "chosen"
-                                    : cands[i].verdict == XPORT_VERDICT_USABLE ? "usable"
-                                                                               : "rejected",
-           cands[i].provider, cands[i].domain, cands[i].reason);
+    printf("  %-9s %-12s %-6s %-14s %s\n",
+           cands[i].verdict == XPORT_VERDICT_CHOSEN   ? "chosen"
+           : cands[i].verdict == XPORT_VERDICT_USABLE ? "usable"
+                                                      : "rejected",
+           cands[i].provider, cands[i].domain, cands[i].fabric, cands[i].reason);
   if ((rc = xport_listen(ctx, "127.0.0.1:0", &lst)))
     die("xport_listen", rc);
   xport_listener_addr(lst, addr, sizeof addr);
