@@ -1,12 +1,14 @@
 /* shm: processes of one node, FI_EP_RDM only. Endpoints are files in
  * /dev/shm named after the endpoint; xport names a listener's endpoint
- * "xport-HOST-PORT" after the address it was given, and guards the name
+ * "xport-PORT" after the address it was given, and guards the name
  * with a lock file, because starting a second endpoint under a live name
  * unlinks the owner's file (libfabric 1.17). */
 #define _GNU_SOURCE /* process_vm_readv */
 #include "xport_int.h"
 
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <netdb.h>
 #include <arpa/inet.h>
 #include <signal.h>
@@ -21,21 +23,54 @@
 #define SHM_DIR "/dev/shm/"
 #define SHM_PREFIX "fi_shm://"
 
-/* The rule: "xport-ADDRESS-PORT", where ADDRESS is the host resolved to
- * its first numeric address, so that "localhost:7000" and
- * "127.0.0.1:7000" meet, and a host that does not resolve is refused as
- * on any other provider. shm reaches only this node either way. */
+/* Whether a resolved address belongs to this node. */
+static int is_local(const struct sockaddr *sa)
+{
+  struct ifaddrs *ifs, *i;
+  int local = 0;
+  if (sa->sa_family == AF_INET) {
+    const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+    uint32_t a = ntohl(in->sin_addr.s_addr);
+    if (a == INADDR_ANY || (a >> 24) == 127)
+      return 1;
+  } else if (sa->sa_family == AF_INET6) {
+    const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+    if (IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr) || IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr))
+      return 1;
+  }
+  if (getifaddrs(&ifs))
+    return 0;
+  for (i = ifs; i && !local; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != sa->sa_family)
+      continue;
+    if (sa->sa_family == AF_INET)
+      local = ((const struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr ==
+              ((const struct sockaddr_in *)sa)->sin_addr.s_addr;
+    else
+      local = !memcmp(&((const struct sockaddr_in6 *)i->ifa_addr)->sin6_addr,
+                      &((const struct sockaddr_in6 *)sa)->sin6_addr, sizeof(struct in6_addr));
+  }
+  freeifaddrs(ifs);
+  return local;
+}
+
+/* The rule: "xport-PORT". shm reaches only this node, so the host must
+ * be one of its addresses (or the wildcard, or a name for either), and
+ * then every such host names the same listener, as a TCP port bound to
+ * the wildcard address would. A host that does not resolve, or that is
+ * another node, is refused. */
 static int shm_listen_name(const char *host, const char *port, char *name, size_t len)
 {
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
-  char num[INET6_ADDRSTRLEN];
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res, *r;
+  int local = 0;
   if (getaddrinfo(host, NULL, &hints, &res))
     return -XPORT_EADDRNOTAVAIL;
-  int ret = getnameinfo(res->ai_addr, res->ai_addrlen, num, sizeof num, NULL, 0, NI_NUMERICHOST);
+  for (r = res; r && !local; r = r->ai_next)
+    local = is_local(r->ai_addr);
   freeaddrinfo(res);
-  if (ret)
+  if (!local)
     return -XPORT_EADDRNOTAVAIL;
-  int n = snprintf(name, len, "xport-%s-%s", num, port);
+  int n = snprintf(name, len, "xport-%s", port);
   return n > 0 && (size_t)n < len ? 0 : -XPORT_EINVAL;
 }
 

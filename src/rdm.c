@@ -281,10 +281,11 @@ void xport__rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status)
     ctl_req_free(ctx, req);
     return;
   }
-  /* A control receive: act on it and post it again. */
+  /* A control receive: act on it and post it again (unless its endpoint
+   * is closing, which leaves the request to rep_close). */
   if (!status)
     on_ctl(rep, (const struct xport__ctl *)req->bounce->buf, sizeof(struct xport__ctl));
-  if (status == -XPORT_ECANCELED || ctl_post_recv(rep, req))
+  if (!rep->ep || status == -XPORT_ECANCELED || ctl_post_recv(rep, req))
     XPORT__DEBUG("control receive not reposted (%s)", xport_strerror(status));
 }
 
@@ -295,8 +296,13 @@ static void rep_close(struct xport__rep *rep)
   if (!rep)
     return;
   xport_ctx_t *ctx = rep->ctx;
-  if (rep->ep)
+  if (rep->ep) {
     xport__close_fid(ctx, &rep->ep->fid);
+    rep->ep = NULL;
+    /* Entries for this endpoint's requests may sit in the shared CQ:
+     * take them now, while the requests and the endpoint still exist. */
+    xport__cq_drain(ctx);
+  }
   /* The endpoint is gone: whatever it still owned is ours again. */
   for (int i = 0; i < XPORT__CTL_RX; i++)
     if (rep->ctl_rx[i])
