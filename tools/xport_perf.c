@@ -1,0 +1,638 @@
+/* xport_perf: a perftest-style benchmark that uses only the public API.
+ *
+ *   xport_perf [-b HOST:PORT] [--persistent]      serve (default port 18515)
+ *   xport_perf [options] HOST:PORT                drive a test against a server
+ *   xport_perf --loopback [options]               both, as two processes
+ *
+ * The client sends its options at connect time and the server follows
+ * them; the client measures and prints. Latency is one-way (half of a
+ * round trip); bandwidth is in MB/s (10^6 bytes). */
+#include <xport.h>
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DEFAULT_PORT "18515"
+#define MAGIC 0x78706572u /* "xper" */
+#define MAX_ALL ((size_t)8 << 20)
+#define WINDOW_BYTES ((size_t)64 << 20) /* cap on buffers a window holds */
+
+enum test { SEND_LAT, SEND_BW, WRITE_LAT, WRITE_BW, READ_LAT, READ_BW, WRITE_IMM_LAT, NTESTS };
+static const char *const test_name[NTESTS] = {"send_lat", "send_bw",  "write_lat",    "write_bw",
+                                              "read_lat", "read_bw",  "write_imm_lat"};
+static int is_lat(int t) { return t == SEND_LAT || t == WRITE_LAT || t == READ_LAT || t == WRITE_IMM_LAT; }
+
+/* What the client tells the server; both sides then run the same plan. */
+struct plan {
+  uint32_t magic, test, check, all;
+  uint64_t size, iters, warmup, window;
+};
+
+struct side {
+  xport_ctx_t *ctx;
+  xport_conn_t *conn;
+  xport_mr_t *mr;
+  char *buf;       /* window slots of size_max each, then the RMA target */
+  size_t slot, nslots;
+  xport_rkey_t *peer;
+  char ctl[256];   /* control messages, outside the measured buffers */
+  int server;
+  struct plan p;
+  const char *provider;
+  int json, csv, quiet;
+};
+
+static void die(const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "xport_perf: ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  exit(1);
+}
+
+static void ok(int rc, const char *what)
+{
+  if (rc < 0)
+    die("%s: %s", what, xport_strerror(rc));
+}
+
+static double now_us(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static void fill(char *b, size_t len, uint64_t seed)
+{
+  uint64_t x = seed * 0x9e3779b97f4a7c15ULL + 1;
+  for (size_t i = 0; i < len; i++) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    b[i] = (char)(x >> 56);
+  }
+}
+
+static int same(const char *b, size_t len, uint64_t seed)
+{
+  uint64_t x = seed * 0x9e3779b97f4a7c15ULL + 1;
+  for (size_t i = 0; i < len; i++) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    if (b[i] != (char)(x >> 56))
+      return 0;
+  }
+  return 1;
+}
+
+/* Polls until a completion of op arrives; others (already accounted
+ * for by the caller's protocol) are passed over. */
+static xport_completion_t next_op(struct side *s, xport_op_t op)
+{
+  xport_completion_t c;
+  for (;;) {
+    int n = xport_poll(s->ctx, &c, 1);
+    ok(n, "xport_poll");
+    if (!n)
+      continue;
+    if (c.status)
+      die("%s failed: %s%s%s", c.op == XPORT_OP_DISCONNECT ? "connection" : "operation",
+          xport_strerror(c.status), c.hint ? ": " : "", c.hint ? c.hint : "");
+    if (c.op == op)
+      return c;
+  }
+}
+
+static void ctl_send(struct side *s, const void *m, size_t len)
+{
+  memcpy(s->ctl, m, len);
+  ok(xport_send(s->conn, s->ctl, len, NULL, NULL), "send");
+  next_op(s, XPORT_OP_SEND);
+}
+
+static size_t ctl_recv(struct side *s, void *m, size_t len)
+{
+  ok(xport_recv(s->conn, s->ctl, sizeof s->ctl, NULL, NULL), "recv");
+  xport_completion_t c = next_op(s, XPORT_OP_RECV);
+  memcpy(m, s->ctl, c.len < len ? c.len : len);
+  return c.len;
+}
+
+/* Registers the buffers and swaps remote keys with the peer. */
+static void setup(struct side *s, size_t size_max)
+{
+  uint8_t key[XPORT_RKEY_MAX_SIZE];
+  s->slot = size_max;
+  s->nslots = s->p.window;
+  if (s->nslots * s->slot > WINDOW_BYTES)
+    s->nslots = WINDOW_BYTES / s->slot;
+  if (s->nslots < 2) /* ping-pong sends from one slot and receives into the next */
+    s->nslots = 2;
+  size_t total = (s->nslots + 1) * s->slot;
+  s->buf = aligned_alloc(4096, (total + 4095) / 4096 * 4096);
+  if (!s->buf)
+    die("out of memory for %zu bytes", total);
+  memset(s->buf, 0, total);
+  ok(xport_mr_reg(s->ctx, s->buf, total,
+                  XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_READ | XPORT_ACCESS_REMOTE_WRITE, &s->mr),
+     "xport_mr_reg");
+  int n = xport_rkey_pack(s->mr, 0, total, key, sizeof key);
+  ok(n, "xport_rkey_pack");
+  uint8_t peer[XPORT_RKEY_MAX_SIZE];
+  size_t plen;
+  if (s->server) {
+    plen = ctl_recv(s, peer, sizeof peer);
+    ctl_send(s, key, (size_t)n);
+  } else {
+    ctl_send(s, key, (size_t)n);
+    plen = ctl_recv(s, peer, sizeof peer);
+  }
+  ok(xport_rkey_unpack(s->conn, peer, plen, &s->peer), "xport_rkey_unpack");
+}
+
+static char *slot(struct side *s, uint64_t i) { return s->buf + (i % s->nslots) * s->slot; }
+static char *target(struct side *s) { return s->buf + s->nslots * s->slot; } /* RMA area */
+static size_t target_off(struct side *s) { return s->nslots * s->slot; }
+
+static int cmp_double(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+struct result {
+  double *lat; /* one-way, per iteration */
+  uint64_t n;
+  double elapsed_us;
+  int check_ok;
+};
+
+/* Waits until the last byte of the RMA area holds mark, driving progress. */
+static void poll_mark(struct side *s, size_t size, char mark)
+{
+  volatile char *last = target(s) + size - 1;
+  xport_completion_t c;
+  while (*last != mark) {
+    int n = xport_poll(s->ctx, &c, 1);
+    ok(n, "xport_poll");
+    if (n && c.status)
+      die("operation failed: %s", xport_strerror(c.status));
+  }
+}
+
+static char mark_of(uint64_t i) { return (char)(i % 255 + 1); }
+
+/* One (test, size) run; the client fills r. */
+static void run(struct side *s, int test, size_t size, struct result *r)
+{
+  uint64_t total = s->p.warmup + s->p.iters, done = 0, posted = 0;
+  int check = (int)s->p.check, cli = !s->server;
+  uint64_t win = s->nslots;
+  double t0 = 0;
+  xport_completion_t c;
+  r->check_ok = 1;
+  r->n = 0;
+
+  switch (test) {
+  case SEND_LAT:
+    if (s->server)
+      ok(xport_recv(s->conn, slot(s, 0), size, s->mr, NULL), "recv");
+    for (uint64_t i = 0; i < total; i++) {
+      char *b = slot(s, i);
+      double t = now_us();
+      if (cli) {
+        ok(xport_recv(s->conn, slot(s, i + 1), size, s->mr, NULL), "recv");
+        if (check)
+          fill(b, size, i);
+        ok(xport_send(s->conn, b, size, s->mr, NULL), "send");
+        next_op(s, XPORT_OP_SEND);
+        c = next_op(s, XPORT_OP_RECV);
+        if (check && (c.len != size || !same(slot(s, i + 1), size, i + 1000000)))
+          r->check_ok = 0;
+        if (i >= s->p.warmup)
+          r->lat[r->n++] = (now_us() - t) / 2;
+      } else {
+        c = next_op(s, XPORT_OP_RECV);
+        if (check && (c.len != size || !same(b, size, i)))
+          r->check_ok = 0;
+        if (i + 1 < total)
+          ok(xport_recv(s->conn, slot(s, i + 1), size, s->mr, NULL), "recv");
+        if (check)
+          fill(b, size, i + 1000000);
+        ok(xport_send(s->conn, b, size, s->mr, NULL), "send");
+        next_op(s, XPORT_OP_SEND);
+      }
+    }
+    break;
+
+  case SEND_BW:
+    if (s->server) {
+      for (posted = 0; posted < total && posted < win; posted++)
+        ok(xport_recv(s->conn, slot(s, posted), size, s->mr, (void *)(uintptr_t)posted), "recv");
+      for (done = 0; done < total; done++) {
+        c = next_op(s, XPORT_OP_RECV);
+        uint64_t i = (uintptr_t)c.user_ctx;
+        if (check && (c.len != size || !same(slot(s, i), size, i)))
+          r->check_ok = 0;
+        if (posted < total) {
+          ok(xport_recv(s->conn, slot(s, posted), size, s->mr, (void *)(uintptr_t)posted), "recv");
+          posted++;
+        }
+      }
+      ctl_send(s, "ok", 3);
+    } else {
+      char ack[4];
+      ok(xport_recv(s->conn, ack, sizeof ack, NULL, NULL), "recv");
+      for (; done < total;) {
+        if (posted == s->p.warmup && !t0)
+          t0 = now_us();
+        if (posted < total && posted - done < win) {
+          if (check)
+            fill(slot(s, posted), size, posted);
+          int rc = xport_send(s->conn, slot(s, posted), size, s->mr, NULL);
+          if (rc != -XPORT_EAGAIN) {
+            ok(rc, "send");
+            posted++;
+            continue;
+          }
+        }
+        next_op(s, XPORT_OP_SEND);
+        done++;
+      }
+      next_op(s, XPORT_OP_RECV); /* everything arrived */
+      r->elapsed_us = now_us() - t0;
+      r->n = s->p.iters;
+    }
+    break;
+
+  case WRITE_LAT:
+  case WRITE_IMM_LAT: {
+    /* Each side writes into the other's area; the last byte changes every
+     * iteration, and the target watches it (or, with immediate data,
+     * waits for the consumed receive). The client starts each round. */
+    int imm = test == WRITE_IMM_LAT;
+    char *b = slot(s, 0);
+    if (imm)
+      ok(xport_recv(s->conn, s->ctl, sizeof s->ctl, NULL, NULL), "recv");
+    for (uint64_t i = 0; i < total; i++) {
+      double t = now_us();
+      if (!cli) {
+        if (imm) {
+          c = next_op(s, XPORT_OP_REMOTE_WRITE_IMM);
+          if (check && c.imm != (uint32_t)i)
+            r->check_ok = 0;
+          if (i + 1 < total)
+            ok(xport_recv(s->conn, s->ctl, sizeof s->ctl, NULL, NULL), "recv");
+        } else {
+          poll_mark(s, size, mark_of(i));
+        }
+        if (check && !same(target(s), size - 1, i))
+          r->check_ok = 0;
+      }
+      if (check)
+        fill(b, size, i);
+      b[size - 1] = mark_of(i);
+      if (imm)
+        ok(xport_write_imm(s->conn, b, size, s->mr, s->peer, target_off(s), (uint32_t)i, NULL),
+           "write_imm");
+      else
+        ok(xport_write(s->conn, b, size, s->mr, s->peer, target_off(s), NULL), "write");
+      next_op(s, XPORT_OP_WRITE);
+      if (cli) {
+        if (imm) {
+          c = next_op(s, XPORT_OP_REMOTE_WRITE_IMM);
+          if (check && c.imm != (uint32_t)i)
+            r->check_ok = 0;
+          if (i + 1 < total)
+            ok(xport_recv(s->conn, s->ctl, sizeof s->ctl, NULL, NULL), "recv");
+        } else {
+          poll_mark(s, size, mark_of(i));
+        }
+        if (check && !same(target(s), size - 1, i))
+          r->check_ok = 0;
+        if (i >= s->p.warmup)
+          r->lat[r->n++] = (now_us() - t) / 2;
+      }
+    }
+    break;
+  }
+
+  case READ_LAT:
+  case READ_BW:
+  case WRITE_BW:
+    if (s->server) {
+      /* The target only drives progress until the client is done. */
+      char m[8];
+      if (test != WRITE_BW) {
+        fill(target(s), size, 77);
+        ctl_send(s, "go", 3);
+      }
+      ctl_recv(s, m, sizeof m);
+      /* Writes apply in order: the area holds the last one's bytes. */
+      if (test == WRITE_BW && check && !same(target(s), size, total - 1))
+        r->check_ok = 0;
+      ctl_send(s, r->check_ok ? "ok" : "bad", 4);
+      break;
+    }
+    if (test != WRITE_BW) {
+      char m[4];
+      ctl_recv(s, m, sizeof m);
+    }
+    if (test == READ_LAT) {
+      for (uint64_t i = 0; i < total; i++) {
+        char *b = slot(s, i);
+        double t = now_us();
+        ok(xport_read(s->conn, b, size, s->mr, s->peer, target_off(s), NULL), "read");
+        next_op(s, XPORT_OP_READ);
+        if (i >= s->p.warmup)
+          r->lat[r->n++] = (now_us() - t) / 2;
+        if (check && !same(b, size, 77))
+          r->check_ok = 0;
+      }
+    } else {
+      for (; done < total;) {
+        if (posted == s->p.warmup && !t0)
+          t0 = now_us();
+        if (posted < total && posted - done < win) {
+          char *b = slot(s, posted);
+          void *u = (void *)(uintptr_t)posted;
+          int rc;
+          if (test == WRITE_BW) {
+            if (check)
+              fill(b, size, posted);
+            rc = xport_write(s->conn, b, size, s->mr, s->peer, target_off(s), u);
+          } else {
+            rc = xport_read(s->conn, b, size, s->mr, s->peer, target_off(s), u);
+          }
+          if (rc != -XPORT_EAGAIN) {
+            ok(rc, "post");
+            posted++;
+            continue;
+          }
+        }
+        c = next_op(s, test == WRITE_BW ? XPORT_OP_WRITE : XPORT_OP_READ);
+        if (test == READ_BW && check && !same(slot(s, (uintptr_t)c.user_ctx), size, 77))
+          r->check_ok = 0;
+        done++;
+      }
+      r->elapsed_us = now_us() - t0;
+      r->n = s->p.iters;
+    }
+    {
+      /* A message after the writes arrives after them (xport(7)). */
+      char m[8] = "";
+      ctl_send(s, "done", 5);
+      ctl_recv(s, m, sizeof m);
+      if (strcmp(m, "ok"))
+        r->check_ok = 0;
+    }
+    break;
+  }
+}
+
+static void report(struct side *s, int test, size_t size, struct result *r, int first)
+{
+  const char *chk = s->p.check ? (r->check_ok ? "ok" : "FAILED") : "off";
+  if (is_lat(test)) {
+    qsort(r->lat, r->n, sizeof *r->lat, cmp_double);
+    double sum = 0;
+    for (uint64_t i = 0; i < r->n; i++)
+      sum += r->lat[i];
+    double mn = r->lat[0], med = r->lat[r->n / 2], mean = sum / (double)r->n,
+           p99 = r->lat[(uint64_t)((double)(r->n - 1) * 0.99)], mx = r->lat[r->n - 1];
+    if (s->json)
+      printf("{\"test\":\"%s\",\"provider\":\"%s\",\"size\":%zu,\"iters\":%llu,\"lat_us_min\":%.3f,"
+             "\"lat_us_median\":%.3f,\"lat_us_mean\":%.3f,\"lat_us_p99\":%.3f,"
+             "\"lat_us_max\":%.3f,\"check\":\"%s\"}\n",
+             test_name[test], s->provider, size, (unsigned long long)r->n, mn, med, mean, p99,
+             mx, chk);
+    else if (s->csv)
+      printf("%s%s,%s,%zu,%llu,%.3f,%.3f,%.3f,%.3f,%.3f,,,%s\n",
+             first ? "test,provider,size,iters,lat_us_min,lat_us_median,lat_us_mean,lat_us_p99,"
+                     "lat_us_max,bw_MBps,msg_rate,check\n" : "",
+             test_name[test], s->provider, size, (unsigned long long)r->n, mn, med, mean, p99,
+             mx, chk);
+    else
+      printf("%s%-14s %10zu %9llu %9.2f %9.2f %9.2f %9.2f %9.2f %10s %12s %6s\n",
+             first ? "test            size(B)     iters   min(us)   med(us)  mean(us)   p99(us)"
+                     "   max(us)    bw(MB/s)     msg/s  check\n" : "",
+             test_name[test], size, (unsigned long long)r->n, mn, med, mean, p99, mx, "", "", chk);
+  } else {
+    double bw = (double)size * (double)r->n / r->elapsed_us; /* bytes/us = MB/s */
+    double rate = (double)r->n / r->elapsed_us * 1e6;
+    if (s->json)
+      printf("{\"test\":\"%s\",\"provider\":\"%s\",\"size\":%zu,\"iters\":%llu,\"bw_MBps\":%.2f,"
+             "\"msg_rate\":%.0f,\"check\":\"%s\"}\n",
+             test_name[test], s->provider, size, (unsigned long long)r->n, bw, rate, chk);
+    else if (s->csv)
+      printf("%s%s,%s,%zu,%llu,,,,,,%.2f,%.0f,%s\n",
+             first ? "test,provider,size,iters,lat_us_min,lat_us_median,lat_us_mean,lat_us_p99,"
+                     "lat_us_max,bw_MBps,msg_rate,check\n" : "",
+             test_name[test], s->provider, size, (unsigned long long)r->n, bw, rate, chk);
+    else
+      printf("%s%-14s %10zu %9llu %9s %9s %9s %9s %9s %10.2f %12.0f %6s\n",
+             first ? "test            size(B)     iters   min(us)   med(us)  mean(us)   p99(us)"
+                     "   max(us)    bw(MB/s)     msg/s  check\n" : "",
+             test_name[test], size, (unsigned long long)r->n, "", "", "", "", "", bw, rate, chk);
+  }
+  fflush(stdout);
+}
+
+/* Runs the whole plan over one connection; returns nonzero on a failed check. */
+static int session(struct side *s)
+{
+  size_t sizes[32], nsizes = 0;
+  if (s->p.all)
+    for (size_t z = 1; z <= MAX_ALL; z <<= 1)
+      sizes[nsizes++] = z;
+  else
+    sizes[nsizes++] = s->p.size;
+  setup(s, sizes[nsizes - 1]);
+  struct result r = {.lat = calloc(s->p.iters + 1, sizeof(double))};
+  int bad = 0;
+  double start = now_us(), last_note = start;
+  for (size_t k = 0; k < nsizes; k++) {
+    size_t size = sizes[k];
+    run(s, (int)s->p.test, size, &r);
+    if (!s->server) {
+      report(s, (int)s->p.test, size, &r, k == 0);
+      bad |= s->p.check && !r.check_ok;
+      double t = now_us();
+      if (t - start > 3e6 && t - last_note > 2e6 && !s->quiet) {
+        fprintf(stderr, "xport_perf: %s: %zu of %zu sizes done, %.0f s\n",
+                test_name[s->p.test], k + 1, nsizes, (t - start) / 1e6);
+        last_note = t;
+      }
+    } else {
+      bad |= s->p.check && !r.check_ok;
+    }
+  }
+  free(r.lat);
+  xport_rkey_release(s->peer);
+  /* Say goodbye before closing, so that neither side's close cancels
+   * the other's last message. */
+  char m[8];
+  if (s->server) {
+    ctl_recv(s, m, sizeof m);
+    ctl_send(s, "bye", 4);
+  } else {
+    ctl_send(s, "fin", 4);
+    ctl_recv(s, m, sizeof m);
+  }
+  xport_conn_close(s->conn);
+  xport_mr_dereg(s->mr);
+  free(s->buf);
+  return bad;
+}
+
+static xport_ctx_t *open_ctx(const char *provider)
+{
+  xport_ctx_attr_t attr = {.provider = provider};
+  xport_ctx_t *ctx;
+  ok(xport_ctx_create(&attr, &ctx), "xport_ctx_create");
+  return ctx;
+}
+
+static int serve(struct side *s, const char *bind, int persistent, int ready_fd)
+{
+  xport_listener_t *lst;
+  char addr[128];
+  int bad = 0;
+  s->server = 1;
+  s->ctx = open_ctx(s->provider);
+  ok(xport_listen(s->ctx, bind, &lst), "xport_listen");
+  ok(xport_listener_addr(lst, addr, sizeof addr), "xport_listener_addr");
+  if (ready_fd >= 0) {
+    if (write(ready_fd, addr, strlen(addr) + 1) < 0)
+      die("pipe");
+    close(ready_fd);
+  } else if (!s->quiet) {
+    fprintf(stderr, "xport_perf: listening on %s\n", addr);
+  }
+  do {
+    ok(xport_accept(lst, -1, &s->conn), "xport_accept");
+    struct plan p;
+    if (ctl_recv(s, &p, sizeof p) != sizeof p || p.magic != MAGIC || p.test >= NTESTS)
+      die("the client sent no valid plan");
+    s->p = p;
+    bad |= session(s);
+  } while (persistent);
+  xport_listener_close(lst);
+  xport_ctx_destroy(s->ctx);
+  return bad;
+}
+
+static int drive(struct side *s, const char *addr)
+{
+  xport_caps_t caps;
+  s->ctx = open_ctx(s->provider);
+  xport_ctx_query(s->ctx, &caps);
+  static char prov[32];
+  snprintf(prov, sizeof prov, "%s", caps.provider);
+  s->provider = prov;
+  ok(xport_connect(s->ctx, addr, 10000, &s->conn), "xport_connect");
+  s->p.magic = MAGIC;
+  ctl_send(s, &s->p, sizeof s->p);
+  int bad = session(s);
+  xport_ctx_destroy(s->ctx);
+  return bad;
+}
+
+static void usage(FILE *f)
+{
+  fprintf(f,
+          "usage: xport_perf [-b HOST:PORT] [--persistent]   serve (default 0.0.0.0:%s)\n"
+          "       xport_perf [options] HOST:PORT              run against a server\n"
+          "       xport_perf --loopback [options]             both, as two processes\n"
+          "options:\n"
+          "  -t TEST      send_lat (default), send_bw, write_lat, write_bw, read_lat,\n"
+          "               read_bw, write_imm_lat\n"
+          "  -s SIZE      message size in bytes (default 8 for latency, 65536 for bandwidth)\n"
+          "  -a           every power of two from 1 B to 8 MiB\n"
+          "  -n ITERS     measured iterations (default 1000)\n"
+          "  -w WINDOW    operations in flight in bandwidth tests (default 64)\n"
+          "  --warmup N   unmeasured iterations first (default 100)\n"
+          "  -p PROVIDER  as XPORT_PROVIDER\n"
+          "  --check      verify every byte; exit 1 on a mismatch\n"
+          "  --json       one JSON object per line;  --csv  CSV with a header\n",
+          DEFAULT_PORT);
+}
+
+int main(int argc, char **argv)
+{
+  static const struct option opts[] = {
+      {"loopback", no_argument, NULL, 'L'}, {"persistent", no_argument, NULL, 'P'},
+      {"warmup", required_argument, NULL, 'W'}, {"check", no_argument, NULL, 'C'},
+      {"json", no_argument, NULL, 'J'},       {"csv", no_argument, NULL, 'V'},
+      {"help", no_argument, NULL, 'h'},       {NULL, 0, NULL, 0}};
+  struct side s = {0};
+  const char *bind = "0.0.0.0:" DEFAULT_PORT;
+  int loopback = 0, persistent = 0, ch, size_set = 0;
+  s.p.test = SEND_LAT;
+  s.p.iters = 1000;
+  s.p.warmup = 100;
+  s.p.window = 64;
+  while ((ch = getopt_long(argc, argv, "b:t:s:an:w:p:h", opts, NULL)) != -1) {
+    switch (ch) {
+    case 'b': bind = optarg; break;
+    case 't':
+      for (s.p.test = 0; s.p.test < NTESTS && strcmp(test_name[s.p.test], optarg); s.p.test++)
+        ;
+      if (s.p.test == NTESTS)
+        die("unknown test %s (fadd_lat and cswap_lat come with atomics)", optarg);
+      break;
+    case 's': s.p.size = strtoull(optarg, NULL, 0); size_set = 1; break;
+    case 'a': s.p.all = 1; break;
+    case 'n': s.p.iters = strtoull(optarg, NULL, 0); break;
+    case 'w': s.p.window = strtoull(optarg, NULL, 0); break;
+    case 'W': s.p.warmup = strtoull(optarg, NULL, 0); break;
+    case 'p': s.provider = optarg; break;
+    case 'C': s.p.check = 1; break;
+    case 'J': s.json = 1; break;
+    case 'V': s.csv = 1; break;
+    case 'L': loopback = 1; break;
+    case 'P': persistent = 1; break;
+    case 'h': usage(stdout); return 0;
+    default: usage(stderr); return 2;
+    }
+  }
+  if (!size_set)
+    s.p.size = is_lat((int)s.p.test) ? 8 : 65536;
+  if (!s.p.all && (s.p.size == 0 || s.p.size > ((size_t)1 << 30)))
+    die("size must be 1 B to 1 GiB");
+  if (!s.p.iters || !s.p.window)
+    die("iterations and window must be positive");
+
+  if (loopback) {
+    int p[2];
+    if (pipe(p))
+      die("pipe");
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(p[0]);
+      s.quiet = 1;
+      _exit(serve(&s, "127.0.0.1:0", 0, p[1]) ? 1 : 0);
+    }
+    close(p[1]);
+    char addr[128] = "";
+    if (read(p[0], addr, sizeof addr - 1) <= 0)
+      die("the server side did not start");
+    close(p[0]);
+    int bad = drive(&s, addr);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return bad || !WIFEXITED(st) || WEXITSTATUS(st) ? 1 : 0;
+  }
+  if (optind < argc)
+    return drive(&s, argv[optind]) ? 1 : 0;
+  return serve(&s, bind, persistent, -1) ? 1 : 0;
+}
