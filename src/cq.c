@@ -121,6 +121,15 @@ void xport__req_complete(xport_ctx_t *ctx, struct xport__req *req, int status)
   done_push(ctx, req);
 }
 
+void xport__req_done_now(xport_ctx_t *ctx, struct xport__req *req)
+{
+  xport__req_free_mem(ctx, req);
+  req->status = 0;
+  req->flags = 0;
+  req->conn->nreqs++;
+  done_push(ctx, req);
+}
+
 void xport__req_orphan(xport_ctx_t *ctx, struct xport__req *req, int status)
 {
   unlink_out(req);

@@ -343,6 +343,8 @@ int xport__post_end(xport_conn_t *conn, struct xport__req *req, ssize_t ret);
 struct xport__req *xport__req_get(xport_ctx_t *ctx);
 /* Marks a request finished with status and queues it for delivery. */
 void xport__req_complete(xport_ctx_t *ctx, struct xport__req *req, int status);
+/* Queues the completion of a request the provider never took (inject). */
+void xport__req_done_now(xport_ctx_t *ctx, struct xport__req *req);
 /* Queues a completion for a request the provider still owns (RDM). */
 void xport__req_orphan(xport_ctx_t *ctx, struct xport__req *req, int status);
 /* Releases a request's library-owned memory (bounce, registrations). */

@@ -159,6 +159,9 @@ static void setup(struct side *s, size_t size_max)
 }
 
 static char *slot(struct side *s, uint64_t i) { return s->buf + (i % s->nslots) * s->slot; }
+/* Ping-pong tests alternate two slots, so that the working set stays in
+ * cache as fi_pingpong's single buffer does. */
+static char *pp_slot(struct side *s, uint64_t i) { return s->buf + (i & 1) * s->slot; }
 static char *target(struct side *s) { return s->buf + s->nslots * s->slot; } /* RMA area */
 static size_t target_off(struct side *s) { return s->nslots * s->slot; }
 
@@ -204,18 +207,18 @@ static void run(struct side *s, int test, size_t size, struct result *r)
   switch (test) {
   case SEND_LAT:
     if (s->server)
-      ok(xport_recv(s->conn, slot(s, 0), size, s->mr, NULL), "recv");
+      ok(xport_recv(s->conn, pp_slot(s, 0), size, s->mr, NULL), "recv");
     for (uint64_t i = 0; i < total; i++) {
-      char *b = slot(s, i);
+      char *b = pp_slot(s, i);
       double t = now_us();
       if (cli) {
-        ok(xport_recv(s->conn, slot(s, i + 1), size, s->mr, NULL), "recv");
+        ok(xport_recv(s->conn, pp_slot(s, i + 1), size, s->mr, NULL), "recv");
         if (check)
           fill(b, size, i);
         ok(xport_send(s->conn, b, size, s->mr, NULL), "send");
         next_op(s, XPORT_OP_SEND);
         c = next_op(s, XPORT_OP_RECV);
-        if (check && (c.len != size || !same(slot(s, i + 1), size, i + 1000000)))
+        if (check && (c.len != size || !same(pp_slot(s, i + 1), size, i + 1000000)))
           r->check_ok = 0;
         if (i >= s->p.warmup)
           r->lat[r->n++] = (now_us() - t) / 2;
@@ -224,7 +227,7 @@ static void run(struct side *s, int test, size_t size, struct result *r)
         if (check && (c.len != size || !same(b, size, i)))
           r->check_ok = 0;
         if (i + 1 < total)
-          ok(xport_recv(s->conn, slot(s, i + 1), size, s->mr, NULL), "recv");
+          ok(xport_recv(s->conn, pp_slot(s, i + 1), size, s->mr, NULL), "recv");
         if (check)
           fill(b, size, i + 1000000);
         ok(xport_send(s->conn, b, size, s->mr, NULL), "send");
@@ -348,7 +351,7 @@ static void run(struct side *s, int test, size_t size, struct result *r)
     }
     if (test == READ_LAT) {
       for (uint64_t i = 0; i < total; i++) {
-        char *b = slot(s, i);
+        char *b = pp_slot(s, i);
         double t = now_us();
         ok(xport_read(s->conn, b, size, s->mr, s->peer, target_off(s), NULL), "read");
         next_op(s, XPORT_OP_READ);
