@@ -82,6 +82,9 @@ typedef struct xport_ctx_attr {
   const char *iface;    /* network interface; NULL: any */
   xport_switch_t strict;          /* act as if every obligation applied */
   xport_switch_t progress_thread; /* drive progress while the caller is away */
+  /* A wait fd for xport_wait/xport_ctx_fd; off saves a syscall or two per
+   * completion on some providers (tcp) for callers that only poll. */
+  xport_switch_t wait_fd;
 } xport_ctx_attr_t;
 
 typedef enum { XPORT_EP_MSG = 1, XPORT_EP_RDM = 2 } xport_ep_type_t;

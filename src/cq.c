@@ -371,6 +371,8 @@ int xport__wait_fds(xport_ctx_t *ctx)
   int cq_fd = -1, eq_fd = -1;
   struct epoll_event ev = {.events = EPOLLIN};
 
+  if (!ctx->cq_fd_ok || (ctx->eq && !ctx->eq_fd_ok))
+    return 0; /* no wait fd: xport_wait sleeps in short steps instead */
   if (fi_control(&ctx->cq->fid, FI_GETWAIT, &cq_fd) || cq_fd < 0 ||
       (ctx->eq && (fi_control(&ctx->eq->fid, FI_GETWAIT, &eq_fd) || eq_fd < 0)))
     return 0; /* no wait fd: xport_wait sleeps in short steps instead */

@@ -19,15 +19,16 @@ struct settings {
   const char *iface;
   int strict;
   int progress_thread;
+  int wait_fd;
 };
 
-static int pick_switch(xport_switch_t v, enum xport__env_id id)
+static int pick_switch(xport_switch_t v, enum xport__env_id id, int def)
 {
   if (v == XPORT_ON)
     return 1;
   if (v == XPORT_OFF)
     return 0;
-  return xport__env_bool(id, 0);
+  return xport__env_bool(id, def);
 }
 
 /* An explicit attribute beats the environment, which beats the default. */
@@ -39,8 +40,9 @@ static void resolve_settings(const xport_ctx_attr_t *attr, struct settings *s)
   s->provider = attr->provider ? attr->provider : xport__env_str(XPORT__ENV_PROVIDER);
   s->domain = attr->domain ? attr->domain : xport__env_str(XPORT__ENV_DOMAIN);
   s->iface = attr->iface ? attr->iface : xport__env_str(XPORT__ENV_IFACE);
-  s->strict = pick_switch(attr->strict, XPORT__ENV_STRICT);
-  s->progress_thread = pick_switch(attr->progress_thread, XPORT__ENV_PROGRESS_THREAD);
+  s->strict = pick_switch(attr->strict, XPORT__ENV_STRICT, 0);
+  s->progress_thread = pick_switch(attr->progress_thread, XPORT__ENV_PROGRESS_THREAD, 0);
+  s->wait_fd = pick_switch(attr->wait_fd, XPORT__ENV_WAIT_FD, 1);
 }
 
 /* Position of prov in a comma-separated list, or -1. */
@@ -190,11 +192,13 @@ static void close_fids(xport_ctx_t *ctx)
 }
 
 /* Opens fabric, domain, EQ and CQ for one candidate; 0 or -FI_E*. */
-static int open_candidate(xport_ctx_t *ctx, struct fi_info *fi, int strict,
+static int open_candidate(xport_ctx_t *ctx, struct fi_info *fi, const struct settings *s,
                           const char **what)
 {
+  int strict = s->strict;
   struct fi_eq_attr eq_attr = {.size = 64, .wait_obj = FI_WAIT_FD};
-  struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_FD};
+  struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_DATA,
+                               .wait_obj = s->wait_fd ? FI_WAIT_FD : FI_WAIT_NONE};
   int ret;
 
   /* Strict mode asks for what verbs imposes; providers that merely allow
@@ -233,6 +237,9 @@ static int open_candidate(xport_ctx_t *ctx, struct fi_info *fi, int strict,
   }
   if (ret)
     goto fail;
+  /* FI_GETWAIT on an object without a wait fd is not safe everywhere. */
+  ctx->cq_fd_ok = cq_attr.wait_obj == FI_WAIT_FD;
+  ctx->eq_fd_ok = ctx->eq && eq_attr.wait_obj == FI_WAIT_FD;
   return 0;
 fail:
   close_fids(ctx);
@@ -391,7 +398,7 @@ static int probe(xport_ctx_t *ctx, const struct settings *s)
     }
     const char *what = "";
     struct fi_info *fi = fi_dupinfo(ok[i].fi);
-    ret = fi ? open_candidate(ctx, fi, s->strict, &what) : -FI_ENOMEM;
+    ret = fi ? open_candidate(ctx, fi, s, &what) : -FI_ENOMEM;
     if (ret) {
       char reason[160];
       snprintf(reason, sizeof reason, "failed to open: %s: %s", what, fi_strerror(-ret));

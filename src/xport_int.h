@@ -92,6 +92,7 @@ enum xport__env_id {
   XPORT__ENV_EAGER_SIZE,
   XPORT__ENV_PEER_TIMEOUT,
   XPORT__ENV_RMA_TIMEOUT,
+  XPORT__ENV_WAIT_FD,
   XPORT__ENV_COUNT
 };
 
@@ -295,6 +296,7 @@ struct xport_ctx {
   size_t eager_size;  /* copy through bounce buffers up to this size */
 
   int epfd;           /* joins the CQ and EQ wait fds; -1 without */
+  int cq_fd_ok, eq_fd_ok; /* opened with FI_WAIT_FD */
   unsigned eq_skip;   /* empty polls since the EQ was last read */
 
   struct xport__req *free_reqs;

@@ -200,6 +200,17 @@ START_TEST(wait_fd_usable)
   ck_assert_int_ge(fcntl(fd, F_GETFD), 0);
   ck_assert_int_eq(xport_wait(ctx, 10), -XPORT_ETIMEDOUT);
   xport_ctx_destroy(ctx);
+  /* Without one, waiting still works (in steps) and the fd is refused. */
+  setenv("XPORT_WAIT_FD", "0", 1);
+  ck_assert_int_eq(xport_ctx_create(NULL, &ctx), 0);
+  xport_ctx_query(ctx, &caps);
+  ck_assert_int_eq(caps.wait_fd, 0);
+  fd = -7;
+  ck_assert_int_eq(xport_ctx_fd(ctx, &fd), -XPORT_ENOSYS);
+  ck_assert_int_eq(fd, -7);
+  ck_assert_int_eq(xport_wait(ctx, 10), -XPORT_ETIMEDOUT);
+  xport_ctx_destroy(ctx);
+  unsetenv("XPORT_WAIT_FD");
 }
 END_TEST
 

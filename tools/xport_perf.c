@@ -47,6 +47,7 @@ struct side {
   struct plan p;
   const char *provider;
   int json, csv, quiet;
+  int sleep; /* --sleep: block in xport_wait between polls */
 };
 
 static void die(const char *fmt, ...)
@@ -101,8 +102,11 @@ static xport_completion_t next_op(struct side *s, xport_op_t op)
   for (;;) {
     int n = xport_poll(s->ctx, &c, 1);
     ok(n, "xport_poll");
-    if (!n)
+    if (!n) {
+      if (s->sleep)
+        xport_wait(s->ctx, 1000);
       continue;
+    }
     if (c.status)
       die("%s failed: %s%s%s", c.op == XPORT_OP_DISCONNECT ? "connection" : "operation",
           xport_strerror(c.status), c.hint ? ": " : "", c.hint ? c.hint : "");
@@ -496,9 +500,10 @@ static int session(struct side *s)
   return bad;
 }
 
-static xport_ctx_t *open_ctx(const char *provider)
+static xport_ctx_t *open_ctx(const char *provider, int sleep)
 {
-  xport_ctx_attr_t attr = {.provider = provider};
+  /* Spinning needs no wait fd, and on tcp it costs a microsecond. */
+  xport_ctx_attr_t attr = {.provider = provider, .wait_fd = sleep ? XPORT_ON : XPORT_OFF};
   xport_ctx_t *ctx;
   ok(xport_ctx_create(&attr, &ctx), "xport_ctx_create");
   return ctx;
@@ -510,7 +515,7 @@ static int serve(struct side *s, const char *bind, int persistent, int ready_fd)
   char addr[128];
   int bad = 0;
   s->server = 1;
-  s->ctx = open_ctx(s->provider);
+  s->ctx = open_ctx(s->provider, s->sleep);
   ok(xport_listen(s->ctx, bind, &lst), "xport_listen");
   ok(xport_listener_addr(lst, addr, sizeof addr), "xport_listener_addr");
   if (ready_fd >= 0) {
@@ -536,7 +541,7 @@ static int serve(struct side *s, const char *bind, int persistent, int ready_fd)
 static int drive(struct side *s, const char *addr)
 {
   xport_caps_t caps;
-  s->ctx = open_ctx(s->provider);
+  s->ctx = open_ctx(s->provider, s->sleep);
   xport_ctx_query(s->ctx, &caps);
   static char prov[32];
   snprintf(prov, sizeof prov, "%s", caps.provider);
@@ -565,6 +570,7 @@ static void usage(FILE *f)
           "  --warmup N   unmeasured iterations first (default 100)\n"
           "  -p PROVIDER  as XPORT_PROVIDER\n"
           "  --check      verify every byte; exit 1 on a mismatch\n"
+          "  --sleep      sleep in xport_wait between polls instead of spinning\n"
           "  --json       one JSON object per line;  --csv  CSV with a header\n",
           DEFAULT_PORT);
 }
@@ -575,7 +581,8 @@ int main(int argc, char **argv)
       {"loopback", no_argument, NULL, 'L'}, {"persistent", no_argument, NULL, 'P'},
       {"warmup", required_argument, NULL, 'W'}, {"check", no_argument, NULL, 'C'},
       {"json", no_argument, NULL, 'J'},       {"csv", no_argument, NULL, 'V'},
-      {"help", no_argument, NULL, 'h'},       {NULL, 0, NULL, 0}};
+      {"sleep", no_argument, NULL, 'S'},      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
   struct side s = {0};
   const char *bind = "0.0.0.0:" DEFAULT_PORT;
   int loopback = 0, persistent = 0, ch, size_set = 0;
@@ -602,6 +609,7 @@ int main(int argc, char **argv)
     case 'J': s.json = 1; break;
     case 'V': s.csv = 1; break;
     case 'L': loopback = 1; break;
+    case 'S': s.sleep = 1; break;
     case 'P': persistent = 1; break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
