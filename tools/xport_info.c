@@ -6,6 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#ifdef HAVE_IBVERBS
+#include <arpa/inet.h>
+#include <infiniband/verbs.h>
+#endif
 
 static const char *verdict_name(xport_verdict_t v)
 {
@@ -111,11 +116,173 @@ static int print_env(void)
   return 0;
 }
 
+/* Registered memory counts against RLIMIT_MEMLOCK on verbs. */
+static void print_memlock(void)
+{
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_MEMLOCK, &rl))
+    return;
+  if (rl.rlim_cur == RLIM_INFINITY) {
+    printf("  memlock limit:   unlimited\n");
+    return;
+  }
+  printf("  memlock limit:   %llu KiB\n", (unsigned long long)rl.rlim_cur / 1024);
+  if (rl.rlim_cur < (64u << 20))
+    printf("  hint: registering more than %llu KiB will fail on verbs; raise it with "
+           "'ulimit -l unlimited' (or memlock in /etc/security/limits.conf)\n",
+           (unsigned long long)rl.rlim_cur / 1024);
+}
+
+#ifdef HAVE_IBVERBS
+static const char *port_state(enum ibv_port_state s)
+{
+  switch (s) {
+  case IBV_PORT_DOWN: return "DOWN";
+  case IBV_PORT_INIT: return "INIT";
+  case IBV_PORT_ARMED: return "ARMED";
+  case IBV_PORT_ACTIVE: return "ACTIVE";
+  case IBV_PORT_ACTIVE_DEFER: return "ACTIVE_DEFER";
+  default: return "NOP";
+  }
+}
+
+static void print_verbs(void)
+{
+  int n = 0;
+  struct ibv_device **devs = ibv_get_device_list(&n);
+  printf("\nverbs devices (rdma-core):\n");
+  if (!devs || !n) {
+    printf("  none: no RDMA device on this machine (Soft-RoCE: 'rdma link add rxe0 type rxe "
+           "netdev IFACE')\n");
+    print_memlock();
+    if (devs)
+      ibv_free_device_list(devs);
+    return;
+  }
+  for (int d = 0; d < n; d++) {
+    struct ibv_context *ctx = ibv_open_device(devs[d]);
+    struct ibv_device_attr attr;
+    printf("  %s", ibv_get_device_name(devs[d]));
+    if (!ctx || ibv_query_device(ctx, &attr)) {
+      printf(": cannot open (%s)\n", ctx ? "query failed" : "permission or driver problem");
+      if (ctx)
+        ibv_close_device(ctx);
+      continue;
+    }
+    printf(": fw %s, %u port(s)\n", attr.fw_ver, attr.phys_port_cnt);
+    for (uint8_t p = 1; p <= attr.phys_port_cnt; p++) {
+      struct ibv_port_attr pa;
+      if (ibv_query_port(ctx, p, &pa))
+        continue;
+      printf("    port %u: %s, link layer %s, active MTU %d\n", p, port_state(pa.state),
+             pa.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand",
+             128 << pa.active_mtu);
+      int gids = 0;
+      for (int g = 0; g < pa.gid_tbl_len; g++) {
+        struct ibv_gid_entry e;
+        if (ibv_query_gid_ex(ctx, p, (uint32_t)g, &e, 0))
+          continue;
+        static const uint8_t zero[16];
+        if (!memcmp(e.gid.raw, zero, 16))
+          continue;
+        char text[INET6_ADDRSTRLEN];
+        inet_ntop(AF_INET6, e.gid.raw, text, sizeof text);
+        printf("      gid[%d] %-40s %s\n", g, text,
+               e.gid_type == IBV_GID_TYPE_ROCE_V2   ? "RoCE v2"
+               : e.gid_type == IBV_GID_TYPE_ROCE_V1 ? "RoCE v1"
+                                                    : "IB");
+        gids++;
+      }
+      if (pa.state == IBV_PORT_DOWN || pa.state == IBV_PORT_INIT)
+        printf("      hint: port is %s: check the cable or link (%s), or the subnet manager "
+               "(InfiniBand)\n", port_state(pa.state),
+               pa.link_layer == IBV_LINK_LAYER_ETHERNET ? "ip link" : "ibstat");
+      if (!gids)
+        printf("      hint: no GID: the network interface behind this port has no IP "
+               "address (RoCE needs one)\n");
+    }
+    ibv_close_device(ctx);
+  }
+  ibv_free_device_list(devs);
+  print_memlock();
+}
+#else
+static void print_verbs(void)
+{
+  printf("\nverbs devices: not shown (xport_info was built without rdma-core)\n");
+  print_memlock();
+}
+#endif
+
+/* -a: every provider that opens, side by side. */
+static int print_all(void)
+{
+  xport_ctx_t *ctx;
+  const xport_candidate_t *cands;
+  char names[16][32];
+  xport_caps_t caps[16];
+  int n = 0;
+  setenv("XPORT_LOG", "none", 0); /* a provider that will not open is a column less */
+  if (xport_ctx_create(NULL, &ctx) == 0) {
+    int nc = xport_ctx_candidates(ctx, &cands);
+    for (int i = 0; i < nc && n < 16; i++) {
+      int dup = 0;
+      for (int j = 0; j < n; j++)
+        dup |= !strcmp(names[j], cands[i].provider);
+      if (!dup)
+        snprintf(names[n++], sizeof names[0], "%s", cands[i].provider);
+    }
+    xport_ctx_destroy(ctx);
+  }
+  int ok = 0;
+  for (int i = 0; i < n; i++) {
+    xport_ctx_attr_t a = {.provider = names[i]};
+    if (xport_ctx_create(&a, &ctx))
+      continue;
+    xport_ctx_query(ctx, &caps[ok]);
+    if (ok != i)
+      memcpy(names[ok], names[i], sizeof names[0]);
+    ok++;
+    xport_ctx_destroy(ctx);
+  }
+  if (!ok) {
+    fprintf(stderr, "xport_info: no provider opens\n");
+    return 1;
+  }
+  char mr[96];
+#define ROW(label, fmt, expr)                                                          \
+  do {                                                                                 \
+    printf("%-16s", label);                                                            \
+    for (int i = 0; i < ok; i++) {                                                     \
+      const xport_caps_t *c = &caps[i];                                                \
+      (void)c;                                                                         \
+      printf(" " fmt, expr);                                                           \
+    }                                                                                  \
+    printf("\n");                                                                      \
+  } while (0)
+  ROW("provider", "%-14s", c->provider);
+  ROW("endpoint type", "%-14s", c->ep_type == XPORT_EP_RDM ? "rdm" : "msg");
+  ROW("domain", "%-14s", c->domain);
+  ROW("max message", "%-14zu", c->max_msg_size);
+  ROW("inject size", "%-14zu", c->inject_size);
+  ROW("max iov", "%-14zu", c->max_iov);
+  ROW("tx/rx depth", "%-14s", (snprintf(mr, sizeof mr, "%zu/%zu", c->tx_depth, c->rx_depth), mr));
+  ROW("imm bytes", "%-14u", c->wire_imm_bytes);
+  ROW("rma", "%-14s", support_name(c->rma));
+  ROW("atomics", "%-14s", support_name(c->atomics));
+  ROW("registration", "%-14s", (mr_mode_str(c->mr_mode, mr, sizeof mr), mr));
+  ROW("wait fd", "%-14s", c->wait_fd ? "yes" : "no");
+  ROW("progress", "%-14s", c->progress == XPORT_PROGRESS_MANUAL ? "manual" : "auto");
+#undef ROW
+  return 0;
+}
+
 static void usage(FILE *f)
 {
-  fprintf(f, "usage: xport_info [-p PROVIDER] [--json] [-e] [-h]\n"
+  fprintf(f, "usage: xport_info [-p PROVIDER] [--json] [-a] [-e] [-h]\n"
              "  -p PROVIDER  probe only this provider (same syntax as XPORT_PROVIDER)\n"
              "  --json       one JSON object: chosen and candidates\n"
+             "  -a           every provider that opens, side by side\n"
              "  -e           list every XPORT_* environment variable\n");
 }
 
@@ -126,10 +293,11 @@ int main(int argc, char **argv)
                                        {NULL, 0, NULL, 0}};
   xport_ctx_attr_t attr = {0};
   int json = 0, ch;
-  while ((ch = getopt_long(argc, argv, "p:ejh", opts, NULL)) != -1) {
+  while ((ch = getopt_long(argc, argv, "p:eajh", opts, NULL)) != -1) {
     switch (ch) {
     case 'p': attr.provider = optarg; break;
     case 'e': return print_env();
+    case 'a': return print_all();
     case 'j': json = 1; break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
@@ -145,10 +313,12 @@ int main(int argc, char **argv)
   const xport_candidate_t *cands;
   xport_ctx_query(ctx, &caps);
   int n = xport_ctx_candidates(ctx, &cands);
-  if (json)
+  if (json) {
     print_json(&caps, cands, n);
-  else
+  } else {
     print_text(&caps, cands, n);
+    print_verbs();
+  }
   xport_ctx_destroy(ctx);
   return 0;
 }

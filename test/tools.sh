@@ -1,0 +1,68 @@
+#!/bin/sh
+# xport_info and xport_perf on every provider configuration present:
+# xport_info --json parses and names the provider asked for; xport_perf
+# --loopback --check passes every test at a few sizes.
+set -u
+top_builddir=${top_builddir:-.}
+info="$top_builddir/tools/xport_info"
+perf="$top_builddir/tools/xport_perf"
+PYTHON=${PYTHON:-python3}
+pass=0
+fail=0
+skip=0
+check() { # name, then the command
+  name=$1
+  shift
+  if out=$("$@" 2>&1); then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL: $name"
+    echo "$out" | tail -5
+  fi
+}
+
+for cfg in tcp tcp-strict "tcp;ofi_rxm" shm; do
+  prov=${cfg%-strict}
+  strict=0
+  [ "$cfg" = tcp-strict ] && strict=1
+  export XPORT_STRICT=$strict XPORT_LOG=none
+  if ! XPORT_PROVIDER="$prov" "$info" --json > /dev/null 2>&1; then
+    echo "SKIP: tools on $cfg: xport_info finds no usable $prov"
+    skip=$((skip + 1))
+    continue
+  fi
+  echo "=== tools on $cfg ==="
+  check "xport_info --json on $cfg" sh -c "\"$info\" -p '$prov' --json | \"$PYTHON\" -c '
+import json, sys
+d = json.load(sys.stdin)
+c = d[\"chosen\"]
+assert c[\"provider\"] == sys.argv[1], c[\"provider\"]
+for k in (\"provider\", \"fabric\", \"domain\", \"ep_type\", \"max_msg_size\", \"imm_bits\", \"rma\", \"mr_mode\", \"wait_fd\", \"progress\"):
+    assert k in c, k
+assert d[\"candidates\"]
+for x in d[\"candidates\"]:
+    assert {\"provider\", \"domain\", \"verdict\", \"reason\"} <= set(x), x
+    assert x[\"verdict\"] in (\"chosen\", \"usable\", \"rejected\")
+' '$prov'"
+  for t in send_lat send_bw write_lat write_bw read_lat read_bw write_imm_lat; do
+    for size in 1 4099 65536; do
+      check "xport_perf $t $size on $cfg" sh -c "\"$perf\" --loopback --check -p '$prov' -t $t -s $size -n 30 --warmup 3 -w 8 --json | \"$PYTHON\" -c '
+import json, sys
+lines = [json.loads(l) for l in sys.stdin if l.strip()]
+assert len(lines) == 1, lines
+r = lines[0]
+assert r[\"test\"] == sys.argv[1] and r[\"size\"] == int(sys.argv[2]) and r[\"check\"] == \"ok\", r
+assert r[\"provider\"] == sys.argv[3], r
+keys = (\"lat_us_min\", \"lat_us_median\", \"lat_us_mean\", \"lat_us_p99\", \"lat_us_max\") if sys.argv[1].endswith(\"_lat\") else (\"bw_MBps\", \"msg_rate\")
+for k in keys:
+    assert r[k] > 0, (k, r)
+' $t $size '$prov'"
+    done
+  done
+  check "xport_perf -a on $cfg" sh -c "\"$perf\" --loopback --check -p '$prov' -t write_bw -a -n 4 --warmup 1 -w 4 --csv | grep -c ',ok$' | grep -qx 24"
+done
+echo "tools: $pass passed, $fail failed"
+[ "$fail" -eq 0 ] || exit 1
+[ "$pass" -gt 0 ] || exit 77
+exit 0
