@@ -436,7 +436,7 @@ static void report(struct side *s, int test, size_t size, struct result *r, int 
     double bw = (double)size * (double)r->n / r->elapsed_us; /* bytes/us = MB/s */
     double rate = (double)r->n / r->elapsed_us * 1e6;
     if (s->json)
-      printf("{\"test\":\"%s\",\"provider\":\"%s\",\"size\":%zu,\"iters\":%llu,\"bw_MBps\":%.2f,"
+      printf("{\"test\":\"%s\",\"provider\":\"%s\",\"size\":%zu,\"iters\":%llu,\"bw_MBps\":%.6g,"
              "\"msg_rate\":%.0f,\"check\":\"%s\"}\n",
              test_name[test], s->provider, size, (unsigned long long)r->n, bw, rate, chk);
     else if (s->csv)
