@@ -13,4 +13,5 @@ const struct xport__profile xport__profile_verbs_rxm = {
   .name = "verbs;ofi_rxm",
   .rank = 15,
   .manual_progress = 1,
+  .inject_needs_completion = 1,
 };

@@ -3,9 +3,23 @@
  * FI_RX_CQ_DATA, 4-byte immediate data) come from fi_getinfo itself. */
 #include "xport_int.h"
 
+/* A receive shorter than the message fails with IBV_WC_LOC_LEN_ERR (or,
+ * on rxe, IBV_WC_LOC_QP_OP_ERR), which libfabric 1.17 passes on as a
+ * generic FI_EIO. It also moves the queue pair to the error state: the
+ * connection ends with it. */
+static int verbs_cq_error(int fi_err, int prov_errno, int is_recv)
+{
+  (void)fi_err;
+  if (is_recv && (prov_errno == 1 /* LOC_LEN_ERR */ || prov_errno == 2 /* LOC_QP_OP_ERR */))
+    return -XPORT_ETRUNC;
+  return 0;
+}
+
 const struct xport__profile xport__profile_verbs = {
   .name = "verbs",
   .rank = 10,
   .explicit_only = NULL,
   .manual_progress = 0,
+  .inject_needs_completion = 1,
+  .cq_error = verbs_cq_error,
 };

@@ -281,6 +281,18 @@ static int xport_listen__locked(xport_ctx_t *ctx, const char *addr, xport_listen
     goto linked;
   }
   ret = resolve(ctx, addr, FI_SOURCE, &info);
+  if (ret == -XPORT_EADDRNOTAVAIL) {
+    /* Some providers (verbs) bind while resolving: a taken port then
+     * looks like a bad address. Tell the two apart. */
+    char host[256], port[8], any[300];
+    if (!xport__addr_split(addr, host, sizeof host, port, sizeof port) && strcmp(port, "0")) {
+      snprintf(any, sizeof any, strchr(host, ':') ? "[%s]:0" : "%s:0", host);
+      if (!resolve(ctx, any, FI_SOURCE, &info)) {
+        fi_freeinfo(info);
+        ret = -XPORT_EADDRINUSE;
+      }
+    }
+  }
   if (ret)
     return ret;
   lst = calloc(1, sizeof *lst);
@@ -292,8 +304,12 @@ static int xport_listen__locked(xport_ctx_t *ctx, const char *addr, xport_listen
   ret = fi_passive_ep(ctx->fabric, info, &lst->pep, lst);
   if (!ret)
     ret = fi_pep_bind(lst->pep, &ctx->eq->fid, 0);
-  if (!ret)
+  if (!ret) {
+    /* Connection requests queue while the application accepts others. */
+    size_t backlog = 1024;
+    fi_control(&lst->pep->fid, FI_BACKLOG, &backlog);
     ret = fi_listen(lst->pep);
+  }
   fi_freeinfo(info);
   if (ret) {
     if (lst->pep)

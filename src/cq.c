@@ -258,6 +258,11 @@ static int read_error(xport_ctx_t *ctx, struct xport__req **req_p)
   if (!req)
     return 1; /* an error with no request of ours behind it */
   int status = xport__err_from_fi(err.err ? err.err : FI_EIO);
+  if (ctx->prof && ctx->prof->cq_error) {
+    int mapped = ctx->prof->cq_error(err.err, err.prov_errno, req->op == XPORT_OP_RECV);
+    if (mapped)
+      status = mapped;
+  }
   if (XPORT__UNLIKELY(req->op >= XPORT__OP_CTL_SEND || req->zombie)) {
     internal_entry(ctx, req, status);
     return 1;

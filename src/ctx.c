@@ -228,7 +228,8 @@ static int open_candidate(xport_ctx_t *ctx, struct fi_info *fi, const struct set
       goto fail;
   }
   *what = "fi_cq_open";
-  cq_attr.size = fi->rx_attr->size + fi->tx_attr->size;
+  /* One CQ serves every connection of the context: size it for many. */
+  cq_attr.size = 16 * (fi->rx_attr->size + fi->tx_attr->size);
   ret = fi_cq_open(ctx->domain, &cq_attr, &ctx->cq, ctx);
   if (ret == -FI_ENOSYS || ret == -FI_EINVAL) {
     /* No wait fd (shm): xport_wait sleeps in steps of its own. */
@@ -460,6 +461,7 @@ XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p
   ctx->native_wimm = (ctx->info->mode & FI_RX_CQ_DATA) ||
                      ctx->info->domain_attr->cq_data_size < 8;
   ctx->rdm = ctx->info->ep_attr->type == FI_EP_RDM;
+  ctx->quick_inject = !ctx->prof || !ctx->prof->inject_needs_completion;
   ctx->peer_check_ms = (long)xport__env_size(XPORT__ENV_PEER_TIMEOUT, 500);
   if (ctx->peer_check_ms < 1)
     ctx->peer_check_ms = 1;

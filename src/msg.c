@@ -172,7 +172,8 @@ static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_
   /* Small sends go out by inject: the provider copies the bytes at once,
    * so the send is complete as soon as it is posted and the provider
    * need not report it. */
-  if (op == XPORT_OP_SEND && cnt == 1 && fiov[0].iov_len <= conn->ctx->caps.inject_size) {
+  if (op == XPORT_OP_SEND && cnt == 1 && fiov[0].iov_len <= conn->ctx->caps.inject_size &&
+      conn->ctx->quick_inject) {
     if (conn->rep)
       ret = with_imm ? fi_tinjectdata(conn->ep, fiov[0].iov_base, fiov[0].iov_len, imm,
                                       conn->dest, conn->tag)
@@ -193,12 +194,15 @@ static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_
     }
     /* pushed back: fall through to an ordinary send, which may queue */
   }
+  /* An empty message carries no scatter element: some providers (verbs)
+   * would look up a descriptor for it. */
+  size_t nsge = req->len ? cnt : 0;
   if (conn->rep) {
     /* RDM: one endpoint for many connections; the tag picks the
      * connection, the peer's id on sends and ours on receives. */
     if (op == XPORT_OP_SEND) {
       if (with_imm) {
-        struct fi_msg_tagged msg = {.msg_iov = fiov, .desc = desc, .iov_count = cnt,
+        struct fi_msg_tagged msg = {.msg_iov = fiov, .desc = desc, .iov_count = nsge,
                                     .addr = conn->dest, .tag = conn->tag,
                                     .context = &req->fictx, .data = imm};
         ret = fi_tsendmsg(conn->ep, &msg, FI_REMOTE_CQ_DATA);
@@ -215,10 +219,17 @@ static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_
       ret = fi_trecvv(conn->ep, fiov, desc, cnt, FI_ADDR_UNSPEC, conn->id, 0, &req->fictx);
     }
   } else if (op == XPORT_OP_SEND) {
-    if (with_imm) {
-      struct fi_msg msg = {.msg_iov = fiov, .desc = desc, .iov_count = cnt,
+    uint64_t inj = cnt == 1 && fiov[0].iov_len && fiov[0].iov_len <= conn->ctx->caps.inject_size
+                       ? FI_INJECT
+                       : 0;
+    if (with_imm && cnt == 1) {
+      ret = fi_senddata(conn->ep, fiov[0].iov_base, fiov[0].iov_len, desc[0], imm, 0,
+                        &req->fictx);
+    } else if (with_imm || inj) {
+      /* Small sends still go inline, with a completion (verbs). */
+      struct fi_msg msg = {.msg_iov = fiov, .desc = desc, .iov_count = nsge,
                            .context = &req->fictx, .data = imm};
-      ret = fi_sendmsg(conn->ep, &msg, FI_REMOTE_CQ_DATA);
+      ret = fi_sendmsg(conn->ep, &msg, inj | (with_imm ? FI_REMOTE_CQ_DATA : 0));
     } else if (cnt == 1) {
       ret = fi_send(conn->ep, fiov[0].iov_base, fiov[0].iov_len, desc[0], 0, &req->fictx);
     } else {

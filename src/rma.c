@@ -242,12 +242,12 @@ static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t 
     req->len = len;
     uint64_t data = XPORT__WIMM_MARK << 32 | imm;
     if (conn->rep) {
-      struct fi_msg_tagged tm = {.msg_iov = fiov, .desc = desc, .iov_count = 1,
+      struct fi_msg_tagged tm = {.msg_iov = fiov, .desc = desc, .iov_count = 0,
                                  .addr = conn->dest, .tag = conn->tag,
                                  .context = &req->fictx, .data = data};
       ret = fi_tsendmsg(conn->ep, &tm, FI_REMOTE_CQ_DATA);
     } else {
-      struct fi_msg msg = {.msg_iov = fiov, .desc = desc, .iov_count = 1,
+      struct fi_msg msg = {.msg_iov = fiov, .desc = desc, .iov_count = 0,
                            .context = &req->fictx, .data = data};
       ret = fi_sendmsg(conn->ep, &msg, FI_REMOTE_CQ_DATA);
     }
@@ -265,9 +265,12 @@ static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t 
                     rk->key, &req->fictx);
     else
       ret = fi_readv(conn->ep, fiov, desc, cnt, conn->dest, addr, rk->key, &req->fictx);
+  } else if (with_imm && cnt == 1) {
+    ret = fi_writedata(conn->ep, len ? fiov[0].iov_base : NULL, len, len ? desc[0] : NULL, imm,
+                       conn->dest, addr, rk->key, &req->fictx);
   } else if (with_imm) {
     struct fi_rma_iov riov = {addr, len, rk->key};
-    struct fi_msg_rma m = {.msg_iov = fiov, .desc = desc, .iov_count = cnt,
+    struct fi_msg_rma m = {.msg_iov = fiov, .desc = desc, .iov_count = len ? cnt : 0,
                            .addr = conn->dest, .rma_iov = &riov, .rma_iov_count = 1,
                            .context = &req->fictx, .data = imm};
     ret = fi_writemsg(conn->ep, &m, FI_REMOTE_CQ_DATA);

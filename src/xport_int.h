@@ -51,6 +51,13 @@ struct xport__profile {
   const char *explicit_only;
   /* 1: reports FI_PROGRESS_AUTO but moves nothing unless its CQ is read. */
   int manual_progress;
+  /* 1: a send slot is freed only by a completion (hardware queues), so an
+   * injected send must still be completed by the provider (FI_INJECT
+   * flag) rather than finished by xport on the spot (fi_inject). */
+  int inject_needs_completion;
+  /* Maps a failed completion's error to xport's code where the provider
+   * reports something generic (may be NULL): 0 keeps the usual mapping. */
+  int (*cq_error)(int fi_err, int prov_errno, int is_recv);
   /* Runs before libfabric is first asked anything (may be NULL): the
    * place to set the provider's own environment variables. */
   void (*preinit)(void);
@@ -286,6 +293,7 @@ struct xport_ctx {
   int virt_addr;      /* RMA addresses are virtual addresses */
   int raw_keys;       /* FI_MR_RAW */
   int native_wimm;    /* write_imm consumes a receive natively (FI_RX_CQ_DATA) */
+  int quick_inject;   /* small sends finish at post (fi_inject) */
   int rdm;            /* FI_EP_RDM: connections are xport's own (rdm.c) */
   struct xport__rep *cep; /* RDM: the endpoint outgoing connections use */
   uint32_t next_conn_id;

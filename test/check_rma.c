@@ -150,8 +150,12 @@ static int rw_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   XT_CHECK(buf != NULL, "malloc");
   if (a->registered)
     XT_OK(xport_mr_reg(ctx, buf, REGION + SLACK, XPORT_ACCESS_LOCAL, &mr));
+  xport_caps_t caps;
+  XT_OK(xport_ctx_query(ctx, &caps));
   for (size_t i = 0; i < sizeof rw_sizes / sizeof rw_sizes[0]; i++) {
     size_t len = rw_sizes[i], off = (i * 1237) % (SLACK - 8) + 1; /* unaligned */
+    if (len > caps.max_msg_size) /* verbs over rxe: 8 MiB */
+      break;
     char *src = buf + (i % 8);                                      /* unaligned too */
     struct ctl m = {off, len, (uint32_t)i, K_VERIFY_GUARDS};
     /* Mark the bytes around the range so the server can check them. */
@@ -504,7 +508,7 @@ static int keys_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   reseal(k, klen);
   XT_CHECK(xport_rkey_unpack(conn, k, klen, &bad) == -XPORT_EPROTO, "version 2");
   memcpy(k, raw, klen);
-  memcpy(k + 40, "verbs\0\0\0", 8);
+  memcpy(k + 40, "nosuchprov\0\0\0\0\0", 16);
   reseal(k, klen);
   XT_CHECK(xport_rkey_unpack(conn, k, klen, &bad) == -XPORT_EPROTO, "foreign provider");
   memcpy(k, raw, klen);
@@ -672,7 +676,7 @@ static void sleepy_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
   (void)lst;
   /* A context of its own with the thread; the harness's one stays idle. */
   XT_OK(xport_ctx_create(&attr, &pctx));
-  XT_OK(xport_listen(pctx, "127.0.0.1:0", &plst));
+  XT_OK(xport_listen(pctx, xt_listen_addr(), &plst));
   XT_OK(xport_listener_addr(plst, addr, sizeof addr));
   XT_OK(xport_accept(lst, T_MS, &conn)); /* the client's first connection */
   XT_OK(xport_send(conn, addr, strlen(addr) + 1, NULL, NULL));
@@ -750,7 +754,8 @@ START_TEST(registration_rules_and_random_keys)
     for (int b = 7; b >= 0; b--)
       keys[i] = keys[i] << 8 | k[56 + b];
     bits |= keys[i];
-    for (int j = 0; j < i; j++)
+    /* Provider keys may repeat: verbs caches registrations of one buffer. */
+    for (int j = 0; j < i && !(caps.mr_mode & XPORT_MR_PROV_KEY); j++)
       XT_CHECK(keys[i] != keys[j], "key %d repeats key %d", i, j);
   }
   if (!(caps.mr_mode & XPORT_MR_PROV_KEY)) {

@@ -14,6 +14,16 @@ static const char *config = "none";
 
 const char *xt_config(void) { return config; }
 
+/* Verbs needs an address with an RDMA device behind it (the QEMU guest
+ * sets XPORT_TEST_HOST); everything else listens on the loopback. */
+const char *xt_listen_addr(void)
+{
+  static char addr[128];
+  const char *h = getenv("XPORT_TEST_HOST");
+  snprintf(addr, sizeof addr, "%s:0", h && *h ? h : "127.0.0.1");
+  return addr;
+}
+
 struct xt_cfg {
   const char *label;
   const char *provider; /* XPORT_PROVIDER */
@@ -223,7 +233,7 @@ pid_t xt_spawn_server(xt_listen_fn fn, void *arg, char *addr, size_t len)
     xport_ctx_t *ctx = xt_ctx();
     xport_listener_t *lst;
     char a[128];
-    XT_OK(xport_listen(ctx, "127.0.0.1:0", &lst));
+    XT_OK(xport_listen(ctx, xt_listen_addr(), &lst));
     XT_OK(xport_listener_addr(lst, a, sizeof a));
     XT_CHECK(write(p[1], a, strlen(a) + 1) > 0, "write");
     close(p[1]);

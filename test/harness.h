@@ -10,6 +10,8 @@
 
 /* The configuration the current run is for, e.g. "tcp" or "tcp-strict". */
 const char *xt_config(void);
+/* "HOST:0" for test listeners: 127.0.0.1, or $XPORT_TEST_HOST. */
+const char *xt_listen_addr(void);
 
 /* Runs make() per provider configuration (network suites) or once
  * (network == 0). Exits 0, 1 on failure, 77 when every config skipped. */

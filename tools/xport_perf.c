@@ -584,7 +584,7 @@ int main(int argc, char **argv)
       {"sleep", no_argument, NULL, 'S'},      {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   struct side s = {0};
-  const char *bind = "0.0.0.0:" DEFAULT_PORT;
+  const char *bind = NULL;
   int loopback = 0, persistent = 0, ch, size_set = 0;
   s.p.test = SEND_LAT;
   s.p.iters = 1000;
@@ -631,7 +631,7 @@ int main(int argc, char **argv)
     if (pid == 0) {
       close(p[0]);
       s.quiet = 1;
-      _exit(serve(&s, "127.0.0.1:0", 0, p[1]) ? 1 : 0);
+      _exit(serve(&s, bind ? bind : "127.0.0.1:0", 0, p[1]) ? 1 : 0);
     }
     close(p[1]);
     char addr[128] = "";
@@ -645,5 +645,5 @@ int main(int argc, char **argv)
   }
   if (optind < argc)
     return drive(&s, argv[optind]) ? 1 : 0;
-  return serve(&s, bind, persistent, -1) ? 1 : 0;
+  return serve(&s, bind ? bind : "0.0.0.0:" DEFAULT_PORT, persistent, -1) ? 1 : 0;
 }
