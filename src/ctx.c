@@ -228,8 +228,16 @@ static int open_candidate(xport_ctx_t *ctx, struct fi_info *fi, const struct set
       goto fail;
   }
   *what = "fi_cq_open";
-  /* One CQ serves every connection of the context: size it for many. */
-  cq_attr.size = 16 * (fi->rx_attr->size + fi->tx_attr->size);
+  /* One CQ serves every connection of the context. Over FI_EP_MSG each
+   * connection is an endpoint of its own, so size it for many (a verbs
+   * CQ that overflows breaks every queue pair on it); an RDM endpoint
+   * serves all connections through one queue pair of sizes. Hardware
+   * caps the size (rxe: 32k entries; rxm sizes its own CQ after ours). */
+  cq_attr.size = fi->rx_attr->size + fi->tx_attr->size;
+  if (fi->ep_attr->type == FI_EP_MSG)
+    cq_attr.size *= 16;
+  if (cq_attr.size > 16384)
+    cq_attr.size = 16384;
   ret = fi_cq_open(ctx->domain, &cq_attr, &ctx->cq, ctx);
   if (ret == -FI_ENOSYS || ret == -FI_EINVAL) {
     /* No wait fd (shm): xport_wait sleeps in steps of its own. */

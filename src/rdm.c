@@ -336,21 +336,23 @@ static int rep_open(xport_ctx_t *ctx, struct fi_info *info, const char *name,
     return -XPORT_ENOMEM;
   rep->ctx = ctx;
   rep->lock = -1;
+  const char *step = "fi_endpoint";
   ret = fi_endpoint(ctx->domain, info ? info : ctx->info, &rep->ep, rep);
-  if (!ret)
+  if (!ret && (step = "fi_av_open"))
     ret = fi_av_open(ctx->domain, &av_attr, &rep->av, rep);
-  if (!ret)
+  if (!ret && (step = "fi_ep_bind(av)"))
     ret = fi_ep_bind(rep->ep, &rep->av->fid, 0);
-  if (!ret)
+  if (!ret && (step = "fi_ep_bind(cq)"))
     ret = fi_ep_bind(rep->ep, &ctx->cq->fid, FI_TRANSMIT | FI_RECV);
-  if (!ret && name)
+  if (!ret && name && (step = "fi_setname"))
     ret = fi_setname(&rep->ep->fid, (void *)name, strlen(name) + 1);
-  if (!ret)
+  if (!ret && (step = "fi_enable"))
     ret = fi_enable(rep->ep);
   rep->addrlen = sizeof rep->addr;
-  if (!ret)
+  if (!ret && (step = "fi_getname"))
     ret = fi_getname(&rep->ep->fid, rep->addr, &rep->addrlen);
   if (ret) {
+    XPORT__INFO("opening an endpoint: %s: %s", step, fi_strerror(-ret));
     rep_close(rep);
     return ret == -FI_EADDRINUSE ? -XPORT_EADDRINUSE : xport__err_from_fi(ret);
   }
@@ -359,6 +361,7 @@ static int rep_open(xport_ctx_t *ctx, struct fi_info *info, const char *name,
     ret = rep->ctl_rx[i] ? ctl_post_recv(rep, rep->ctl_rx[i]) : -XPORT_ENOMEM;
   }
   if (ret) {
+    XPORT__INFO("posting control receives: %s", xport_strerror(ret));
     rep_close(rep);
     return ret;
   }
@@ -368,23 +371,31 @@ static int rep_open(xport_ctx_t *ctx, struct fi_info *info, const char *name,
 
 /* ---- listen, connect, accept, close ----------------------------------- */
 
+/* fi_getinfo for host:port on the chosen provider: first on the chosen
+ * domain (verbs;ofi_rxm endpoints must stay on their device), then on any
+ * (tcp names domains by interface, and the endpoint opens on ours). */
 static int resolve_sockaddr(xport_ctx_t *ctx, const char *host, const char *port,
                             uint64_t flags, struct fi_info **info_p)
 {
-  struct fi_info *h = fi_dupinfo(ctx->info);
-  if (!h)
-    return -XPORT_ENOMEM;
-  free(h->src_addr);
-  free(h->dest_addr);
-  h->src_addr = h->dest_addr = NULL;
-  h->src_addrlen = h->dest_addrlen = 0;
-  h->addr_format = FI_FORMAT_UNSPEC;
-  free(h->fabric_attr->name);
-  h->fabric_attr->name = NULL;
-  free(h->domain_attr->name);
-  h->domain_attr->name = NULL;
-  int ret = fi_getinfo(XPORT__FI_VERSION, host, port, flags, h, info_p);
-  fi_freeinfo(h);
+  int ret = -FI_ENODATA;
+  for (int keep = 1; keep >= 0 && ret; keep--) {
+    struct fi_info *h = fi_dupinfo(ctx->info);
+    if (!h)
+      return -XPORT_ENOMEM;
+    free(h->src_addr);
+    free(h->dest_addr);
+    h->src_addr = h->dest_addr = NULL;
+    h->src_addrlen = h->dest_addrlen = 0;
+    h->addr_format = FI_FORMAT_UNSPEC;
+    free(h->fabric_attr->name);
+    h->fabric_attr->name = NULL;
+    if (!keep) {
+      free(h->domain_attr->name);
+      h->domain_attr->name = NULL;
+    }
+    ret = fi_getinfo(XPORT__FI_VERSION, host, port, flags, h, info_p);
+    fi_freeinfo(h);
+  }
   if (ret)
     return ret == -FI_ENODATA ? -XPORT_EADDRNOTAVAIL : xport__err_from_fi(ret);
   return 0;

@@ -85,11 +85,19 @@ static int available(const struct xt_cfg *c, char *why, size_t len)
     close(p[0]);
     xport_ctx_attr_t a = {.provider = c->provider, .strict = c->strict ? XPORT_ON : XPORT_OFF};
     xport_ctx_t *ctx = NULL;
+    (void)0;
     setenv("XPORT_LOG", "none", 1);
     int rc = xport_ctx_create(&a, &ctx);
     char msg[200];
+    xport_listener_t *lst;
+    /* Usable means a listener opens too, on the address tests use. */
+    if (rc == 0 && (rc = xport_listen(ctx, xt_listen_addr(), &lst)) == 0)
+      xport_listener_close(lst);
     if (rc == 0)
       snprintf(msg, sizeof msg, "ok");
+    else if (ctx)
+      snprintf(msg, sizeof msg, "%s opens, but xport_listen on %s fails: %s", c->provider,
+               xt_listen_addr(), xport_strerror(rc));
     else if (!libfabric_has(c->provider))
       snprintf(msg, sizeof msg, "libfabric on this machine has no %s provider", c->provider);
     else if (libfabric_has(c->provider) == 1)
