@@ -198,46 +198,45 @@ int xport__wait_eq(xport_ctx_t *ctx, int timeout_ms)
   return 0;
 }
 
-static struct fi_info *addr_hints(xport_ctx_t *ctx, int keep_domain)
+/* fi_getinfo for host:port on the chosen provider: first on the chosen
+ * domain (verbs and verbs;ofi_rxm endpoints must stay on their device),
+ * then on any of the provider's (tcp names domains by interface, and the
+ * endpoint still opens on ctx's domain). */
+int xport__resolve(xport_ctx_t *ctx, const char *host, const char *port, uint64_t flags,
+                   struct fi_info **info_p)
 {
-  struct fi_info *h = fi_dupinfo(ctx->info);
-  if (!h)
-    return NULL;
-  free(h->src_addr);
-  free(h->dest_addr);
-  h->src_addr = h->dest_addr = NULL;
-  h->src_addrlen = h->dest_addrlen = 0;
-  h->addr_format = FI_FORMAT_UNSPEC;
-  free(h->fabric_attr->name);
-  h->fabric_attr->name = NULL;
-  if (!keep_domain) {
-    free(h->domain_attr->name);
-    h->domain_attr->name = NULL;
+  int ret = -FI_ENODATA;
+  for (int keep = 1; keep >= 0 && ret; keep--) {
+    struct fi_info *h = fi_dupinfo(ctx->info);
+    if (!h)
+      return -XPORT_ENOMEM;
+    free(h->src_addr);
+    free(h->dest_addr);
+    h->src_addr = h->dest_addr = NULL;
+    h->src_addrlen = h->dest_addrlen = 0;
+    h->addr_format = FI_FORMAT_UNSPEC;
+    free(h->fabric_attr->name);
+    h->fabric_attr->name = NULL;
+    if (!keep) {
+      free(h->domain_attr->name);
+      h->domain_attr->name = NULL;
+    }
+    ret = fi_getinfo(XPORT__FI_VERSION, host, port, flags, h, info_p);
+    fi_freeinfo(h);
   }
-  return h;
+  if (ret) {
+    XPORT__INFO("cannot resolve %s:%s: %s", host, port, fi_strerror(-ret));
+    return ret == -FI_ENODATA ? -XPORT_EADDRNOTAVAIL : xport__err_from_fi(ret);
+  }
+  return 0;
 }
 
-/* fi_getinfo for an address, on the chosen provider. Where the chosen
- * domain cannot reach it (tcp names domains by interface), any domain of
- * the provider is accepted: the endpoint still opens on ctx's domain. */
 static int resolve(xport_ctx_t *ctx, const char *addr, uint64_t flags,
                    struct fi_info **info_p)
 {
   char host[256], port[8];
   int ret = xport__addr_split(addr, host, sizeof host, port, sizeof port);
-  if (ret)
-    return ret;
-  for (int keep = 1; keep >= 0; keep--) {
-    struct fi_info *h = addr_hints(ctx, keep);
-    if (!h)
-      return -XPORT_ENOMEM;
-    ret = fi_getinfo(XPORT__FI_VERSION, host, port, flags, h, info_p);
-    fi_freeinfo(h);
-    if (!ret)
-      return 0;
-  }
-  XPORT__INFO("cannot resolve %s: %s", addr, fi_strerror(-ret));
-  return ret == -FI_ENODATA ? -XPORT_EADDRNOTAVAIL : xport__err_from_fi(ret);
+  return ret ? ret : xport__resolve(ctx, host, port, flags, info_p);
 }
 
 static void format_sockaddr(const struct sockaddr *sa, char *buf, size_t len)

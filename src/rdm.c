@@ -371,36 +371,6 @@ static int rep_open(xport_ctx_t *ctx, struct fi_info *info, const char *name,
 
 /* ---- listen, connect, accept, close ----------------------------------- */
 
-/* fi_getinfo for host:port on the chosen provider: first on the chosen
- * domain (verbs;ofi_rxm endpoints must stay on their device), then on any
- * (tcp names domains by interface, and the endpoint opens on ours). */
-static int resolve_sockaddr(xport_ctx_t *ctx, const char *host, const char *port,
-                            uint64_t flags, struct fi_info **info_p)
-{
-  int ret = -FI_ENODATA;
-  for (int keep = 1; keep >= 0 && ret; keep--) {
-    struct fi_info *h = fi_dupinfo(ctx->info);
-    if (!h)
-      return -XPORT_ENOMEM;
-    free(h->src_addr);
-    free(h->dest_addr);
-    h->src_addr = h->dest_addr = NULL;
-    h->src_addrlen = h->dest_addrlen = 0;
-    h->addr_format = FI_FORMAT_UNSPEC;
-    free(h->fabric_attr->name);
-    h->fabric_attr->name = NULL;
-    if (!keep) {
-      free(h->domain_attr->name);
-      h->domain_attr->name = NULL;
-    }
-    ret = fi_getinfo(XPORT__FI_VERSION, host, port, flags, h, info_p);
-    fi_freeinfo(h);
-  }
-  if (ret)
-    return ret == -FI_ENODATA ? -XPORT_EADDRNOTAVAIL : xport__err_from_fi(ret);
-  return 0;
-}
-
 int xport__rdm_listen(xport_listener_t *lst, const char *host, const char *port)
 {
   xport_ctx_t *ctx = lst->ctx;
@@ -439,7 +409,7 @@ int xport__rdm_listen(xport_listener_t *lst, const char *host, const char *port)
       snprintf(lst->addr, sizeof lst->addr, "%s:%s", host, p);
   } else {
     struct fi_info *info;
-    ret = resolve_sockaddr(ctx, host, port, FI_SOURCE, &info);
+    ret = xport__resolve(ctx, host, port, FI_SOURCE, &info);
     if (ret)
       return ret;
     ret = rep_open(ctx, info, NULL, &rep);
@@ -555,7 +525,7 @@ int xport__rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
     memcpy(addr, name, alen);
   } else {
     struct fi_info *info;
-    ret = resolve_sockaddr(ctx, host, port, 0, &info);
+    ret = xport__resolve(ctx, host, port, 0, &info);
     if (ret)
       return ret;
     alen = info->dest_addrlen;

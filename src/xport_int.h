@@ -398,6 +398,8 @@ void xport__rdm_fini(xport_ctx_t *ctx);
 void xport__rdm_orphan_all(xport_conn_t *conn, int status);
 
 /* conn.c */
+int xport__resolve(xport_ctx_t *ctx, const char *host, const char *port, uint64_t flags,
+                   struct fi_info **info_p);
 void xport__eq_dispatch(xport_ctx_t *ctx);
 void xport__conn_link(xport_conn_t *conn);
 void xport__conn_unlink(xport_conn_t *conn);

@@ -197,6 +197,25 @@ static void poll_mark(struct side *s, size_t size, char mark)
 
 static char mark_of(uint64_t i) { return (char)(i % 255 + 1); }
 
+/* Waits for the peer's write of round i: its consumed receive (with
+ * immediate data, then posts the next one when more rounds follow) or
+ * its last byte; checks the bytes when asked. */
+static void await_write(struct side *s, int imm, uint64_t i, int more, size_t size,
+                        struct result *r)
+{
+  if (imm) {
+    xport_completion_t c = next_op(s, XPORT_OP_REMOTE_WRITE_IMM);
+    if (s->p.check && c.imm != (uint32_t)i)
+      r->check_ok = 0;
+    if (more)
+      ok(xport_recv(s->conn, s->ctl, sizeof s->ctl, NULL, NULL), "recv");
+  } else {
+    poll_mark(s, size, mark_of(i));
+  }
+  if (s->p.check && !same(target(s), size - 1, i))
+    r->check_ok = 0;
+}
+
 /* One (test, size) run; the client fills r. */
 static void run(struct side *s, int test, size_t size, struct result *r)
 {
@@ -291,19 +310,8 @@ static void run(struct side *s, int test, size_t size, struct result *r)
       ok(xport_recv(s->conn, s->ctl, sizeof s->ctl, NULL, NULL), "recv");
     for (uint64_t i = 0; i < total; i++) {
       double t = now_us();
-      if (!cli) {
-        if (imm) {
-          c = next_op(s, XPORT_OP_REMOTE_WRITE_IMM);
-          if (check && c.imm != (uint32_t)i)
-            r->check_ok = 0;
-          if (i + 1 < total)
-            ok(xport_recv(s->conn, s->ctl, sizeof s->ctl, NULL, NULL), "recv");
-        } else {
-          poll_mark(s, size, mark_of(i));
-        }
-        if (check && !same(target(s), size - 1, i))
-          r->check_ok = 0;
-      }
+      if (!cli)
+        await_write(s, imm, i, i + 1 < total, size, r);
       if (check)
         fill(b, size, i);
       b[size - 1] = mark_of(i);
@@ -314,17 +322,7 @@ static void run(struct side *s, int test, size_t size, struct result *r)
         ok(xport_write(s->conn, b, size, s->mr, s->peer, target_off(s), NULL), "write");
       next_op(s, XPORT_OP_WRITE);
       if (cli) {
-        if (imm) {
-          c = next_op(s, XPORT_OP_REMOTE_WRITE_IMM);
-          if (check && c.imm != (uint32_t)i)
-            r->check_ok = 0;
-          if (i + 1 < total)
-            ok(xport_recv(s->conn, s->ctl, sizeof s->ctl, NULL, NULL), "recv");
-        } else {
-          poll_mark(s, size, mark_of(i));
-        }
-        if (check && !same(target(s), size - 1, i))
-          r->check_ok = 0;
+        await_write(s, imm, i, i + 1 < total, size, r);
         if (i >= s->p.warmup)
           r->lat[r->n++] = (now_us() - t) / 2;
       }
