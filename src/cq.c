@@ -433,7 +433,7 @@ XPORT_API int xport_wait(xport_ctx_t *ctx, int timeout_ms)
   if (ctx->done || ctx->evq)
     return 0;
   /* Where peers are watched for death (RDM), never sleep past a check. */
-  int cap = ctx->rdm && ctx->conns ? (int)ctx->peer_check_ms : -1;
+  int cap = ctx->rdm && ctx->conns ? (int)(ctx->peer_check_ms / 4) : -1;
   if (ctx->epfd >= 0) {
     struct epoll_event ev;
     /* Control traffic (RDM) must not look like work. */

@@ -471,8 +471,10 @@ XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p
   ctx->rdm = ctx->info->ep_attr->type == FI_EP_RDM;
   ctx->quick_inject = !ctx->prof || !ctx->prof->inject_needs_completion;
   ctx->peer_check_ms = (long)xport__env_size(XPORT__ENV_PEER_TIMEOUT, 500);
-  if (ctx->peer_check_ms < 1)
-    ctx->peer_check_ms = 1;
+  if (ctx->peer_check_ms < 4)
+    ctx->peer_check_ms = 4;
+  const char *ka = xport__env_str(XPORT__ENV_KEEPALIVE);
+  ctx->keepalive_mode = !ka || !strcmp(ka, "auto") ? -1 : xport__env_bool(XPORT__ENV_KEEPALIVE, -1);
   if (ctx->prof && ctx->prof->rma_never_fails)
     ctx->rma_timeout_ms = (long)xport__env_size(XPORT__ENV_RMA_TIMEOUT, 5000);
   ctx->eager_size = xport__env_size(XPORT__ENV_EAGER_SIZE, 8192);

@@ -44,6 +44,11 @@ static const xport_env_var_t env_table[XPORT__ENV_COUNT] = {
     "xport_wait sleeps in the kernel and xport_ctx_fd works. 0 suits "
     "applications that only poll: on tcp it saves about a microsecond per "
     "round trip, and xport_wait then sleeps in short steps instead."},
+  [XPORT__ENV_KEEPALIVE] = {"XPORT_KEEPALIVE", "string", "auto",
+    "Heartbeats between the two ends of connections over shm and rxm, so "
+    "that a peer that died or hangs is noticed within XPORT_PEER_TIMEOUT. "
+    "auto: only where the peer's process cannot be watched (another node "
+    "or another PID namespace); 1: always; 0: never."},
 };
 
 XPORT_API int xport_env_list(const xport_env_var_t **vars_p)

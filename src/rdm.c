@@ -16,13 +16,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #define CTL_MAGIC 0x58505254434c3031ULL /* "XPRTCL01" */
-#define CTL_VERSION 1
+#define CTL_VERSION 2
 
-enum { CTL_CONNREQ = 1, CTL_CONNACK, CTL_CONNREJ, CTL_DISC };
+enum { CTL_CONNREQ = 1, CTL_CONNACK, CTL_CONNREJ, CTL_DISC, CTL_KEEPALIVE };
 
 struct xport__ctl {
   uint64_t magic;
@@ -33,9 +34,16 @@ struct xport__ctl {
   uint32_t dst_id;   /* the receiver's connection id (0 in a request) */
   uint32_t pid;      /* the sender's process */
   uint32_t addrlen;
+  uint64_t pidns;    /* the sender's PID namespace: a pid means something */
   char boot_id[40];  /* with pid: which node, for death detection */
   uint8_t addr[XPORT__ADDR_MAX]; /* CONNREQ: the sender's endpoint name */
 };
+
+static uint64_t pid_ns(void)
+{
+  struct stat st;
+  return stat("/proc/self/ns/pid", &st) ? 0 : (uint64_t)st.st_ino;
+}
 
 static const char *boot_id(void)
 {
@@ -143,6 +151,7 @@ static int ctl_send(struct xport__rep *rep, fi_addr_t dest, uint32_t type, uint3
   m->src_id = src_id;
   m->dst_id = dst_id;
   m->pid = (uint32_t)getpid();
+  m->pidns = pid_ns();
   snprintf(m->boot_id, sizeof m->boot_id, "%s", boot_id());
   if (type == CTL_CONNREQ) {
     memcpy(m->addr, rep->addr, rep->addrlen);
@@ -182,16 +191,22 @@ static xport_conn_t *find_conn(xport_ctx_t *ctx, uint32_t id)
   return NULL;
 }
 
+/* Same node and PID namespace: watch the peer's process. Otherwise (or
+ * when asked) exchange heartbeats. */
 static void watch_peer(xport_conn_t *conn, const struct xport__ctl *m)
 {
+  xport_ctx_t *ctx = conn->ctx;
   conn->pidfd = -1;
-  if (strcmp(m->boot_id, boot_id()))
-    return; /* another node: a pid means nothing here */
+  conn->last_heard = conn->last_sent = xport__now_ms();
+  int local = !strcmp(m->boot_id, boot_id()) && m->pidns == pid_ns() && m->pidns;
+  if (local) {
 #ifdef SYS_pidfd_open
-  conn->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)m->pid, 0);
+    conn->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)m->pid, 0);
 #endif
-  if (conn->pidfd < 0)
-    XPORT__INFO("cannot watch peer process %u: %s", m->pid, strerror(errno));
+    if (conn->pidfd < 0)
+      XPORT__INFO("cannot watch peer process %u: %s", m->pid, strerror(errno));
+  }
+  conn->keepalive = ctx->keepalive_mode == 1 || (ctx->keepalive_mode == -1 && conn->pidfd < 0);
 }
 
 static void conn_lost(xport_conn_t *conn, int status)
@@ -254,9 +269,14 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
       conn_lost(conn, -XPORT_ECONNREFUSED);
     break;
   case CTL_DISC:
+  case CTL_KEEPALIVE:
     conn = find_conn(ctx, m->dst_id);
-    if (conn && conn->rep == rep && conn->peer_id == m->src_id && conn->peer_ctx_id == m->ctx_id)
+    if (!conn || conn->rep != rep || conn->peer_id != m->src_id || conn->peer_ctx_id != m->ctx_id)
+      break;
+    if (m->type == CTL_DISC)
       conn_lost(conn, -XPORT_ECONNRESET);
+    else
+      conn->last_heard = xport__now_ms();
     break;
   default:
     XPORT__INFO("dropped a control message of unknown type %u", m->type);
@@ -631,14 +651,18 @@ void xport__rdm_close(xport_conn_t *conn)
   conn_detach(conn);
 }
 
-/* Looks for peers that died (same node: their process is gone). */
+/* Looks for peers that died: on the same node their process is gone;
+ * elsewhere (or when asked) their heartbeats stopped. Runs a few times per
+ * XPORT_PEER_TIMEOUT. */
 void xport__rdm_housekeeping(xport_ctx_t *ctx)
 {
   long now = xport__now_ms();
-  if (now - ctx->last_check < ctx->peer_check_ms)
+  if (now - ctx->last_check < ctx->peer_check_ms / 4)
     return;
   ctx->last_check = now;
-  for (xport_conn_t *c = ctx->conns; c; c = c->next) {
+  int drained = 0;
+  for (xport_conn_t *c = ctx->conns, *next; c; c = next) {
+    next = c->next;
     if (c->state != XPORT__CONN_CONNECTED)
       continue;
     if (ctx->rma_timeout_ms) {
@@ -656,6 +680,21 @@ void xport__rdm_housekeeping(xport_ctx_t *ctx)
           if (o != c && o->rep == c->rep && o->peer == c->peer)
             conn_lost(o, -XPORT_ETIMEDOUT);
         conn_lost(c, -XPORT_ETIMEDOUT);
+        continue;
+      }
+    }
+    if (c->keepalive) {
+      if (now - c->last_sent >= ctx->peer_check_ms / 3 &&
+          ctl_send(c->rep, c->dest, CTL_KEEPALIVE, c->id, c->peer_id) == 0)
+        c->last_sent = now;
+      if (now - c->last_heard > ctx->peer_check_ms && !drained) {
+        xport__cq_drain(ctx); /* heartbeats may be waiting unread */
+        drained = 1;
+      }
+      if (now - c->last_heard > ctx->peer_check_ms) {
+        XPORT__INFO("connection %u: no heartbeat from the peer in %ld ms", c->id,
+                    now - c->last_heard);
+        conn_lost(c, -XPORT_ECONNRESET);
         continue;
       }
     }

@@ -100,6 +100,7 @@ enum xport__env_id {
   XPORT__ENV_PEER_TIMEOUT,
   XPORT__ENV_RMA_TIMEOUT,
   XPORT__ENV_WAIT_FD,
+  XPORT__ENV_KEEPALIVE,
   XPORT__ENV_COUNT
 };
 
@@ -237,6 +238,8 @@ struct xport_conn {
   uint64_t tag;                   /* tag of messages to the peer: its id */
   uint32_t id, peer_id;
   int pidfd;                      /* the peer's process, same node only */
+  int keepalive;                  /* heartbeats: the peer's process cannot be watched */
+  long last_heard, last_sent;     /* heartbeats, xport__now_ms() */
   enum xport__conn_state state;
   int fail_code;                 /* why FAILED */
   size_t nreqs;                  /* posted and not yet delivered */
@@ -297,7 +300,8 @@ struct xport_ctx {
   int rdm;            /* FI_EP_RDM: connections are xport's own (rdm.c) */
   struct xport__rep *cep; /* RDM: the endpoint outgoing connections use */
   uint32_t next_conn_id;
-  long peer_check_ms; /* how often to look for dead peers */
+  long peer_check_ms; /* XPORT_PEER_TIMEOUT: a dead peer is noticed within it */
+  int keepalive_mode; /* XPORT_KEEPALIVE: -1 auto, 0 never, 1 always */
   long rma_timeout_ms; /* 0, or the deadline of one-sided operations */
   long last_check;
   struct xport__req *zombies; /* RDM: reported, still owned by the provider */

@@ -590,6 +590,55 @@ START_TEST(peer_killed)
 }
 END_TEST
 
+
+static int stopping_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)ctx;
+  (void)conn;
+  (void)arg;
+  raise(SIGSTOP); /* alive, but silent: only heartbeats can tell */
+  return 0;
+}
+
+START_TEST(peer_hangs_keepalive)
+{
+  /* Over shm and rxm xport exchanges heartbeats where it cannot watch the
+   * peer's process (XPORT_KEEPALIVE=1 forces them here, on one node). A
+   * peer that stops answering is then lost within XPORT_PEER_TIMEOUT. */
+  char addr[128], buf[16];
+  xport_completion_t c;
+  xport_caps_t caps;
+  setenv("XPORT_KEEPALIVE", "1", 1);
+  setenv("XPORT_PEER_TIMEOUT", "400", 1);
+  pid_t pid = xt_spawn_pair_server(stopping_server, NULL, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn;
+  XT_OK(xport_ctx_query(ctx, &caps));
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  if (caps.ep_type == XPORT_EP_RDM) {
+    int recv_done = 0, gone = 0;
+    XT_OK(xport_recv(conn, buf, sizeof buf, NULL, NULL));
+    while (!recv_done || !gone) {
+      XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "a silent peer was never declared lost");
+      if (c.op == XPORT_OP_RECV) {
+        XT_CHECK(c.status != 0, "receive completed from a stopped peer");
+        recv_done = 1;
+      } else {
+        XT_CHECK(c.op == XPORT_OP_DISCONNECT, "op %d", c.op);
+        gone = 1;
+      }
+    }
+  } else {
+    printf("peer_hangs_keepalive on %s: connected endpoints rely on the provider "
+           "(nothing to check)\n", xt_config());
+  }
+  kill(pid, SIGKILL);
+  XT_OK(xport_conn_close(conn));
+  xport_ctx_destroy(ctx);
+  XT_CHECK(xt_reap(pid) == 128 + SIGKILL, "server was not killed");
+}
+END_TEST
+
 /* A port on 127.0.0.1 that nothing listens on. */
 static int free_port(void)
 {
@@ -1051,6 +1100,7 @@ static Suite *make_suite(void)
   tcase_add_test(fail, close_with_outstanding);
   tcase_add_test(fail, peer_closes);
   tcase_add_test(fail, peer_killed);
+  tcase_add_test(fail, peer_hangs_keepalive);
   tcase_add_test(fail, connect_refused);
   tcase_add_test(fail, accept_timeout);
   tcase_add_test(fail, garbage_from_network);
