@@ -344,7 +344,7 @@ static void run(struct side *s, int test, size_t size, struct result *r)
       /* Writes apply in order: the area holds the last one's bytes. */
       if (test == WRITE_BW && check && !same(target(s), size, total - 1))
         r->check_ok = 0;
-      ctl_send(s, r->check_ok ? "ok" : "bad", 4);
+      ctl_send(s, r->check_ok ? "ok" : "bad", r->check_ok ? 3 : 4);
       break;
     }
     if (test != WRITE_BW) {
