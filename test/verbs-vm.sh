@@ -45,6 +45,9 @@ fi
 ver=$(cat "$dir/version")
 
 # ---- the initramfs: busybox, the modules in dependency order, /init ------
+# (rebuilt whenever this script changes)
+stamp=$(md5sum "$0" | cut -d' ' -f1)
+[ "$(cat "$dir/initrd.stamp" 2>/dev/null)" = "$stamp" ] || rm -f "$dir/initrd.cpio.gz"
 if [ ! -f "$dir/initrd.cpio.gz" ]; then
   moddir="$dir/root/lib/modules/$ver"
   stage="$dir/initrd"
@@ -94,9 +97,8 @@ mount -t overlay overlay -o lowerdir=/host,upperdir=/rw/upper,workdir=/rw/work /
 mount -t proc proc /newroot/proc
 mount -t sysfs sys /newroot/sys
 mount -t devtmpfs dev /newroot/dev
-mkdir -p /newroot/dev/shm /newroot/tmp
+mkdir -p /newroot/dev/shm
 mount -t tmpfs tmpfs /newroot/dev/shm
-mount -t tmpfs tmpfs /newroot/tmp
 echo "$cmd" | base64 -d > /newroot/tmp/xport-guest.sh
 chroot /newroot /bin/bash /tmp/xport-guest.sh
 echo "xport-guest-exit=$?"
@@ -104,7 +106,7 @@ poweroff -f
 INIT
   chmod +x "$stage/init"
   (cd "$stage" && find . | cpio -o -H newc 2>/dev/null | gzip -1) > "$dir/initrd.cpio.gz.tmp" &&
-    mv "$dir/initrd.cpio.gz.tmp" "$dir/initrd.cpio.gz"
+    mv "$dir/initrd.cpio.gz.tmp" "$dir/initrd.cpio.gz" && echo "$stamp" > "$dir/initrd.stamp"
 fi
 
 # ---- the guest's command: Soft-RoCE first, then the caller's line -------
