@@ -131,11 +131,11 @@ accel=tcg
 # A KVM guest hangs early in boot on this kind of machine; TCG is slow
 # but works. XPORT_VM_ACCEL=kvm tries KVM where it is known to work.
 [ -n "${XPORT_VM_ACCEL:-}" ] && accel=$XPORT_VM_ACCEL
-timeout "${XPORT_VM_TIMEOUT:-1500}" qemu-system-x86_64 -accel "$accel" -cpu max -smp 2 -m 3072 \
+timeout "${XPORT_VM_TIMEOUT:-900}" qemu-system-x86_64 -accel "$accel" -cpu max -smp 2 -m 3072 \
   -nographic -no-reboot -nic none -kernel "$dir/vmlinuz" -initrd "$dir/initrd.cpio.gz" \
   -append "console=ttyS0 quiet panic=-1 xport_cmd=$enc" \
   -virtfs local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap \
-  2>&1 | tee "$log" | grep -v -E '^\s*$|^\[' 
+  </dev/null 2>&1 | tee "$log" | grep -v -E '^\s*$|^\[' 
 status=$(sed -n 's/.*xport-guest-exit=\([0-9]*\).*/\1/p' "$log" | tail -1)
 [ -n "$status" ] || { echo "verbs guest: no exit status (boot failed or timed out); see $log"; exit 1; }
 exit "$status"
