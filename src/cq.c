@@ -308,7 +308,7 @@ void xport__cq_drain(xport_ctx_t *ctx)
   }
 }
 
-static int xport_poll__locked(xport_ctx_t *ctx, xport_completion_t *comps, int max)
+static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t *ctx, xport_completion_t *comps, int max)
 {
   struct fi_cq_data_entry ents[XPORT__CQ_BATCH];
   int n = 0;

@@ -311,7 +311,11 @@ static struct fi_info *make_hints(enum fi_ep_type type)
   h->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;
   h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
                             FI_MR_PROV_KEY | FI_MR_RAW;
-  h->domain_attr->threading = FI_THREAD_SAFE;
+  /* A context is used by one thread at a time, and its progress thread
+   * takes the context's lock around every provider call: domain-level
+   * serialization is ours, and the provider need not lock (shm and tcp
+   * spend a good part of a 64-byte round trip in their locks). */
+  h->domain_attr->threading = FI_THREAD_DOMAIN;
   /* Messages in order, and a message after a write lands after it: the
    * emulated write-with-immediate depends on the latter. */
   h->tx_attr->msg_order = FI_ORDER_SAS | FI_ORDER_SAW;

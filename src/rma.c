@@ -165,8 +165,11 @@ XPORT_API int xport_rkey_release(xport_rkey_t *rkey)
 {
   if (!rkey)
     return 0;
-  if (rkey->mapped)
+  if (rkey->mapped) {
+    XPORT__LOCK(rkey->ctx);
     fi_mr_unmap_key(rkey->ctx->domain, rkey->key);
+    XPORT__UNLOCK(rkey->ctx);
+  }
   free(rkey);
   return 0;
 }

@@ -23,7 +23,7 @@
 #define XPORT__IOV_MAX 4     /* iov entries xport itself tracks per post */
 #define XPORT__CQ_BATCH 32   /* CQ entries read per fi_cq_read */
 #define XPORT__MAX_CANDS 64
-#define XPORT__EQ_EVERY 16   /* empty polls between two EQ reads */
+#define XPORT__EQ_EVERY 64   /* empty polls between two EQ reads (or RDM checks) */
 
 #define XPORT__UNLIKELY(x) __builtin_expect(!!(x), 0)
 

@@ -231,9 +231,9 @@ static void run(struct side *s, int test, size_t size, struct result *r)
   case SEND_LAT:
     if (s->server)
       ok(xport_recv(s->conn, pp_slot(s, 0), size, s->mr, NULL), "recv");
+    double t_round = now_us(); /* one clock read per round: the next one's start */
     for (uint64_t i = 0; i < total; i++) {
       char *b = pp_slot(s, i);
-      double t = now_us();
       if (cli) {
         ok(xport_recv(s->conn, pp_slot(s, i + 1), size, s->mr, NULL), "recv");
         if (check)
@@ -243,8 +243,10 @@ static void run(struct side *s, int test, size_t size, struct result *r)
         c = next_op(s, XPORT_OP_RECV);
         if (check && (c.len != size || !same(pp_slot(s, i + 1), size, i + 1000000)))
           r->check_ok = 0;
+        double t1 = now_us();
         if (i >= s->p.warmup)
-          r->lat[r->n++] = (now_us() - t) / 2;
+          r->lat[r->n++] = (t1 - t_round) / 2;
+        t_round = t1;
       } else {
         c = next_op(s, XPORT_OP_RECV);
         if (check && (c.len != size || !same(b, size, i)))
