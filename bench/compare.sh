@@ -49,11 +49,20 @@ for prov in shm tcp; do
   for size in 64 4096 1048576; do
     iters=$(iters_for "$size")
     fl=(); fb=(); xl=(); xb=()
+    # Alternate which one goes first, so that neither always runs on the
+    # heels of the other.
     for ((r = 0; r < rounds; r++)); do
-      read -r a b < <(pingpong "$prov" "$ep" "$size" "$iters")
-      fl+=("$a"); fb+=("$b")
-      read -r a b < <(xperf "$prov" "$size" "$iters")
-      xl+=("$a"); xb+=("$b")
+      if ((r % 2)); then
+        read -r a b < <(xperf "$prov" "$size" "$iters")
+        xl+=("$a"); xb+=("$b")
+        read -r a b < <(pingpong "$prov" "$ep" "$size" "$iters")
+        fl+=("$a"); fb+=("$b")
+      else
+        read -r a b < <(pingpong "$prov" "$ep" "$size" "$iters")
+        fl+=("$a"); fb+=("$b")
+        read -r a b < <(xperf "$prov" "$size" "$iters")
+        xl+=("$a"); xb+=("$b")
+      fi
     done
     f_l=$(printf '%s\n' "${fl[@]}" | median); f_b=$(printf '%s\n' "${fb[@]}" | median)
     x_l=$(printf '%s\n' "${xl[@]}" | median); x_b=$(printf '%s\n' "${xb[@]}" | median)
