@@ -85,7 +85,6 @@ static int available(const struct xt_cfg *c, char *why, size_t len)
     close(p[0]);
     xport_ctx_attr_t a = {.provider = c->provider, .strict = c->strict ? XPORT_ON : XPORT_OFF};
     xport_ctx_t *ctx = NULL;
-    (void)0;
     setenv("XPORT_LOG", "none", 1);
     int rc = xport_ctx_create(&a, &ctx);
     char msg[200];
