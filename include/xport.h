@@ -116,6 +116,7 @@ typedef struct xport_caps {
   unsigned imm_bits;    /* immediate-data width xport guarantees: 32 */
   unsigned wire_imm_bytes; /* what the provider carries: 4 or 8 */
   xport_support_t rma;
+  xport_support_t write_imm; /* none: xport_write_imm returns ENOSYS */
   xport_support_t atomics;
   unsigned mr_mode;     /* XPORT_MR_* obligations in force */
   int wait_fd;          /* 1: xport_ctx_fd() gives a pollable descriptor */

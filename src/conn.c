@@ -224,6 +224,15 @@ int xport__resolve(xport_ctx_t *ctx, const char *host, const char *port, uint64_
     ret = fi_getinfo(XPORT__FI_VERSION, host, port, flags, h, info_p);
     fi_freeinfo(h);
   }
+  if (ret == -FI_ENODATA && (flags & FI_SOURCE) && strcmp(port, "0")) {
+    /* Some providers (verbs, rxm over it) bind while resolving: a taken
+     * port then looks like a bad address. Tell the two apart. */
+    struct fi_info *any = NULL;
+    if (!xport__resolve(ctx, host, "0", flags, &any)) {
+      fi_freeinfo(any);
+      return -XPORT_EADDRINUSE;
+    }
+  }
   if (ret) {
     XPORT__INFO("cannot resolve %s:%s: %s", host, port, fi_strerror(-ret));
     return ret == -FI_ENODATA ? -XPORT_EADDRNOTAVAIL : xport__err_from_fi(ret);
@@ -280,18 +289,6 @@ static int xport_listen__locked(xport_ctx_t *ctx, const char *addr, xport_listen
     goto linked;
   }
   ret = resolve(ctx, addr, FI_SOURCE, &info);
-  if (ret == -XPORT_EADDRNOTAVAIL) {
-    /* Some providers (verbs) bind while resolving: a taken port then
-     * looks like a bad address. Tell the two apart. */
-    char host[256], port[8], any[300];
-    if (!xport__addr_split(addr, host, sizeof host, port, sizeof port) && strcmp(port, "0")) {
-      snprintf(any, sizeof any, strchr(host, ':') ? "[%s]:0" : "%s:0", host);
-      if (!resolve(ctx, any, FI_SOURCE, &info)) {
-        fi_freeinfo(info);
-        ret = -XPORT_EADDRINUSE;
-      }
-    }
-  }
   if (ret)
     return ret;
   lst = calloc(1, sizeof *lst);

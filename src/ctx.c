@@ -470,8 +470,9 @@ XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p
   ctx->raw_keys = !!(mm & FI_MR_RAW);
   /* Where the provider does not consume a receive for write_imm, xport
    * emulates it, and that needs room for a marker in the CQ data. */
-  ctx->native_wimm = (ctx->info->mode & FI_RX_CQ_DATA) ||
-                     ctx->info->domain_attr->cq_data_size < 8;
+  ctx->native_wimm = (ctx->info->mode & FI_RX_CQ_DATA)             ? 1
+                     : ctx->info->domain_attr->cq_data_size >= 8 ? 0
+                                                                 : -1;
   ctx->rdm = ctx->info->ep_attr->type == FI_EP_RDM;
   ctx->quick_inject = !ctx->prof || !ctx->prof->inject_needs_completion;
   ctx->peer_check_ms = (long)xport__env_size(XPORT__ENV_PEER_TIMEOUT, 500);
@@ -486,6 +487,9 @@ XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p
   if (ret)
     goto fail;
   fill_caps(ctx, &s);
+  ctx->caps.write_imm = ctx->native_wimm > 0    ? XPORT_SUPPORT_NATIVE
+                        : ctx->native_wimm == 0 ? XPORT_SUPPORT_EMULATED
+                                                : XPORT_SUPPORT_NONE;
   if (s.progress_thread) {
     ret = xport__progress_start(ctx);
     if (ret)

@@ -316,6 +316,10 @@ static void rep_close(struct xport__rep *rep)
   if (!rep)
     return;
   xport_ctx_t *ctx = rep->ctx;
+  /* Let control messages still in flight (a goodbye) finish first: some
+   * providers (rxm over verbs) do not survive closing under them. */
+  for (long end = xport__now_ms() + 200; rep->ep && rep->ctl_out && xport__now_ms() < end;)
+    xport__cq_drain(ctx);
   if (rep->ep) {
     xport__close_fid(ctx, &rep->ep->fid);
     rep->ep = NULL;

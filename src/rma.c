@@ -218,6 +218,8 @@ static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t 
   xport_ctx_t *ctx = conn->ctx;
   uint64_t addr = rk->addr + offset;
 
+  if (XPORT__UNLIKELY(with_imm && ctx->native_wimm < 0))
+    return -XPORT_ENOSYS;
   if (with_imm && !ctx->native_wimm) {
     /* Emulation for providers whose write-with-immediate consumes no
      * receive (tcp, shm, rxm): the write, then an empty message whose CQ

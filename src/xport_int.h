@@ -295,7 +295,10 @@ struct xport_ctx {
   int prov_key;       /* the provider chooses keys */
   int virt_addr;      /* RMA addresses are virtual addresses */
   int raw_keys;       /* FI_MR_RAW */
-  int native_wimm;    /* write_imm consumes a receive natively (FI_RX_CQ_DATA) */
+  /* write_imm: 1 consumes a receive natively (FI_RX_CQ_DATA), 0 emulated
+   * (8-byte CQ data carries xport's marker), -1 impossible (4-byte CQ data
+   * without FI_RX_CQ_DATA: verbs;ofi_rxm) and refused with ENOSYS. */
+  int native_wimm;
   int quick_inject;   /* small sends finish at post (fi_inject) */
   int rdm;            /* FI_EP_RDM: connections are xport's own (rdm.c) */
   struct xport__rep *cep; /* RDM: the endpoint outgoing connections use */

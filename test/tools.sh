@@ -38,7 +38,7 @@ import json, sys
 d = json.load(sys.stdin)
 c = d[\"chosen\"]
 assert c[\"provider\"] == sys.argv[1], c[\"provider\"]
-for k in (\"provider\", \"fabric\", \"domain\", \"ep_type\", \"max_msg_size\", \"imm_bits\", \"rma\", \"mr_mode\", \"wait_fd\", \"progress\"):
+for k in (\"provider\", \"fabric\", \"domain\", \"ep_type\", \"max_msg_size\", \"imm_bits\", \"rma\", \"write_imm\", \"mr_mode\", \"wait_fd\", \"progress\"):
     assert k in c, k
 assert d[\"candidates\"]
 for x in d[\"candidates\"]:

@@ -63,11 +63,13 @@ static void print_text(const xport_caps_t *c, const xport_candidate_t *cands, in
          "  endpoint type:   %s\n  max message:     %zu\n  inject size:     %zu\n"
          "  max iov:         %zu\n  tx/rx depth:     %zu/%zu\n"
          "  immediate data:  %u bits (provider carries %u bytes)\n"
-         "  rma:             %s\n  atomics:         %s\n  registration:    %s\n"
+         "  rma:             %s\n  write_imm:       %s\n  atomics:         %s\n"
+         "  registration:    %s\n"
          "  wait fd:         %s\n  progress:        %s%s\n  strict mode:     %s\n",
          c->provider, c->fabric, c->domain, c->ep_type == XPORT_EP_RDM ? "rdm" : "msg",
          c->max_msg_size, c->inject_size, c->max_iov, c->tx_depth, c->rx_depth, c->imm_bits,
-         c->wire_imm_bytes, support_name(c->rma), support_name(c->atomics), mr,
+         c->wire_imm_bytes, support_name(c->rma), support_name(c->write_imm),
+         support_name(c->atomics), mr,
          c->wait_fd ? "yes" : "no", c->progress == XPORT_PROGRESS_MANUAL ? "manual" : "auto",
          c->progress_thread ? " (progress thread on)" : "", c->strict ? "on" : "off");
 }
@@ -84,11 +86,12 @@ static void print_json(const xport_caps_t *c, const xport_candidate_t *cands, in
   json_str(c->domain);
   printf(",\"ep_type\":\"%s\",\"max_msg_size\":%zu,\"inject_size\":%zu,\"max_iov\":%zu,"
          "\"tx_depth\":%zu,\"rx_depth\":%zu,\"imm_bits\":%u,\"wire_imm_bytes\":%u,"
-         "\"rma\":\"%s\",\"atomics\":\"%s\",\"mr_mode\":\"%s\",\"wait_fd\":%s,"
+         "\"rma\":\"%s\",\"write_imm\":\"%s\",\"atomics\":\"%s\",\"mr_mode\":\"%s\",\"wait_fd\":%s,"
          "\"progress\":\"%s\",\"strict\":%s},\"candidates\":[",
          c->ep_type == XPORT_EP_RDM ? "rdm" : "msg", c->max_msg_size, c->inject_size,
          c->max_iov, c->tx_depth, c->rx_depth, c->imm_bits, c->wire_imm_bytes,
-         support_name(c->rma), support_name(c->atomics), mr, c->wait_fd ? "true" : "false",
+         support_name(c->rma), support_name(c->write_imm), support_name(c->atomics), mr,
+         c->wait_fd ? "true" : "false",
          c->progress == XPORT_PROGRESS_MANUAL ? "manual" : "auto", c->strict ? "true" : "false");
   for (int i = 0; i < n; i++) {
     printf("%s{\"provider\":", i ? "," : "");
@@ -269,6 +272,7 @@ static int print_all(void)
   ROW("tx/rx depth", "%-14s", (snprintf(mr, sizeof mr, "%zu/%zu", c->tx_depth, c->rx_depth), mr));
   ROW("imm bytes", "%-14u", c->wire_imm_bytes);
   ROW("rma", "%-14s", support_name(c->rma));
+  ROW("write_imm", "%-14s", support_name(c->write_imm));
   ROW("atomics", "%-14s", support_name(c->atomics));
   ROW("registration", "%-14s", (mr_mode_str(c->mr_mode, mr, sizeof mr), mr));
   ROW("wait fd", "%-14s", c->wait_fd ? "yes" : "no");
