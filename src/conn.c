@@ -183,11 +183,10 @@ void xport__eq_dispatch(xport_ctx_t *ctx)
 int xport__wait_eq(xport_ctx_t *ctx, int timeout_ms)
 {
   struct fid *fids[1] = {&ctx->eq->fid};
-  int fd;
-  if (ctx->epfd >= 0 && ctx->eq_fd_ok && !fi_control(&ctx->eq->fid, FI_GETWAIT, &fd)) {
+  if (ctx->eq_fd >= 0) {
     if (fi_trywait(ctx->fabric, fids, 1) != FI_SUCCESS)
       return 0;
-    struct pollfd p = {.fd = fd, .events = POLLIN};
+    struct pollfd p = {.fd = ctx->eq_fd, .events = POLLIN};
     poll(&p, 1, timeout_ms);
     return 0;
   }

@@ -373,19 +373,15 @@ static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t 
 
 int xport__wait_fds(xport_ctx_t *ctx)
 {
-  int cq_fd = -1, eq_fd = -1;
   struct epoll_event ev = {.events = EPOLLIN};
 
-  if (!ctx->cq_fd_ok || (ctx->eq && !ctx->eq_fd_ok))
-    return 0; /* no wait fd: xport_wait sleeps in short steps instead */
-  if (fi_control(&ctx->cq->fid, FI_GETWAIT, &cq_fd) || cq_fd < 0 ||
-      (ctx->eq && (fi_control(&ctx->eq->fid, FI_GETWAIT, &eq_fd) || eq_fd < 0)))
+  if (ctx->cq_fd < 0 || (ctx->eq && ctx->eq_fd < 0))
     return 0; /* no wait fd: xport_wait sleeps in short steps instead */
   ctx->epfd = epoll_create1(EPOLL_CLOEXEC);
   if (ctx->epfd < 0)
     return -XPORT_ENOMEM;
-  if (epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, cq_fd, &ev) ||
-      (ctx->eq && epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, eq_fd, &ev))) {
+  if (epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, ctx->cq_fd, &ev) ||
+      (ctx->eq && epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, ctx->eq_fd, &ev))) {
     close(ctx->epfd);
     ctx->epfd = -1;
   }
@@ -474,9 +470,7 @@ XPORT_API int xport_wait(xport_ctx_t *ctx, int timeout_ms)
 static void *progress_main(void *arg)
 {
   xport_ctx_t *ctx = arg;
-  int fd = -1;
-  if (ctx->epfd >= 0 && fi_control(&ctx->cq->fid, FI_GETWAIT, &fd))
-    fd = -1;
+  int fd = ctx->cq_fd;
   while (!ctx->progress_stop) {
     pthread_mutex_lock(&ctx->progress_lock);
     xport__cq_drain(ctx);

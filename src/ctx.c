@@ -187,6 +187,7 @@ static void close_fids(xport_ctx_t *ctx)
     fi_close(&ctx->fabric->fid);
   ctx->cq = NULL;
   ctx->eq = NULL;
+  ctx->cq_fd = ctx->eq_fd = -1;
   ctx->domain = NULL;
   ctx->fabric = NULL;
 }
@@ -246,9 +247,13 @@ static int open_candidate(xport_ctx_t *ctx, struct fi_info *fi, const struct set
   }
   if (ret)
     goto fail;
-  /* FI_GETWAIT on an object without a wait fd is not safe everywhere. */
-  ctx->cq_fd_ok = cq_attr.wait_obj == FI_WAIT_FD;
-  ctx->eq_fd_ok = ctx->eq && eq_attr.wait_obj == FI_WAIT_FD;
+  /* The wait fds, asked for once, and only of objects opened with one:
+   * FI_GETWAIT on an object without a wait fd is not safe everywhere. */
+  if (cq_attr.wait_obj == FI_WAIT_FD && fi_control(&ctx->cq->fid, FI_GETWAIT, &ctx->cq_fd))
+    ctx->cq_fd = -1;
+  if (ctx->eq && eq_attr.wait_obj == FI_WAIT_FD &&
+      fi_control(&ctx->eq->fid, FI_GETWAIT, &ctx->eq_fd))
+    ctx->eq_fd = -1;
   return 0;
 fail:
   close_fids(ctx);
@@ -458,7 +463,7 @@ XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p
   ctx = calloc(1, sizeof *ctx);
   if (!ctx)
     return -XPORT_ENOMEM;
-  ctx->epfd = -1;
+  ctx->epfd = ctx->cq_fd = ctx->eq_fd = -1;
   ret = probe(ctx, &s);
   if (ret)
     goto fail;

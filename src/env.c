@@ -31,14 +31,15 @@ static const xport_env_var_t env_table[XPORT__ENV_COUNT] = {
     "are registered for the duration of the operation."},
   [XPORT__ENV_PEER_TIMEOUT] = {"XPORT_PEER_TIMEOUT", "size", "500",
     "On providers that never report a dead peer (shm, tcp;ofi_rxm), the "
-    "time in milliseconds within which xport notices that a peer process "
-    "on the same node has died: its operations then fail and its "
-    "connection reports the disconnect."},
+    "time in milliseconds within which xport notices it: a peer process "
+    "that is gone (same node) or whose heartbeats stopped (see "
+    "XPORT_KEEPALIVE). Its operations then fail and its connection reports "
+    "the disconnect."},
   [XPORT__ENV_RMA_TIMEOUT] = {"XPORT_RMA_TIMEOUT", "size", "5000",
     "On providers where a one-sided operation that the target refuses "
     "(revoked or forged key) neither completes nor fails (shm), the time "
     "in milliseconds after which xport fails it with ETIMEDOUT and drops "
-    "the connection."},
+    "the connections between that pair of endpoints, which it blocks."},
   [XPORT__ENV_WAIT_FD] = {"XPORT_WAIT_FD", "bool", "1",
     "Open the completion queue with a wait file descriptor, so that "
     "xport_wait sleeps in the kernel and xport_ctx_fd works. 0 suits "

@@ -311,7 +311,7 @@ struct xport_ctx {
   size_t eager_size;  /* copy through bounce buffers up to this size */
 
   int epfd;           /* joins the CQ and EQ wait fds; -1 without */
-  int cq_fd_ok, eq_fd_ok; /* opened with FI_WAIT_FD */
+  int cq_fd, eq_fd;   /* their wait fds, or -1 */
   unsigned eq_skip;   /* empty polls since the EQ was last read */
 
   struct xport__req *free_reqs;

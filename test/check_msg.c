@@ -43,6 +43,20 @@ static void sends_then_gone(xport_ctx_t *ctx, int nsend, int ngone)
   }
 }
 
+
+/* Sends msg with a receive posted for the answer, and waits for both. */
+static void exchange(xport_ctx_t *ctx, xport_conn_t *conn, const char *msg, char *ans,
+                     size_t anslen, xport_mr_t *ans_mr)
+{
+  xport_completion_t c;
+  XT_OK(xport_recv(conn, ans, anslen, ans_mr, NULL));
+  XT_OK(xport_send(conn, msg, strlen(msg) + 1, NULL, NULL));
+  for (int i = 0; i < 2; i++) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "timeout");
+    XT_CHECK(c.status == 0, "%s", xport_strerror(c.status));
+  }
+}
+
 /* ---- Core -------------------------------------------------------------- */
 
 static int hello_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
@@ -656,8 +670,7 @@ START_TEST(connect_refused)
   char addr[64];
   xport_ctx_t *ctx = xt_ctx();
   xport_conn_t *conn = (xport_conn_t *)0x1;
-  const char *h = getenv("XPORT_TEST_HOST");
-  snprintf(addr, sizeof addr, "%s:%d", h && *h ? h : "127.0.0.1", free_port());
+  snprintf(addr, sizeof addr, "%s:%d", xt_host(), free_port());
   int rc = xport_connect(ctx, addr, 5000, &conn);
   XT_CHECK(rc == -XPORT_ECONNREFUSED || rc == -XPORT_ETIMEDOUT || rc == -XPORT_ECONNRESET,
            "connect to a closed port: %s", xport_strerror(rc));
@@ -701,7 +714,6 @@ START_TEST(garbage_from_network)
 {
   char addr[128], ack[4];
   struct sockaddr_in sa = {.sin_family = AF_INET};
-  xport_completion_t c;
   pid_t pid = xt_spawn_server(garbage_server, NULL, addr, sizeof addr);
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   sa.sin_port = htons((uint16_t)atoi(strrchr(addr, ':') + 1));
@@ -717,12 +729,7 @@ START_TEST(garbage_from_network)
   xport_ctx_t *ctx = xt_ctx();
   xport_conn_t *conn;
   XT_OK(xport_connect(ctx, addr, T_MS, &conn));
-  XT_OK(xport_recv(conn, ack, sizeof ack, NULL, NULL));
-  XT_OK(xport_send(conn, "real", 5, NULL, NULL));
-  for (int i = 0; i < 2; i++) {
-    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "timeout");
-    XT_CHECK(c.status == 0, "%s", xport_strerror(c.status));
-  }
+  exchange(ctx, conn, "real", ack, sizeof ack, NULL);
   XT_OK(xport_conn_close(conn));
   xport_ctx_destroy(ctx);
   XT_CHECK(xt_reap(pid) == 0, "server failed");
@@ -743,7 +750,7 @@ START_TEST(listen_addresses)
   int rc = xport_listen(ctx, a, &dup);
   XT_CHECK(rc == -XPORT_EADDRINUSE, "second listener on %s: %s", a, xport_strerror(rc));
   XT_OK(xport_listener_close(lst));
-  if (getenv("XPORT_TEST_HOST")) { /* loopback names have no RDMA device behind them */
+  if (strcmp(xt_host(), "127.0.0.1")) { /* loopback names have no RDMA device behind them */
     xport_ctx_destroy(ctx);
     return;
   }
@@ -905,7 +912,6 @@ static void restart_second(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
 START_TEST(server_restarted_same_address)
 {
   char addr[128], dummy[128], ack[4];
-  xport_completion_t c;
   pid_t first = xt_spawn_server(restart_first, NULL, addr, sizeof addr);
   XT_CHECK(xt_reap(first) == 128 + SIGKILL, "first server did not die");
   pid_t second = xt_spawn_server(restart_second, addr, dummy, sizeof dummy);
@@ -919,12 +925,7 @@ START_TEST(server_restarted_same_address)
       usleep(50000);
   }
   XT_CHECK(rc == 0, "connect to the restarted server: %s", xport_strerror(rc));
-  XT_OK(xport_recv(conn, ack, sizeof ack, NULL, NULL));
-  XT_OK(xport_send(conn, "again", 6, NULL, NULL));
-  for (int i = 0; i < 2; i++) {
-    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "timeout");
-    XT_CHECK(c.status == 0, "%s", xport_strerror(c.status));
-  }
+  exchange(ctx, conn, "again", ack, sizeof ack, NULL);
   XT_OK(xport_conn_close(conn));
   xport_ctx_destroy(ctx);
   XT_CHECK(xt_reap(second) == 0, "second server failed");
@@ -1057,12 +1058,7 @@ static int bad_post_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
              "oversized message");
   XT_CHECK(xport_poll(ctx, &c, 1) == 0, "a refused post produced a completion");
   /* Still usable: one real exchange. */
-  XT_OK(xport_recv(conn, buf, 64, mr, NULL));
-  XT_OK(xport_send(conn, "hello", 6, NULL, NULL));
-  for (int i = 0; i < 2; i++) {
-    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "timeout");
-    XT_CHECK(c.status == 0, "%s", xport_strerror(c.status));
-  }
+  exchange(ctx, conn, "hello", buf, 64, mr);
   XT_CHECK(!strcmp(buf, "world"), "reply '%s'", buf);
   xport_mr_dereg(mr);
   xport_mr_dereg(remote_only);

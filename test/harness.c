@@ -16,11 +16,16 @@ const char *xt_config(void) { return config; }
 
 /* Verbs needs an address with an RDMA device behind it (the QEMU guest
  * sets XPORT_TEST_HOST); everything else listens on the loopback. */
+const char *xt_host(void)
+{
+  const char *h = getenv("XPORT_TEST_HOST");
+  return h && *h ? h : "127.0.0.1";
+}
+
 const char *xt_listen_addr(void)
 {
   static char addr[128];
-  const char *h = getenv("XPORT_TEST_HOST");
-  snprintf(addr, sizeof addr, "%s:0", h && *h ? h : "127.0.0.1");
+  snprintf(addr, sizeof addr, "%s:0", xt_host());
   return addr;
 }
 

@@ -10,7 +10,9 @@
 
 /* The configuration the current run is for, e.g. "tcp" or "tcp-strict". */
 const char *xt_config(void);
-/* "HOST:0" for test listeners: 127.0.0.1, or $XPORT_TEST_HOST. */
+/* The host tests listen on: 127.0.0.1, or $XPORT_TEST_HOST (verbs needs
+ * an address with an RDMA device behind it); and "HOST:0". */
+const char *xt_host(void);
 const char *xt_listen_addr(void);
 
 /* Runs make() per provider configuration (network suites) or once
