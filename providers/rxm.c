@@ -1,12 +1,21 @@
 /* ofi_rxm over tcp or verbs: reliable datagrams built on connected
  * endpoints, made lazily on the first send. Listeners bind a socket
- * address. rxm never reports a dead peer: xport watches for it. */
+ * address. rxm never reports a dead peer: xport watches for it.
+ *
+ * When rxm (libfabric 1.17) closes its connection to a peer (fi_av_remove,
+ * endpoint close), it closes the underlying endpoint first and handles
+ * the completions still queued for it afterwards, reposting receive
+ * buffers on the freed endpoint: a message arriving from that peer just
+ * then crashes the process (seen over verbs; fixed upstream by libfabric
+ * commit 697688386, "fix the msg_ep use-after-free at connection
+ * teardown"). Hence close_needs_quiet. */
 #include "xport_int.h"
 
 const struct xport__profile xport__profile_tcp_rxm = {
   .name = "tcp;ofi_rxm",
   .rank = 30,
   .manual_progress = 1,
+  .close_needs_quiet = 1,
 };
 
 const struct xport__profile xport__profile_verbs_rxm = {
@@ -14,4 +23,9 @@ const struct xport__profile xport__profile_verbs_rxm = {
   .rank = 15,
   .manual_progress = 1,
   .inject_needs_completion = 1,
+  .close_needs_quiet = 1,
+  .enable_hint = "rxm asks the device for a completion queue of (receive + send queue "
+                 "size) x FI_UNIVERSE_SIZE (default 256) entries, more than some devices "
+                 "allow (Soft-RoCE: 32767); set FI_UNIVERSE_SIZE=64, or "
+                 "FI_OFI_RXM_MSG_RX_SIZE and FI_OFI_RXM_MSG_TX_SIZE",
 };

@@ -199,11 +199,22 @@ static inline void take_entry(xport_ctx_t *ctx, struct xport__req *req,
   if (XPORT__UNLIKELY(e->flags & FI_REMOTE_CQ_DATA)) {
     req->flags = XPORT_COMP_IMM;
     req->imm = (uint32_t)e->data;
-    if ((e->flags & FI_REMOTE_WRITE) || (e->data >> 32) == XPORT__WIMM_MARK) {
+    int wimm = ctx->rdm ? !!(((const struct fi_cq_tagged_entry *)e)->tag & XPORT__WIMM_TAG)
+                        : (e->data >> 32) == XPORT__WIMM_MARK;
+    if ((e->flags & FI_REMOTE_WRITE) || wimm) {
       req->op = XPORT_OP_REMOTE_WRITE_IMM;
       req->len = 0;
     }
   }
+}
+
+/* Entry i of what fi_cq_read returned: the CQ's format is tagged over
+ * RDM and data otherwise, and fi_cq_data_entry begins every tagged one. */
+static inline const struct fi_cq_data_entry *entry_at(const xport_ctx_t *ctx,
+                                                      const struct fi_cq_tagged_entry *ents,
+                                                      ssize_t i)
+{
+  return (const void *)((const char *)ents + (size_t)i * ctx->cq_entry_size);
 }
 
 static void fill_comp(xport_completion_t *c, const struct xport__req *req)
@@ -281,7 +292,7 @@ static int read_error(xport_ctx_t *ctx, struct xport__req **req_p)
 
 void xport__cq_drain(xport_ctx_t *ctx)
 {
-  struct fi_cq_data_entry ents[XPORT__CQ_BATCH];
+  struct fi_cq_tagged_entry ents[XPORT__CQ_BATCH];
   for (;;) {
     ssize_t n = fi_cq_read(ctx->cq, ents, XPORT__CQ_BATCH);
     if (n == -FI_EAVAIL) {
@@ -295,14 +306,15 @@ void xport__cq_drain(xport_ctx_t *ctx)
     if (n <= 0)
       return;
     for (ssize_t i = 0; i < n; i++) {
-      struct xport__req *req = ents[i].op_context;
+      const struct fi_cq_data_entry *e = entry_at(ctx, ents, i);
+      struct xport__req *req = e->op_context;
       if (!req)
         continue;
       if (XPORT__UNLIKELY(req->op >= XPORT__OP_CTL_SEND || req->zombie)) {
         internal_entry(ctx, req, 0);
         continue;
       }
-      take_entry(ctx, req, &ents[i]);
+      take_entry(ctx, req, e);
       done_push(ctx, req);
     }
   }
@@ -310,7 +322,7 @@ void xport__cq_drain(xport_ctx_t *ctx)
 
 static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t *ctx, xport_completion_t *comps, int max)
 {
-  struct fi_cq_data_entry ents[XPORT__CQ_BATCH];
+  struct fi_cq_tagged_entry ents[XPORT__CQ_BATCH];
   int n = 0;
 
   if (XPORT__UNLIKELY(!ctx || !comps || max <= 0))
@@ -328,14 +340,15 @@ static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t 
     ssize_t got = fi_cq_read(ctx->cq, ents, want);
     if (got > 0) {
       for (ssize_t i = 0; i < got; i++) {
-        struct xport__req *req = ents[i].op_context;
+        const struct fi_cq_data_entry *e = entry_at(ctx, ents, i);
+        struct xport__req *req = e->op_context;
         if (XPORT__UNLIKELY(!req))
           continue;
         if (XPORT__UNLIKELY(req->op >= XPORT__OP_CTL_SEND || req->zombie)) {
           internal_entry(ctx, req, 0);
           continue;
         }
-        take_entry(ctx, req, &ents[i]);
+        take_entry(ctx, req, e);
         n += deliver(ctx, req, &comps[n]);
       }
       return n;

@@ -198,7 +198,9 @@ static int open_candidate(xport_ctx_t *ctx, struct fi_info *fi, const struct set
 {
   int strict = s->strict;
   struct fi_eq_attr eq_attr = {.size = 64, .wait_obj = FI_WAIT_FD};
-  struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_DATA,
+  /* Over RDM the tag tells the message ending an emulated write_imm. */
+  int rdm = fi->ep_attr->type == FI_EP_RDM;
+  struct fi_cq_attr cq_attr = {.format = rdm ? FI_CQ_FORMAT_TAGGED : FI_CQ_FORMAT_DATA,
                                .wait_obj = s->wait_fd ? FI_WAIT_FD : FI_WAIT_NONE};
   int ret;
 
@@ -473,12 +475,15 @@ XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p
   ctx->prov_key = !!(mm & FI_MR_PROV_KEY);
   ctx->virt_addr = !!(mm & FI_MR_VIRT_ADDR);
   ctx->raw_keys = !!(mm & FI_MR_RAW);
-  /* Where the provider does not consume a receive for write_imm, xport
-   * emulates it, and that needs room for a marker in the CQ data. */
-  ctx->native_wimm = (ctx->info->mode & FI_RX_CQ_DATA)             ? 1
-                     : ctx->info->domain_attr->cq_data_size >= 8 ? 0
-                                                                 : -1;
   ctx->rdm = ctx->info->ep_attr->type == FI_EP_RDM;
+  ctx->cq_entry_size = ctx->rdm ? sizeof(struct fi_cq_tagged_entry)
+                                : sizeof(struct fi_cq_data_entry);
+  /* Where the provider does not consume a receive for write_imm, xport
+   * emulates it, and that needs room for a marker: a tag bit over RDM,
+   * the upper half of the CQ data over MSG. */
+  ctx->native_wimm = (ctx->info->mode & FI_RX_CQ_DATA)                          ? 1
+                     : ctx->rdm || ctx->info->domain_attr->cq_data_size >= 8 ? 0
+                                                                              : -1;
   ctx->quick_inject = !ctx->prof || !ctx->prof->inject_needs_completion;
   ctx->peer_check_ms = (long)xport__env_size(XPORT__ENV_PEER_TIMEOUT, 500);
   if (ctx->peer_check_ms < 4)

@@ -34,7 +34,8 @@ static const xport_env_var_t env_table[XPORT__ENV_COUNT] = {
     "time in milliseconds within which xport notices it: a peer process "
     "that is gone (same node) or whose heartbeats stopped (see "
     "XPORT_KEEPALIVE). Its operations then fail and its connection reports "
-    "the disconnect."},
+    "the disconnect. On rxm it also bounds how long closing waits for a "
+    "peer's answer to its goodbye."},
   [XPORT__ENV_RMA_TIMEOUT] = {"XPORT_RMA_TIMEOUT", "size", "5000",
     "On providers where a one-sided operation that the target refuses "
     "(revoked or forged key) neither completes nor fails (shm), the time "

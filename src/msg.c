@@ -214,9 +214,10 @@ static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_
       }
     } else if (cnt == 1) {
       ret = fi_trecv(conn->ep, fiov[0].iov_base, fiov[0].iov_len, desc[0], FI_ADDR_UNSPEC,
-                     conn->id, 0, &req->fictx);
+                     conn->id, XPORT__WIMM_TAG, &req->fictx);
     } else {
-      ret = fi_trecvv(conn->ep, fiov, desc, cnt, FI_ADDR_UNSPEC, conn->id, 0, &req->fictx);
+      ret = fi_trecvv(conn->ep, fiov, desc, cnt, FI_ADDR_UNSPEC, conn->id, XPORT__WIMM_TAG,
+                      &req->fictx);
     }
   } else if (op == XPORT_OP_SEND) {
     uint64_t inj = cnt == 1 && fiov[0].iov_len && fiov[0].iov_len <= conn->ctx->caps.inject_size

@@ -183,6 +183,84 @@ static int ctl_send(struct xport__rep *rep, fi_addr_t dest, uint32_t type, uint3
   return 0;
 }
 
+/* ---- goodbyes ---------------------------------------------------------- */
+
+/* A closed connection whose goodbye (CTL_DISC) the peer has yet to answer,
+ * where the provider must not drop a peer that may still be sending
+ * (close_needs_quiet). It holds the connection's reference on the peer,
+ * so the peer stays in the address vector, and its endpoint does not
+ * close, until the answer comes, the peer's process ends, or
+ * XPORT_PEER_TIMEOUT passes. The answer is the peer's last message on that
+ * connection: whatever it sent before has been taken off the wire. */
+struct xport__bye {
+  struct xport__bye *next;
+  struct xport__rep *rep;
+  struct xport__peer *peer;
+  uint64_t peer_ctx_id;
+  uint32_t id, peer_id;
+  int pidfd;
+  long deadline;
+};
+
+static void bye_end(xport_ctx_t *ctx, struct xport__bye *b)
+{
+  struct xport__bye **pp = &ctx->byes;
+  while (*pp != b)
+    pp = &(*pp)->next;
+  *pp = b->next;
+  if (b->pidfd >= 0)
+    close(b->pidfd);
+  peer_put(b->rep, b->peer);
+  free(b);
+}
+
+/* Takes over conn's peer reference and process watch until the answer;
+ * 0 where nothing needs to wait. */
+static int bye_start(xport_conn_t *conn)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  struct xport__bye *b;
+  if (!ctx->prof || !ctx->prof->close_needs_quiet || !(b = malloc(sizeof *b)))
+    return 0;
+  *b = (struct xport__bye){.next = ctx->byes, .rep = conn->rep, .peer = conn->peer,
+                           .peer_ctx_id = conn->peer_ctx_id, .id = conn->id,
+                           .peer_id = conn->peer_id, .pidfd = conn->pidfd,
+                           .deadline = xport__now_ms() + ctx->peer_check_ms};
+  conn->pidfd = -1;
+  ctx->byes = b;
+  return 1;
+}
+
+static void bye_answered(struct xport__rep *rep, const struct xport__ctl *m)
+{
+  for (struct xport__bye *b = rep->ctx->byes; b; b = b->next)
+    if (b->rep == rep && b->id == m->dst_id && b->peer_id == m->src_id &&
+        b->peer_ctx_id == m->ctx_id) {
+      bye_end(rep->ctx, b);
+      return;
+    }
+}
+
+/* Ends the goodbyes whose peer died or had its time. */
+static void byes_expire(xport_ctx_t *ctx)
+{
+  long now = xport__now_ms();
+  for (struct xport__bye *b = ctx->byes, *next; b; b = next) {
+    next = b->next;
+    struct pollfd p = {.fd = b->pidfd, .events = POLLIN};
+    if (now >= b->deadline || (b->pidfd >= 0 && poll(&p, 1, 0) > 0))
+      bye_end(ctx, b);
+  }
+}
+
+static int byes_on(const struct xport__rep *rep)
+{
+  for (const struct xport__bye *b = rep->ctx->byes; b; b = b->next)
+    if (b->rep == rep)
+      return 1;
+  return 0;
+}
+
 static xport_conn_t *find_conn(xport_ctx_t *ctx, uint32_t id)
 {
   for (xport_conn_t *c = ctx->conns; c; c = c->next)
@@ -271,12 +349,20 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
   case CTL_DISC:
   case CTL_KEEPALIVE:
     conn = find_conn(ctx, m->dst_id);
-    if (!conn || conn->rep != rep || conn->peer_id != m->src_id || conn->peer_ctx_id != m->ctx_id)
+    if (!conn || conn->rep != rep || conn->peer_id != m->src_id || conn->peer_ctx_id != m->ctx_id) {
+      if (m->type == CTL_DISC)
+        bye_answered(rep, m); /* the answer to ours, or theirs crossing it */
       break;
-    if (m->type == CTL_DISC)
-      conn_lost(conn, -XPORT_ECONNRESET);
-    else
+    }
+    if (m->type == CTL_KEEPALIVE) {
       conn->last_heard = xport__now_ms();
+      break;
+    }
+    /* The peer may wait for an answer before it lets go of us (struct
+     * xport__bye); it is the last message of this connection. */
+    if (conn->state == XPORT__CONN_CONNECTED && ctx->prof && ctx->prof->close_needs_quiet)
+      ctl_send(rep, conn->dest, CTL_DISC, conn->id, conn->peer_id);
+    conn_lost(conn, -XPORT_ECONNRESET);
     break;
   default:
     XPORT__INFO("dropped a control message of unknown type %u", m->type);
@@ -317,9 +403,16 @@ static void rep_close(struct xport__rep *rep)
     return;
   xport_ctx_t *ctx = rep->ctx;
   /* Let control messages still in flight (a goodbye) finish first: some
-   * providers (rxm over verbs) do not survive closing under them. */
+   * providers (rxm over verbs) do not survive closing under them; and
+   * where the provider needs quiet, wait for the answers to goodbyes. */
   for (long end = xport__now_ms() + 200; rep->ep && rep->ctl_out && xport__now_ms() < end;)
     xport__cq_drain(ctx);
+  while (byes_on(rep)) {
+    struct timespec ts = {0, 50 * 1000};
+    nanosleep(&ts, NULL);
+    xport__cq_drain(ctx);
+    byes_expire(ctx);
+  }
   if (rep->ep) {
     xport__close_fid(ctx, &rep->ep->fid);
     rep->ep = NULL;
@@ -375,6 +468,14 @@ static int rep_open(xport_ctx_t *ctx, struct fi_info *info, const char *name,
   rep->addrlen = sizeof rep->addr;
   if (!ret && (step = "fi_getname"))
     ret = fi_getname(&rep->ep->fid, rep->addr, &rep->addrlen);
+  if (ret == -FI_EINVAL && !strcmp(step, "fi_enable")) {
+    /* xport's arguments were checked: the provider's own limits refused it. */
+    XPORT__WARN("%s cannot open an endpoint (fi_enable: %s)%s%s", ctx->caps.provider,
+                fi_strerror(-ret), ctx->prof && ctx->prof->enable_hint ? ": " : "",
+                ctx->prof && ctx->prof->enable_hint ? ctx->prof->enable_hint : "");
+    rep_close(rep);
+    return -XPORT_EPROVIDER;
+  }
   if (ret) {
     XPORT__INFO("opening an endpoint: %s: %s", step, fi_strerror(-ret));
     rep_close(rep);
@@ -497,13 +598,17 @@ static xport_conn_t *conn_new(struct xport__rep *rep, struct xport__peer *peer)
 
 /* Lets go of the peer and the endpoint; the last connection of a closed
  * listener's endpoint closes it. */
-static void conn_detach(xport_conn_t *conn)
+/* said_bye: a goodbye went to the peer, which may call for waiting for its
+ * answer (struct xport__bye). */
+static void conn_detach(xport_conn_t *conn, int said_bye)
 {
   struct xport__rep *rep = conn->rep;
-  if (conn->pidfd >= 0)
-    close(conn->pidfd);
+  if (!said_bye || !bye_start(conn)) {
+    if (conn->pidfd >= 0)
+      close(conn->pidfd);
+    peer_put(rep, conn->peer);
+  }
   conn->pidfd = -1;
-  peer_put(rep, conn->peer);
   conn->peer = NULL;
   conn->rep = NULL;
   if (!--rep->nconns && !rep->lst && rep != rep->ctx->cep)
@@ -513,7 +618,7 @@ static void conn_detach(xport_conn_t *conn)
 static void conn_discard(xport_conn_t *conn)
 {
   xport__conn_unlink(conn);
-  conn_detach(conn);
+  conn_detach(conn, 0);
   free(conn);
 }
 
@@ -649,10 +754,10 @@ void xport__rdm_orphan_all(xport_conn_t *conn, int status)
 
 void xport__rdm_close(xport_conn_t *conn)
 {
-  if (conn->state == XPORT__CONN_CONNECTED)
-    ctl_send(conn->rep, conn->dest, CTL_DISC, conn->id, conn->peer_id);
+  int said_bye = conn->state == XPORT__CONN_CONNECTED &&
+                 ctl_send(conn->rep, conn->dest, CTL_DISC, conn->id, conn->peer_id) == 0;
   xport__rdm_orphan_all(conn, -XPORT_ECANCELED);
-  conn_detach(conn);
+  conn_detach(conn, said_bye);
 }
 
 /* Looks for peers that died: on the same node their process is gone;
@@ -664,6 +769,8 @@ void xport__rdm_housekeeping(xport_ctx_t *ctx)
   if (now - ctx->last_check < ctx->peer_check_ms / 4)
     return;
   ctx->last_check = now;
+  if (ctx->byes)
+    byes_expire(ctx);
   int drained = 0;
   for (xport_conn_t *c = ctx->conns, *next; c; c = next) {
     next = c->next;

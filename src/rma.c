@@ -245,15 +245,14 @@ static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t 
     if (XPORT__UNLIKELY(ret))
       return (int)ret;
     req->len = len;
-    uint64_t data = XPORT__WIMM_MARK << 32 | imm;
     if (conn->rep) {
       struct fi_msg_tagged tm = {.msg_iov = fiov, .desc = desc, .iov_count = 0,
-                                 .addr = conn->dest, .tag = conn->tag,
-                                 .context = &req->fictx, .data = data};
+                                 .addr = conn->dest, .tag = conn->tag | XPORT__WIMM_TAG,
+                                 .context = &req->fictx, .data = imm};
       ret = fi_tsendmsg(conn->ep, &tm, FI_REMOTE_CQ_DATA);
     } else {
       struct fi_msg msg = {.msg_iov = fiov, .desc = desc, .iov_count = 0,
-                           .context = &req->fictx, .data = data};
+                           .context = &req->fictx, .data = XPORT__WIMM_MARK << 32 | imm};
       ret = fi_sendmsg(conn->ep, &msg, FI_REMOTE_CQ_DATA);
     }
     return xport__post_end(conn, req, ret);

@@ -32,9 +32,13 @@
 #define XPORT__OP_CTL_SEND 101 /* RDM control message out (rdm.c) */
 #define XPORT__OP_CTL_RECV 102 /* RDM control receive */
 #define XPORT__CTL_TAG (UINT64_C(1) << 63) /* tag bit of control messages */
+/* Tag bit of the message that completes an emulated write-with-immediate
+ * over RDM: the tag, not the CQ data, carries the marker there, because
+ * some RDM providers have only 4 bytes of CQ data (verbs;ofi_rxm). */
+#define XPORT__WIMM_TAG (UINT64_C(1) << 62)
 #define XPORT__ADDR_MAX 256
 /* Upper half of 8-byte CQ data marking the message that completes an
- * emulated write-with-immediate (see rma.c). */
+ * emulated write-with-immediate over MSG endpoints (see rma.c). */
 #define XPORT__WIMM_MARK UINT64_C(0x57494d4d) /* "WIMM" */
 
 /* ---- provider profiles (providers/) ---------------------------------- */
@@ -68,6 +72,13 @@ struct xport__profile {
   /* mr_mode bits to drop before opening the domain where the provider
    * merely allows them (shm checks keys only with offsets). */
   uint64_t clear_mr_mode;
+  /* 1: the provider must not drop its connection to a peer (AV removal,
+   * endpoint close) while messages from that peer may be arriving. xport
+   * then waits, after a goodbye, for the peer's answer (rdm.c). */
+  int close_needs_quiet;
+  /* What to tell the user when the provider refuses to open an endpoint
+   * (fi_enable: EINVAL) for reasons of its own (may be NULL). */
+  const char *enable_hint;
 
   /* Providers without a connection manager whose endpoints are named
    * (shm): how a listener's host:port becomes a name, and how a name is
@@ -296,12 +307,15 @@ struct xport_ctx {
   int virt_addr;      /* RMA addresses are virtual addresses */
   int raw_keys;       /* FI_MR_RAW */
   /* write_imm: 1 consumes a receive natively (FI_RX_CQ_DATA), 0 emulated
-   * (8-byte CQ data carries xport's marker), -1 impossible (4-byte CQ data
-   * without FI_RX_CQ_DATA: verbs;ofi_rxm) and refused with ENOSYS. */
+   * (the marker in a tag bit over RDM, in 8-byte CQ data over MSG), -1
+   * impossible (a MSG provider with 4-byte CQ data and no FI_RX_CQ_DATA)
+   * and refused with ENOSYS. */
   int native_wimm;
+  size_t cq_entry_size; /* fi_cq_tagged_entry over RDM, else fi_cq_data_entry */
   int quick_inject;   /* small sends finish at post (fi_inject) */
   int rdm;            /* FI_EP_RDM: connections are xport's own (rdm.c) */
   struct xport__rep *cep; /* RDM: the endpoint outgoing connections use */
+  struct xport__bye *byes; /* RDM: goodbyes waiting for the peer's answer */
   uint32_t next_conn_id;
   long peer_check_ms; /* XPORT_PEER_TIMEOUT: a dead peer is noticed within it */
   int keepalive_mode; /* XPORT_KEEPALIVE: -1 auto, 0 never, 1 always */
