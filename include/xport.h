@@ -56,7 +56,7 @@ extern "C" {
   X(ECANCELED, ECANCELED, "operation canceled")                              \
   X(ENOPROV, 256, "no usable provider")                                      \
   X(ETRUNC, 257, "receive buffer too small: message truncated")             \
-  X(EPROVIDER, 258, "provider error (see the completion's detail)")
+  X(EPROVIDER, 258, "provider error (see the log line, or the completion's detail)")
 
 enum xport_errno {
 #define XPORT__ERRNO_ENUM(name, value, msg) XPORT_##name = (value),

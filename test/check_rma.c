@@ -3,8 +3,13 @@
  * sides, rights and ranges enforced locally, bad keys failing cleanly. */
 #include "harness.h"
 
+#include <linux/capability.h>
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define T_MS 20000
@@ -769,6 +774,77 @@ END_TEST
 
 /* ---- registration ------------------------------------------------------ */
 
+/* Drops CAP_IPC_LOCK, which exempts root from RLIMIT_MEMLOCK (the test
+ * runs in a process of its own, CK_FORK). */
+static void drop_ipc_lock(void)
+{
+  struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct d[2];
+  XT_CHECK(syscall(SYS_capget, &h, d) == 0, "capget");
+  uint32_t bit = 1u << (CAP_IPC_LOCK % 32);
+  d[CAP_IPC_LOCK / 32].effective &= ~bit;
+  d[CAP_IPC_LOCK / 32].permitted &= ~bit;
+  d[CAP_IPC_LOCK / 32].inheritable &= ~bit;
+  XT_CHECK(syscall(SYS_capset, &h, d) == 0, "capset");
+}
+
+/* Registration pins memory on verbs, and pinned memory counts against
+ * RLIMIT_MEMLOCK: over the limit xport_mr_reg fails with ENOMEM, sets
+ * nothing, says "ulimit -l" in its log line, and works again once the
+ * limit allows. Elsewhere registration pins nothing and must succeed. */
+START_TEST(memlock_limit)
+{
+  const size_t big = (size_t)8 << 20;
+  setenv("XPORT_LOG", "warn", 1); /* read when this process first opens a context */
+  xport_ctx_t *ctx = xt_ctx();
+  xport_caps_t caps;
+  xport_mr_t *mr = NULL;
+  struct rlimit old, low;
+  XT_OK(xport_ctx_query(ctx, &caps));
+  int pins = !strncmp(caps.provider, "verbs", 5);
+  char *buf = aligned_alloc(4096, big);
+  XT_CHECK(buf != NULL, "alloc");
+  memset(buf, 1, big);
+  drop_ipc_lock();
+  XT_CHECK(getrlimit(RLIMIT_MEMLOCK, &old) == 0, "getrlimit");
+  low = (struct rlimit){1 << 20, old.rlim_max};
+  XT_CHECK(setrlimit(RLIMIT_MEMLOCK, &low) == 0, "setrlimit");
+
+  /* The log line goes to stderr: catch it in a file. */
+  FILE *log = tmpfile();
+  XT_CHECK(log != NULL, "tmpfile");
+  fflush(stderr);
+  int saved = dup(2);
+  XT_CHECK(saved >= 0 && dup2(fileno(log), 2) == 2, "dup2");
+  int ret = xport_mr_reg(ctx, buf, big, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE, &mr);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  char text[1024] = "";
+  rewind(log);
+  size_t n = fread(text, 1, sizeof text - 1, log);
+  text[n] = '\0';
+  fclose(log);
+
+  if (pins) {
+    XT_CHECK(ret == -XPORT_ENOMEM, "8 MiB under a 1 MiB memlock limit on %s: %s", xt_config(),
+             xport_strerror(ret));
+    XT_CHECK(mr == NULL, "a failed registration set its output");
+    XT_CHECK(strstr(text, "ulimit -l") != NULL, "log line does not name ulimit -l: '%s'", text);
+  } else {
+    XT_CHECK(ret == 0, "registration pins nothing on %s, yet: %s", xt_config(),
+             xport_strerror(ret));
+    xport_mr_dereg(mr);
+    mr = NULL;
+  }
+  XT_CHECK(setrlimit(RLIMIT_MEMLOCK, &old) == 0, "setrlimit back");
+  XT_OK(xport_mr_reg(ctx, buf, big, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE, &mr));
+  XT_OK(xport_mr_dereg(mr));
+  xport_ctx_destroy(ctx);
+  free(buf);
+}
+END_TEST
+
 START_TEST(registration_rules_and_random_keys)
 {
   enum { N = 64 };
@@ -836,6 +912,7 @@ static Suite *make_suite(void)
   TCase *err = tcase_create("Errors");
   tcase_set_timeout(err, 60);
   tcase_add_test(err, rights_ranges_and_bad_keys);
+  tcase_add_test(err, memlock_limit);
   tcase_add_test(err, revoked_and_forged_keys);
   suite_add_tcase(s, err);
   return s;
