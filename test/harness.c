@@ -90,18 +90,29 @@ static int available(const struct xt_cfg *c, char *why, size_t len)
     close(p[0]);
     xport_ctx_attr_t a = {.provider = c->provider, .strict = c->strict ? XPORT_ON : XPORT_OFF};
     xport_ctx_t *ctx = NULL;
-    setenv("XPORT_LOG", "none", 1);
+    /* Warnings go to a file: the last one explains a failed listen. */
+    FILE *log = tmpfile();
+    setenv("XPORT_LOG", log ? "warn" : "none", 1);
+    if (log)
+      dup2(fileno(log), 2);
     int rc = xport_ctx_create(&a, &ctx);
-    char msg[200];
+    char msg[700], warn[480] = "";
     xport_listener_t *lst;
     /* Usable means a listener opens too, on the address tests use. */
     if (rc == 0 && (rc = xport_listen(ctx, xt_listen_addr(), &lst)) == 0)
       xport_listener_close(lst);
+    if (log && ctx && rc) {
+      char line[480];
+      rewind(log);
+      while (fgets(line, sizeof line, log))
+        if (!strncmp(line, "xport: warn: ", 13))
+          snprintf(warn, sizeof warn, " (%.*s)", (int)strcspn(line + 13, "\n"), line + 13);
+    }
     if (rc == 0)
       snprintf(msg, sizeof msg, "ok");
     else if (ctx)
-      snprintf(msg, sizeof msg, "%s opens, but xport_listen on %s fails: %s", c->provider,
-               xt_listen_addr(), xport_strerror(rc));
+      snprintf(msg, sizeof msg, "%s opens, but xport_listen on %s fails: %s%s", c->provider,
+               xt_listen_addr(), xport_strerror(rc), warn);
     else if (!libfabric_has(c->provider))
       snprintf(msg, sizeof msg, "libfabric on this machine has no %s provider", c->provider);
     else if (libfabric_has(c->provider) == 1)
@@ -116,7 +127,7 @@ static int available(const struct xt_cfg *c, char *why, size_t len)
     _exit(rc == 0 ? 0 : 1);
   }
   close(p[1]);
-  char buf[200] = "";
+  char buf[700] = "";
   ssize_t n = read(p[0], buf, sizeof buf - 1);
   close(p[0]);
   int st = xt_reap(pid);
@@ -147,7 +158,7 @@ int xt_main(const char *prog, Suite *(*make)(void), int network)
     return run_suite(prog, make, "no provider") ? 1 : 0;
   for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
     const struct xt_cfg *c = &cfgs[i];
-    char why[200];
+    char why[700];
     if (!wanted(c->label)) {
       printf("SKIP: %s on %s: not in XPORT_TEST_CONFIGS\n", prog, c->label);
       continue;
