@@ -213,6 +213,8 @@ static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_
         ret = fi_tsendv(conn->ep, fiov, desc, cnt, conn->dest, conn->tag, &req->fictx);
       }
     } else if (cnt == 1) {
+      /* Ignoring the write_imm bit lets an emulated write_imm's message
+       * consume a receive like any other (the portable rule). */
       ret = fi_trecv(conn->ep, fiov[0].iov_base, fiov[0].iov_len, desc[0], FI_ADDR_UNSPEC,
                      conn->id, XPORT__WIMM_TAG, &req->fictx);
     } else {

@@ -222,10 +222,11 @@ static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t 
     return -XPORT_ENOSYS;
   if (with_imm && !ctx->native_wimm) {
     /* Emulation for providers whose write-with-immediate consumes no
-     * receive (tcp, shm, rxm): the write, then an empty message whose CQ
-     * data carries the marker and the value. The message is ordered after
-     * the write (FI_ORDER_SAW), so the data is in place when the target's
-     * receive completes; the write's own completion stays silent. */
+     * receive (tcp, shm, rxm): the write, then an empty message carrying
+     * the value, marked by a tag bit (RDM) or the upper half of its CQ
+     * data (MSG). The message is ordered after the write (FI_ORDER_SAW),
+     * so the data is in place when the target's receive completes; the
+     * write's own completion stays silent. */
     if (len) {
       ret = xport__post_begin(conn, XPORT__OP_SILENT, iov, iovcnt, NULL, fiov, desc, &cnt, &req);
       if (XPORT__UNLIKELY(ret))
