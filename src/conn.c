@@ -323,10 +323,7 @@ static int xport_listen__locked(xport_ctx_t *ctx, const char *addr, xport_listen
   else
     xport__strlcpy(lst->addr, addr, sizeof lst->addr);
 linked:
-  lst->next = ctx->listeners;
-  if (ctx->listeners)
-    ctx->listeners->prev = lst;
-  ctx->listeners = lst;
+  XPORT__LIST_PUSH(ctx->listeners, lst, next, prev);
   *lst_p = lst;
   return 0;
 }
@@ -357,12 +354,7 @@ static int xport_listener_close__locked(xport_listener_t *lst)
     fi_freeinfo(cr->info);
     free(cr);
   }
-  if (lst->prev)
-    lst->prev->next = lst->next;
-  else
-    ctx->listeners = lst->next;
-  if (lst->next)
-    lst->next->prev = lst->prev;
+  XPORT__LIST_UNLINK(ctx->listeners, lst, next, prev);
   free(lst);
   return 0;
 }
@@ -380,22 +372,14 @@ static xport_conn_t *conn_new(xport_ctx_t *ctx)
 void xport__conn_unlink(xport_conn_t *conn)
 {
   xport_ctx_t *ctx = conn->ctx;
-  if (conn->prev)
-    conn->prev->next = conn->next;
-  else
-    ctx->conns = conn->next;
-  if (conn->next)
-    conn->next->prev = conn->prev;
+  XPORT__LIST_UNLINK(ctx->conns, conn, next, prev);
   conn->next = conn->prev = NULL;
 }
 
 void xport__conn_link(xport_conn_t *conn)
 {
   xport_ctx_t *ctx = conn->ctx;
-  conn->next = ctx->conns;
-  if (ctx->conns)
-    ctx->conns->prev = conn;
-  ctx->conns = conn;
+  XPORT__LIST_PUSH(ctx->conns, conn, next, prev);
 }
 
 static int ep_open(xport_conn_t *conn, struct fi_info *info)

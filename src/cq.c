@@ -83,12 +83,7 @@ void xport__req_free_mem(xport_ctx_t *ctx, struct xport__req *req)
 
 static void unlink_out(struct xport__req *req)
 {
-  if (req->cprev)
-    req->cprev->cnext = req->cnext;
-  else
-    req->conn->out = req->cnext;
-  if (req->cnext)
-    req->cnext->cprev = req->cprev;
+  XPORT__LIST_UNLINK(req->conn->out, req, cnext, cprev);
 }
 
 /* Ends a request's life on the wire: library-owned memory is released,
@@ -138,11 +133,7 @@ void xport__req_orphan(xport_ctx_t *ctx, struct xport__req *req, int status)
   req->flags = 0;
   req->zombie = XPORT__Z_SYNTH;
   /* Also on the zombie list until the provider reports it. */
-  req->cprev = NULL;
-  req->cnext = ctx->zombies;
-  if (ctx->zombies)
-    ctx->zombies->cprev = req;
-  ctx->zombies = req;
+  XPORT__LIST_PUSH(ctx->zombies, req, cnext, cprev);
   done_push(ctx, req);
 }
 
@@ -151,12 +142,7 @@ static void zombie_step(xport_ctx_t *ctx, struct xport__req *req, unsigned who)
 {
   req->zombie |= who;
   if (who == XPORT__Z_PROV) {
-    if (req->cprev)
-      req->cprev->cnext = req->cnext;
-    else
-      ctx->zombies = req->cnext;
-    if (req->cnext)
-      req->cnext->cprev = req->cprev;
+    XPORT__LIST_UNLINK(ctx->zombies, req, cnext, cprev);
   }
   if ((req->zombie & (XPORT__Z_USER | XPORT__Z_PROV)) != (XPORT__Z_USER | XPORT__Z_PROV))
     return;

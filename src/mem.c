@@ -70,10 +70,7 @@ static int xport_mr_reg__locked(xport_ctx_t *ctx, void *buf, size_t len,
   mr->base = buf;
   mr->len = len;
   mr->access = access;
-  mr->next = ctx->mrs;
-  if (ctx->mrs)
-    ctx->mrs->prev = mr;
-  ctx->mrs = mr;
+  XPORT__LIST_PUSH(ctx->mrs, mr, next, prev);
   *mr_p = mr;
   return 0;
 }
@@ -86,12 +83,7 @@ static int xport_mr_dereg__locked(xport_mr_t *mr)
   int ret = fi_close(&mr->mr->fid);
   if (ret)
     return xport__err_from_fi(ret);
-  if (mr->prev)
-    mr->prev->next = mr->next;
-  else
-    ctx->mrs = mr->next;
-  if (mr->next)
-    mr->next->prev = mr->prev;
+  XPORT__LIST_UNLINK(ctx->mrs, mr, next, prev);
   free(mr);
   return 0;
 }

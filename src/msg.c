@@ -143,11 +143,7 @@ int xport__post_end(xport_conn_t *conn, struct xport__req *req, ssize_t ret)
      * per-endpoint entry pool is what ran out (shm). */
     return ret == -FI_EAGAIN || ret == -FI_ENOMEM ? -XPORT_EAGAIN : xport__err_from_fi((int)ret);
   }
-  req->cprev = NULL;
-  req->cnext = conn->out;
-  if (conn->out)
-    conn->out->cprev = req;
-  conn->out = req;
+  XPORT__LIST_PUSH(conn->out, req, cnext, cprev);
   conn->nreqs++;
   return 0;
 }

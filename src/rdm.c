@@ -175,11 +175,7 @@ static int ctl_send(struct xport__rep *rep, fi_addr_t dest, uint32_t type, uint3
     ctl_req_free(ctx, req);
     return ret == -FI_EAGAIN ? -XPORT_EAGAIN : xport__err_from_fi((int)ret);
   }
-  req->cprev = NULL;
-  req->cnext = rep->ctl_out;
-  if (rep->ctl_out)
-    rep->ctl_out->cprev = req;
-  rep->ctl_out = req;
+  XPORT__LIST_PUSH(rep->ctl_out, req, cnext, cprev);
   return 0;
 }
 
@@ -373,12 +369,7 @@ void xport__rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status)
 {
   struct xport__rep *rep = req->rep;
   if (req->op == XPORT__OP_CTL_SEND) {
-    if (req->cprev)
-      req->cprev->cnext = req->cnext;
-    else
-      rep->ctl_out = req->cnext;
-    if (req->cnext)
-      req->cnext->cprev = req->cprev;
+    XPORT__LIST_UNLINK(rep->ctl_out, req, cnext, cprev);
     if (status) {
       xport_conn_t *conn = find_conn(ctx, req->imm);
       if (conn && conn->rep == rep && conn->state == XPORT__CONN_CONNECTING)

@@ -27,6 +27,26 @@
 
 #define XPORT__UNLIKELY(x) __builtin_expect(!!(x), 0)
 
+/* Intrusive doubly linked lists (requests, connections, listeners,
+ * registrations): push at the head, and unlink, through the fields named. */
+#define XPORT__LIST_PUSH(head, node, next, prev)                                             \
+  do {                                                                                      \
+    (node)->prev = NULL;                                                                    \
+    (node)->next = (head);                                                                  \
+    if (head)                                                                               \
+      (head)->prev = (node);                                                                \
+    (head) = (node);                                                                        \
+  } while (0)
+#define XPORT__LIST_UNLINK(head, node, next, prev)                                           \
+  do {                                                                                      \
+    if ((node)->prev)                                                                       \
+      (node)->prev->next = (node)->next;                                                    \
+    else                                                                                    \
+      (head) = (node)->next;                                                                \
+    if ((node)->next)                                                                       \
+      (node)->next->prev = (node)->prev;                                                    \
+  } while (0)
+
 /* Request kinds of xport's own, next to the public xport_op_t values. */
 #define XPORT__OP_SILENT 100   /* internal half of an emulated write_imm */
 #define XPORT__OP_CTL_SEND 101 /* RDM control message out (rdm.c) */
