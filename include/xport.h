@@ -85,6 +85,9 @@ typedef struct xport_ctx_attr {
   /* A wait fd for xport_wait/xport_ctx_fd; off saves a syscall or two per
    * completion on some providers (tcp) for callers that only poll. */
   xport_switch_t wait_fd;
+  /* A write completes only once its data has reached the target (as on
+   * verbs RC), not as soon as the transport took it: see xport(7). */
+  xport_switch_t delivery_complete;
 } xport_ctx_attr_t;
 
 typedef enum { XPORT_EP_MSG = 1, XPORT_EP_RDM = 2 } xport_ep_type_t;
@@ -123,6 +126,7 @@ typedef struct xport_caps {
   xport_progress_t progress;
   int strict;
   int progress_thread;
+  int delivery_complete; /* 1: a write's completion means the target has the data */
 } xport_caps_t;
 
 typedef enum {

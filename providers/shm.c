@@ -187,6 +187,10 @@ const struct xport__profile xport__profile_shm = {
   .manual_progress = 1,
   .preinit = shm_preinit,
   .rma_never_fails = 1,
+  /* A delivery-complete write or message of up to 4 KiB takes the peer's
+   * one segmented-copy slot, and shm refuses anything else to that peer
+   * (EAGAIN) until it completes; an empty one never arrives. */
+  .dc_holds_peer = 1,
   /* With virtual addresses and CMA shm checks no key or bound. */
   .clear_mr_mode = FI_MR_VIRT_ADDR,
   .listen_name = shm_listen_name,

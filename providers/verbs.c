@@ -12,6 +12,11 @@ static int verbs_cq_error(int fi_err, int prov_errno, int is_recv)
   (void)fi_err;
   if (is_recv && (prov_errno == 1 /* LOC_LEN_ERR */ || prov_errno == 2 /* LOC_QP_OP_ERR */))
     return -XPORT_ETRUNC;
+  /* The peer's device stopped answering (its node or process died before
+   * the connection manager could say so): the peer is gone, as on every
+   * provider (xport(7), OUTCOMES). */
+  if (prov_errno == 12 /* RETRY_EXC_ERR */ || prov_errno == 13 /* RNR_RETRY_EXC_ERR */)
+    return -XPORT_ECONNRESET;
   return 0;
 }
 
@@ -22,4 +27,7 @@ const struct xport__profile xport__profile_verbs = {
   .manual_progress = 0,
   .inject_needs_completion = 1,
   .cq_error = verbs_cq_error,
+  /* RC: the target's device acknowledges every write before it completes
+   * here, yet 1.17 does not list FI_DELIVERY_COMPLETE in its op_flags. */
+  .writes_acked = 1,
 };

@@ -70,9 +70,10 @@ void xport__evq_remove(xport_ctx_t *ctx, xport_conn_t *conn)
 }
 
 /* Closes the endpoint and gives every operation still outstanding on it
- * exactly one completion: what the provider flushes, and -XPORT_ECANCELED
- * for whatever it did not report. */
-static void conn_release_ep(xport_conn_t *conn)
+ * exactly one completion: what the provider flushes, and status
+ * (-XPORT_ECANCELED at the user's close, -XPORT_ECONNRESET when the peer
+ * went away) for whatever it did not report. */
+static void conn_release_ep(xport_conn_t *conn, int status)
 {
   xport_ctx_t *ctx = conn->ctx;
   if (!conn->ep)
@@ -81,7 +82,7 @@ static void conn_release_ep(xport_conn_t *conn)
   conn->ep = NULL;
   xport__cq_drain(ctx);
   while (conn->out)
-    xport__req_complete(ctx, conn->out, -XPORT_ECANCELED);
+    xport__req_complete(ctx, conn->out, status);
 }
 
 static void conn_lost(xport_conn_t *conn, int status)
@@ -93,7 +94,7 @@ static void conn_lost(xport_conn_t *conn, int status)
     /* A dead connection's operations must not wait for a close that the
      * application may only call after seeing them end. */
     conn->state = XPORT__CONN_DISCONNECTED;
-    conn_release_ep(conn);
+    conn_release_ep(conn, -XPORT_ECONNRESET);
     xport__evq_push(conn->ctx, conn, -XPORT_ECONNRESET);
   }
 }
@@ -534,12 +535,13 @@ static int xport_conn_close__locked(xport_conn_t *conn)
   xport_ctx_t *ctx = conn->ctx;
   if (conn->state == XPORT__CONN_CLOSED)
     return -XPORT_EINVAL;
+  conn->closing = 1;
   if (ctx->rdm) {
     xport__rdm_close(conn);
   } else {
     if (conn->state == XPORT__CONN_CONNECTED)
       fi_shutdown(conn->ep, 0);
-    conn_release_ep(conn);
+    conn_release_ep(conn, -XPORT_ECANCELED);
   }
   xport__evq_remove(ctx, conn);
   xport__conn_unlink(conn);

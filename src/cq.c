@@ -224,13 +224,52 @@ static void fill_comp(xport_completion_t *c, const struct xport__req *req)
   }
 }
 
+/* The silent half of a pair (an emulated write_imm's write) is done: its
+ * partner may go, with this half's error if it had none of its own. */
+static void pair_done(xport_ctx_t *ctx, struct xport__req *silent)
+{
+  struct xport__req *p = silent->user_ctx;
+  silent->user_ctx = NULL;
+  p->pair &= ~XPORT__PAIR_WAIT;
+  if (silent->status && !p->pair_status)
+    p->pair_status = silent->status;
+  if (p->pair & XPORT__PAIR_HELD)
+    done_push(ctx, p);
+}
+
+void xport__done_discard(xport_ctx_t *ctx)
+{
+  while (ctx->done) {
+    struct xport__req *r = ctx->done;
+    ctx->done = r->next;
+    if (!ctx->done)
+      ctx->done_tail = NULL;
+    if (r->op == XPORT__OP_SILENT && r->user_ctx)
+      pair_done(ctx, r);
+    xport__req_release(ctx, r);
+  }
+}
+
 /* Delivers a finished request into *c; returns 0 for xport's own silent
- * requests, which the application never sees. */
+ * requests, which the application never sees, and for the user's half of
+ * a pair whose other half is still out (it comes back through the done
+ * list). */
 static inline int deliver(xport_ctx_t *ctx, struct xport__req *req, xport_completion_t *c)
 {
   int shown = req->op != XPORT__OP_SILENT;
+  if (XPORT__UNLIKELY(req->pair)) {
+    if (req->pair & XPORT__PAIR_WAIT) {
+      req->pair |= XPORT__PAIR_HELD;
+      return 0;
+    }
+    if (!req->status)
+      req->status = req->pair_status;
+    req->pair = 0;
+  }
   if (shown)
     fill_comp(c, req);
+  else if (XPORT__UNLIKELY(req->user_ctx != NULL))
+    pair_done(ctx, req);
   if (XPORT__UNLIKELY(req->zombie)) {
     xport_conn_t *conn = req->conn;
     req->conn = NULL;
@@ -260,6 +299,14 @@ static int read_error(xport_ctx_t *ctx, struct xport__req **req_p)
     if (mapped)
       status = mapped;
   }
+  /* One code per event on every provider (xport(7), OUTCOMES). A
+   * cancellation the user did not ask for is the provider flushing a
+   * connection that broke (tcp after FI_SHUTDOWN, rxm, verbs), and a
+   * connection lost under the user's own close is a cancellation. */
+  if (XPORT__UNLIKELY(status == -XPORT_ECANCELED || status == -XPORT_ENOTCONN ||
+                      status == -XPORT_ECONNRESET) &&
+      req->conn)
+    status = req->conn->closing ? -XPORT_ECANCELED : -XPORT_ECONNRESET;
   if (XPORT__UNLIKELY(req->op >= XPORT__OP_CTL_SEND || req->zombie)) {
     internal_entry(ctx, req, status);
     return 1;

@@ -20,6 +20,7 @@ struct settings {
   int strict;
   int progress_thread;
   int wait_fd;
+  int delivery_complete;
 };
 
 static int pick_switch(xport_switch_t v, enum xport__env_id id, int def)
@@ -43,6 +44,7 @@ static void resolve_settings(const xport_ctx_attr_t *attr, struct settings *s)
   s->strict = pick_switch(attr->strict, XPORT__ENV_STRICT, 0);
   s->progress_thread = pick_switch(attr->progress_thread, XPORT__ENV_PROGRESS_THREAD, 0);
   s->wait_fd = pick_switch(attr->wait_fd, XPORT__ENV_WAIT_FD, 1);
+  s->delivery_complete = pick_switch(attr->delivery_complete, XPORT__ENV_DELIVERY_COMPLETE, 0);
 }
 
 /* Position of prov in a comma-separated list, or -1. */
@@ -120,6 +122,32 @@ static void set_cand(xport_candidate_t *c, const struct fi_info *fi,
   xport__strlcpy(c->reason, reason, sizeof c->reason);
 }
 
+/* The ordering xport(7) promises on one connection: messages in order
+ * (SAS), a message after a write delivered after its data (SAW: the
+ * emulated write-with-immediate depends on it), writes applied in order
+ * (WAW) and a read seeing earlier writes (RAW). */
+#define ORDER_NEEDED (FI_ORDER_SAS | FI_ORDER_SAW | FI_ORDER_WAW | FI_ORDER_RAW)
+
+/* Whether the provider can complete a write only once the target has its
+ * data: asked of libfabric for this very candidate. */
+static int offers_delivery_complete(const struct fi_info *fi)
+{
+  struct fi_info *h = fi_dupinfo(fi), *got = NULL;
+  if (!h)
+    return 0;
+  free(h->src_addr);
+  free(h->dest_addr);
+  h->src_addr = h->dest_addr = NULL;
+  h->src_addrlen = h->dest_addrlen = 0;
+  free(h->fabric_attr->name);
+  h->fabric_attr->name = NULL;
+  h->tx_attr->op_flags |= FI_DELIVERY_COMPLETE;
+  int ok = fi_getinfo(XPORT__FI_VERSION, NULL, NULL, 0, h, &got) == 0;
+  fi_freeinfo(got);
+  fi_freeinfo(h);
+  return ok;
+}
+
 /* Judges one candidate; returns its rank, or -1 with why in reason. */
 static int judge(const struct fi_info *fi, const struct settings *s,
                  struct ifaddrs *ifs, char *reason, size_t rlen)
@@ -167,6 +195,19 @@ static int judge(const struct fi_info *fi, const struct settings *s,
   }
   if (fi->domain_attr->mr_mode & FI_MR_ENDPOINT) {
     snprintf(reason, rlen, "requires FI_MR_ENDPOINT, which xport does not support yet");
+    return -1;
+  }
+  /* The hints ask for it; a provider that answers anyway without it
+   * cannot keep xport(7)'s promises. */
+  if ((fi->tx_attr->msg_order & ORDER_NEEDED) != ORDER_NEEDED ||
+      (fi->rx_attr->msg_order & ORDER_NEEDED) != ORDER_NEEDED) {
+    snprintf(reason, rlen, "does not order writes, reads and messages on one connection "
+             "(msg_order 0x%llx)", (unsigned long long)fi->tx_attr->msg_order);
+    return -1;
+  }
+  if (s->delivery_complete && !(prof && prof->writes_acked) && !offers_delivery_complete(fi)) {
+    snprintf(reason, rlen, "cannot complete a write once delivered (FI_DELIVERY_COMPLETE), "
+             "as XPORT_DELIVERY_COMPLETE asks");
     return -1;
   }
   return rank;
@@ -303,6 +344,7 @@ static void fill_caps(xport_ctx_t *ctx, const struct settings *s)
                     : XPORT_PROGRESS_AUTO;
   c->strict = s->strict;
   c->progress_thread = s->progress_thread;
+  c->delivery_complete = s->delivery_complete;
 }
 
 static struct fi_info *make_hints(enum fi_ep_type type)
@@ -323,9 +365,9 @@ static struct fi_info *make_hints(enum fi_ep_type type)
    * serialization is ours, and the provider need not lock (shm and tcp
    * spend a good part of a 64-byte round trip in their locks). */
   h->domain_attr->threading = FI_THREAD_DOMAIN;
-  /* Messages in order, and a message after a write lands after it: the
-   * emulated write-with-immediate depends on the latter. */
-  h->tx_attr->msg_order = FI_ORDER_SAS | FI_ORDER_SAW;
+  /* What xport(7) promises on one connection (judge() checks the answer). */
+  h->tx_attr->msg_order = ORDER_NEEDED;
+  h->rx_attr->msg_order = ORDER_NEEDED;
   return h;
 }
 
@@ -493,6 +535,8 @@ XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p
   if (ctx->prof && ctx->prof->rma_never_fails)
     ctx->rma_timeout_ms = (long)xport__env_size(XPORT__ENV_RMA_TIMEOUT, 5000);
   ctx->eager_size = xport__env_size(XPORT__ENV_EAGER_SIZE, 8192);
+  if (s.delivery_complete && !(ctx->prof && ctx->prof->writes_acked))
+    ctx->write_flags = FI_DELIVERY_COMPLETE;
   ret = xport__wait_fds(ctx);
   if (ret)
     goto fail;
@@ -529,11 +573,7 @@ XPORT_API int xport_ctx_destroy(xport_ctx_t *ctx)
   xport__rdm_fini(ctx);
   /* Closed connections wait for their requests to be delivered; nobody
    * will poll now, so drop them along with their connections. */
-  while (ctx->done) {
-    struct xport__req *r = ctx->done;
-    ctx->done = r->next;
-    xport__req_release(ctx, r);
-  }
+  xport__done_discard(ctx);
   while (ctx->mrs)
     xport_mr_dereg(ctx->mrs);
   xport__bounce_fini(ctx);

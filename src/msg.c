@@ -122,6 +122,7 @@ int xport__post_begin(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov,
   req->zombie = 0;
   req->rep = NULL;
   req->posted_ms = 0;
+  req->pair = 0;
   *cnt = iovcnt;
   /* Data flows out of the local buffer for sends and writes, into it for
    * receives and reads. */

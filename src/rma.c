@@ -225,8 +225,14 @@ static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t 
      * receive (tcp, shm, rxm): the write, then an empty message carrying
      * the value, marked by a tag bit (RDM) or the upper half of its CQ
      * data (MSG). The message is ordered after the write (FI_ORDER_SAW),
-     * so the data is in place when the target's receive completes; the
-     * write's own completion stays silent. */
+     * so the data is in place when the target's receive completes. The
+     * write is a silent request paired with the message's, which the user
+     * sees once both have finished, with the first error of either. With
+     * delivery-complete both carry the flag (rxm honours it on the write
+     * only), except where it would hold up the rest (dc_holds_peer: shm,
+     * whose 0-byte delivery-complete message never arrives either). */
+    struct xport__req *wreq = NULL;
+    uint64_t dc = ctx->prof && ctx->prof->dc_holds_peer ? 0 : ctx->write_flags;
     if (len) {
       ret = xport__post_begin(conn, XPORT__OP_SILENT, iov, iovcnt, NULL, fiov, desc, &cnt, &req);
       if (XPORT__UNLIKELY(ret))
@@ -237,9 +243,10 @@ static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t 
       struct fi_msg_rma m = {.msg_iov = fiov, .desc = desc, .iov_count = cnt,
                              .addr = conn->dest, .rma_iov = &riov, .rma_iov_count = 1,
                              .context = &req->fictx};
-      ret = xport__post_end(conn, req, fi_writemsg(conn->ep, &m, 0));
+      ret = xport__post_end(conn, req, fi_writemsg(conn->ep, &m, dc));
       if (XPORT__UNLIKELY(ret))
         return (int)ret;
+      wreq = req;
     }
     xport_iov_t none = {NULL, 0, NULL};
     ret = xport__post_begin(conn, XPORT_OP_WRITE, &none, 1, user_ctx, fiov, desc, &cnt, &req);
@@ -250,13 +257,21 @@ static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t 
       struct fi_msg_tagged tm = {.msg_iov = fiov, .desc = desc, .iov_count = 0,
                                  .addr = conn->dest, .tag = conn->tag | XPORT__WIMM_TAG,
                                  .context = &req->fictx, .data = imm};
-      ret = fi_tsendmsg(conn->ep, &tm, FI_REMOTE_CQ_DATA);
+      ret = fi_tsendmsg(conn->ep, &tm, FI_REMOTE_CQ_DATA | dc);
     } else {
       struct fi_msg msg = {.msg_iov = fiov, .desc = desc, .iov_count = 0,
                            .context = &req->fictx, .data = XPORT__WIMM_MARK << 32 | imm};
-      ret = fi_sendmsg(conn->ep, &msg, FI_REMOTE_CQ_DATA);
+      ret = fi_sendmsg(conn->ep, &msg, FI_REMOTE_CQ_DATA | dc);
     }
-    return xport__post_end(conn, req, ret);
+    ret = xport__post_end(conn, req, ret);
+    /* A failed post never completes: the write already out stays silent
+     * (the caller posts the whole operation again). */
+    if (XPORT__UNLIKELY(ret) || !wreq)
+      return (int)ret;
+    wreq->user_ctx = req;
+    req->pair = XPORT__PAIR_WAIT;
+    req->pair_status = 0;
+    return 0;
   }
 
   ret = xport__post_begin(conn, op, iov, iovcnt, user_ctx, fiov, desc, &cnt, &req);
@@ -270,6 +285,13 @@ static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t 
                     rk->key, &req->fictx);
     else
       ret = fi_readv(conn->ep, fiov, desc, cnt, conn->dest, addr, rk->key, &req->fictx);
+  } else if (XPORT__UNLIKELY(ctx->write_flags)) {
+    /* Delivery-complete: only the message form carries the flag. */
+    struct fi_rma_iov riov = {addr, len, rk->key};
+    struct fi_msg_rma m = {.msg_iov = fiov, .desc = desc, .iov_count = len ? cnt : 0,
+                           .addr = conn->dest, .rma_iov = &riov, .rma_iov_count = 1,
+                           .context = &req->fictx, .data = imm};
+    ret = fi_writemsg(conn->ep, &m, ctx->write_flags | (with_imm ? FI_REMOTE_CQ_DATA : 0));
   } else if (with_imm && cnt == 1) {
     ret = fi_writedata(conn->ep, len ? fiov[0].iov_base : NULL, len, len ? desc[0] : NULL, imm,
                        conn->dest, addr, rk->key, &req->fictx);

@@ -96,6 +96,14 @@ struct xport__profile {
    * endpoint close) while messages from that peer may be arriving. xport
    * then waits, after a goodbye, for the peer's answer (rdm.c). */
   int close_needs_quiet;
+  /* 1: a write completes only once the target's device acknowledged it
+   * (RC hardware), whatever the flags: delivery-complete needs no
+   * FI_DELIVERY_COMPLETE, which such a provider may not even list. */
+  int writes_acked;
+  /* 1: a delivery-complete operation holds the peer's channel, and
+   * nothing else to that peer can be posted until it completes (shm: up
+   * to 4 KiB such operations take its one segmented-copy slot). */
+  int dc_holds_peer;
   /* What to tell the user when the provider refuses to open an endpoint
    * (fi_enable: EINVAL) for reasons of its own (may be NULL). */
   const char *enable_hint;
@@ -132,6 +140,7 @@ enum xport__env_id {
   XPORT__ENV_RMA_TIMEOUT,
   XPORT__ENV_WAIT_FD,
   XPORT__ENV_KEEPALIVE,
+  XPORT__ENV_DELIVERY_COMPLETE,
   XPORT__ENV_COUNT
 };
 
@@ -213,7 +222,14 @@ struct xport__req {
   unsigned zombie;
   struct xport__rep *rep;         /* control requests: their endpoint */
   long posted_ms;                 /* RMA under a deadline (rma_timeout_ms) */
+  /* The user's half of an emulated write_imm whose write (a silent
+   * request, user_ctx pointing here) is still out: it is delivered only
+   * once both halves finished, with the first error of either. */
+  unsigned pair;
+  int pair_status;
 };
+#define XPORT__PAIR_WAIT 1u /* the silent half is outstanding */
+#define XPORT__PAIR_HELD 2u /* this half finished and waits for it */
 #define XPORT__Z_SYNTH 1u
 #define XPORT__Z_USER 2u
 #define XPORT__Z_PROV 4u
@@ -273,6 +289,9 @@ struct xport_conn {
   long last_heard, last_sent;     /* heartbeats, xport__now_ms() */
   enum xport__conn_state state;
   int fail_code;                 /* why FAILED */
+  /* The user closed it: what the provider cancels from now on is
+   * ECANCELED; before, a cancellation means the connection broke. */
+  int closing;
   size_t nreqs;                  /* posted and not yet delivered */
   struct xport__req *out;        /* outstanding (posted) requests */
   int ev_queued;                 /* disconnect event waiting in ctx->evq */
@@ -340,6 +359,9 @@ struct xport_ctx {
   long peer_check_ms; /* XPORT_PEER_TIMEOUT: a dead peer is noticed within it */
   int keepalive_mode; /* XPORT_KEEPALIVE: -1 auto, 0 never, 1 always */
   long rma_timeout_ms; /* 0, or the deadline of one-sided operations */
+  /* FI_DELIVERY_COMPLETE where delivery-complete is on and the provider
+   * needs the flag for it, else 0: the flags of every write. */
+  uint64_t write_flags;
   long last_check;
   struct xport__req *zombies; /* RDM: reported, still owned by the provider */
   size_t eager_size;  /* copy through bounce buffers up to this size */
@@ -398,6 +420,8 @@ void xport__req_complete(xport_ctx_t *ctx, struct xport__req *req, int status);
 void xport__req_done_now(xport_ctx_t *ctx, struct xport__req *req);
 /* Queues a completion for a request the provider still owns (RDM). */
 void xport__req_orphan(xport_ctx_t *ctx, struct xport__req *req, int status);
+/* Drops every finished, undelivered request (the context is going). */
+void xport__done_discard(xport_ctx_t *ctx);
 /* Releases a request's library-owned memory (bounce, registrations). */
 void xport__req_free_mem(xport_ctx_t *ctx, struct xport__req *req);
 /* After an endpoint closed: its zombies will never be reported. */

@@ -537,8 +537,10 @@ static int closing_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   return XT_CLOSED;
 }
 
-/* The peer closes while receives are posted here: they end with an
- * error and the connection reports its disconnect; nothing hangs. */
+/* The peer closes or dies while receives and a send are posted here: on
+ * every provider each receive ends with ECONNRESET (nothing else will
+ * come), the send with 0 (the transport took it first) or ECONNRESET, and
+ * the connection reports exactly one disconnect, with ECONNRESET. */
 static int peer_gone_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 {
   (void)arg;
@@ -558,17 +560,27 @@ static int peer_gone_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   while (recvs < want_recvs || sends < want_sends || !events) {
     XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "hang: %d/%d receives, %d/%d sends, %d events",
              recvs, want_recvs, sends, want_sends, events);
+    XT_CHECK(c.conn == conn, "completion for another connection");
     if (c.op == XPORT_OP_RECV) {
-      XT_CHECK(c.status != 0, "a receive completed without a message");
+      XT_CHECK(c.status == -XPORT_ECONNRESET, "receive on %s: %s, expected ECONNRESET [%s]",
+               xt_config(), xport_strerror(c.status), c.detail ? c.detail : "");
       recvs++;
     } else if (c.op == XPORT_OP_SEND) {
+      XT_CHECK(c.status == 0 || c.status == -XPORT_ECONNRESET,
+               "send on %s: %s, expected 0 or ECONNRESET [%s]", xt_config(),
+               xport_strerror(c.status), c.detail ? c.detail : "");
       sent_ok += c.status == 0;
       sends++;
     } else {
-      XT_CHECK(c.op == XPORT_OP_DISCONNECT && c.conn == conn, "op %d", c.op);
+      XT_CHECK(c.op == XPORT_OP_DISCONNECT, "op %d", c.op);
+      XT_CHECK(c.status == -XPORT_ECONNRESET, "disconnect on %s: %s", xt_config(),
+               xport_strerror(c.status));
       events++;
     }
   }
+  XT_CHECK(xt_next(ctx, &c, 200) == -XPORT_ETIMEDOUT, "extra completion: op %d, %s", c.op,
+           xport_strerror(c.status));
+  XT_CHECK(events == 1, "%d disconnect events", events);
   XT_CHECK(xport_recv(conn, bufs[0], 8, NULL, NULL) == -XPORT_ENOTCONN,
            "post after disconnect was accepted");
   return 0;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define T_MS 20000
@@ -48,6 +49,27 @@ static void expect_ok(xport_ctx_t *ctx, xport_op_t op)
   XT_CHECK(c.status == 0, "op %d failed: %s (%s)", op, xport_strerror(c.status),
            c.detail ? c.detail : "");
 }
+
+/* Keeps one completion for wait_op: room for a post refused with EAGAIN. */
+static void stash_one(xport_ctx_t *ctx)
+{
+  xport_completion_t c;
+  if (xt_next(ctx, &c, T_MS) == 0) {
+    XT_CHECK(nstash < STASH, "too many unexpected completions");
+    stash[nstash++] = c;
+  }
+}
+
+/* Posts, polling while the queue is full: on shm a small delivery-complete
+ * write holds the one segmented-copy channel to that peer, and one-sided
+ * operations wait for it. */
+#define POST_RETRY(ctx, expr)                                                                     \
+  do {                                                                                            \
+    int rc_;                                                                                      \
+    while ((rc_ = (expr)) == -XPORT_EAGAIN)                                                       \
+      stash_one(ctx);                                                                             \
+    XT_CHECK(rc_ == 0, "%s -> %s", #expr, xport_strerror(rc_));                                   \
+  } while (0)
 
 struct ctl {
   uint64_t off, len;
@@ -327,14 +349,18 @@ static int wimm_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
     return wimm_refused_client(ctx, conn, arg);
   xport_rkey_t *rk = import_key(ctx, conn, NULL, NULL);
   static char src[4][4000];
+  int seen[4] = {0};
   for (size_t i = 0; i < 4; i++) {
     size_t len = i == 1 ? 0 : 1000 * (i + 1);
     xt_fill(src[i], len, 40 + (unsigned)i);
-    XT_OK(xport_write_imm(conn, src[i], len, NULL, rk, 4096 * i, wimm[i], src[i]));
+    POST_RETRY(ctx, xport_write_imm(conn, src[i], len, NULL, rk, 4096 * i, wimm[i], src[i]));
   }
+  /* In order, except with delivery-complete (arg), where a write waits for
+   * the target's answer and the empty one does not. */
   for (size_t i = 0; i < 4; i++) {
     xport_completion_t c = wait_op(ctx, XPORT_OP_WRITE);
-    XT_CHECK(c.status == 0 && c.user_ctx == src[i], "write_imm %zu: %s", i,
+    size_t k = (size_t)((char(*)[4000])c.user_ctx - src);
+    XT_CHECK(c.status == 0 && k < 4 && !seen[k]++ && (arg || k == i), "write_imm %zu: %s", i,
              xport_strerror(c.status));
     XT_CHECK(!(c.flags & XPORT_COMP_IMM), "initiator completion carries imm");
   }
@@ -372,6 +398,14 @@ static int wimm_refused_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 START_TEST(write_with_immediate)
 {
   xt_pair(wimm_server, wimm_client, NULL);
+}
+END_TEST
+
+START_TEST(write_with_immediate_delivery_complete)
+{
+  static int dc = 1;
+  setenv("XPORT_DELIVERY_COMPLETE", "1", 1);
+  xt_pair(wimm_server, wimm_client, &dc);
 }
 END_TEST
 
@@ -704,6 +738,216 @@ START_TEST(revoked_and_forged_keys)
 END_TEST
 
 
+/* ---- the same outcome on every provider ------------------------------ */
+
+/* Exports a region and then only waits, to be killed by the client. */
+static int doomed_target(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  xport_mr_t *mr;
+  export_region(ctx, conn, 1 << 20, XPORT_ACCESS_REMOTE_READ | XPORT_ACCESS_REMOTE_WRITE, &mr);
+  for (;;) {
+    xport_completion_t c;
+    xt_next(ctx, &c, T_MS);
+  }
+  return 0;
+}
+
+#define KILLED_OPS 50
+
+/* The target is stopped, the client posts writes (or reads) to it, and
+ * then the target is killed and reaped: none of the data can arrive.
+ * Each operation completes exactly once: reads with
+ * ECONNRESET, writes with ECONNRESET or, by default where a write's
+ * completion means only that the transport took the data (tcp, rxm, small
+ * writes on shm), 0; with delivery-complete never 0, since none of the
+ * data arrived. One disconnect event, with ECONNRESET. Where the dead
+ * target's queues fill up (shm) posts are refused with EAGAIN. */
+static void ops_to_killed_target(int delivery_complete, int do_reads)
+{
+  char addr[128];
+  static char buf[KILLED_OPS][4096];
+  xport_conn_t *conn;
+  xport_caps_t caps;
+  if (delivery_complete)
+    setenv("XPORT_DELIVERY_COMPLETE", "1", 1);
+  pid_t pid = xt_spawn_pair_server(doomed_target, NULL, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  XT_OK(xport_ctx_query(ctx, &caps));
+  XT_CHECK(caps.delivery_complete == delivery_complete, "caps.delivery_complete %d, asked %d",
+           caps.delivery_complete, delivery_complete);
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  xport_rkey_t *rk = import_key(ctx, conn, NULL, NULL);
+  int st;
+  kill(pid, SIGSTOP);
+  XT_CHECK(waitpid(pid, &st, WUNTRACED) == pid && WIFSTOPPED(st), "target did not stop");
+  int writes = 0, reads = 0, rc;
+  for (int i = 0; i < KILLED_OPS; i++) {
+    memset(buf[i], i, sizeof buf[i]);
+    int is_read = do_reads;
+    rc = is_read ? xport_read(conn, buf[i], sizeof buf[i], NULL, rk, 0, buf[i])
+                 : xport_write(conn, buf[i], sizeof buf[i], NULL, rk, 4096 * (size_t)(i % 64),
+                               buf[i]);
+    XT_CHECK(rc == 0 || rc == -XPORT_ENOTCONN || rc == -XPORT_EAGAIN, "post %d: %s", i,
+             xport_strerror(rc));
+    if (!rc)
+      *(is_read ? &reads : &writes) += 1;
+  }
+  XT_CHECK(writes + reads > 0, "nothing posted");
+  kill(pid, SIGKILL);
+  XT_CHECK(xt_reap(pid) == 128 + SIGKILL, "target did not die by SIGKILL");
+  int seen[KILLED_OPS] = {0}, wok = 0, events = 0, done = 0;
+  while (done < writes + reads || !events) {
+    xport_completion_t c;
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "hang on %s: %d of %d done, %d events", xt_config(),
+             done, writes + reads, events);
+    XT_CHECK(c.conn == conn, "completion for another connection");
+    if (c.op == XPORT_OP_DISCONNECT) {
+      XT_CHECK(c.status == -XPORT_ECONNRESET, "disconnect: %s", xport_strerror(c.status));
+      events++;
+      continue;
+    }
+    int i = (int)((char(*)[4096])c.user_ctx - buf);
+    XT_CHECK(i >= 0 && i < KILLED_OPS && !seen[i]++, "completion %d unknown or repeated", i);
+    done++;
+    if (c.op == XPORT_OP_READ) {
+      XT_CHECK(c.status == -XPORT_ECONNRESET, "read from a dead target on %s: %s [%s]",
+               xt_config(), xport_strerror(c.status), c.detail ? c.detail : "");
+      continue;
+    }
+    XT_CHECK(c.op == XPORT_OP_WRITE, "op %d", c.op);
+    if (c.status == 0) {
+      XT_CHECK(!delivery_complete, "write %d to a dead target completed with status 0 on %s "
+               "with delivery-complete", i, xt_config());
+      wok++;
+    } else {
+      XT_CHECK(c.status == -XPORT_ECONNRESET, "write to a dead target on %s: %s [%s]",
+               xt_config(), xport_strerror(c.status), c.detail ? c.detail : "");
+    }
+  }
+  XT_CHECK(events == 1, "%d disconnect events", events);
+  xport_completion_t extra;
+  XT_CHECK(xt_next(ctx, &extra, 200) == -XPORT_ETIMEDOUT, "extra completion: op %d", extra.op);
+  if (!do_reads)
+    printf("%s, delivery-complete %s: %d of %d writes to a killed target completed with 0\n",
+           xt_config(), delivery_complete ? "on" : "off", wok, writes);
+  xport_rkey_release(rk);
+  XT_OK(xport_conn_close(conn));
+  xport_ctx_destroy(ctx);
+}
+
+START_TEST(target_killed_writes_default)
+{
+  ops_to_killed_target(0, 0);
+}
+END_TEST
+
+START_TEST(target_killed_writes_delivery_complete)
+{
+  ops_to_killed_target(1, 0);
+}
+END_TEST
+
+START_TEST(target_killed_reads)
+{
+  ops_to_killed_target(0, 1);
+}
+END_TEST
+
+enum { K_CHECK = 10 };
+
+#define ORDER_ROUNDS 3
+#define ORDER_SIZES 4
+
+/* Checks, when each message arrives, the bytes the client wrote before
+ * sending it. The client does not wait for answers, so every receive is
+ * posted first: a message for which none is posted when the peer's close
+ * arrives is lost, on every provider. */
+static int order_target(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  xport_mr_t *mr;
+  static struct ctl msgs[ORDER_ROUNDS * ORDER_SIZES + 1];
+  for (size_t i = 0; i < sizeof msgs / sizeof msgs[0]; i++)
+    XT_OK(xport_recv(conn, &msgs[i], sizeof msgs[i], NULL, &msgs[i]));
+  char *reg = export_region(ctx, conn, 4 << 20, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_READ |
+                                                    XPORT_ACCESS_REMOTE_WRITE, &mr);
+  for (size_t i = 0;; i++) {
+    xport_completion_t c = wait_op(ctx, XPORT_OP_RECV);
+    XT_CHECK(c.status == 0 && c.user_ctx == &msgs[i], "message %zu: %s", i,
+             xport_strerror(c.status));
+    struct ctl m = msgs[i];
+    if (m.kind == K_DONE)
+      break;
+    XT_CHECK(m.kind == K_CHECK, "protocol");
+    size_t bad = xt_verify(reg + m.off, m.len, m.seed);
+    XT_CHECK(bad == m.len, "%llu bytes written before the message: byte %zu differs when "
+             "it arrives", (unsigned long long)m.len, bad);
+  }
+  xport_mr_dereg(mr);
+  free(reg);
+  return 0;
+}
+
+/* xport(7)'s ordering on one connection, without waiting for any
+ * completion in between: a write then a read of the same bytes reads what
+ * was written (RAW), two writes to the same bytes leave the second (WAW),
+ * and a message sent after a write finds the data there (SAW). */
+static int order_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  static const size_t sizes[ORDER_SIZES] = {8, 4096, 65536 + 3, (1 << 20) + 5};
+  (void)arg;
+  xport_rkey_t *rk = import_key(ctx, conn, NULL, NULL);
+  char *a = malloc(2 << 20), *b = malloc(2 << 20), *r = malloc(2 << 20);
+  XT_CHECK(a && b && r, "malloc");
+  for (unsigned round = 0; round < ORDER_ROUNDS; round++) {
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+      size_t len = sizes[i], off = (i * 977 + round) % 4096;
+      unsigned seed = round * 16 + (unsigned)i + 1;
+      xt_fill(a, len, seed + 100);
+      xt_fill(b, len, seed);
+      memset(r, 0, len);
+      POST_RETRY(ctx, xport_write(conn, a, len, NULL, rk, off, NULL));
+      POST_RETRY(ctx, xport_write(conn, b, len, NULL, rk, off, NULL));
+      POST_RETRY(ctx, xport_read(conn, r, len, NULL, rk, off, NULL));
+      expect_ok(ctx, XPORT_OP_WRITE);
+      expect_ok(ctx, XPORT_OP_WRITE);
+      expect_ok(ctx, XPORT_OP_READ);
+      size_t bad = xt_verify(r, len, seed);
+      XT_CHECK(bad == len, "%s: read after two writes of %zu bytes: byte %zu differs",
+               xt_config(), len, bad);
+      /* Then a write and, at once, the message that announces it. */
+      xt_fill(a, len, seed + 200);
+      struct ctl m = {off + (2 << 20), len, seed + 200, K_CHECK};
+      POST_RETRY(ctx, xport_write(conn, a, len, NULL, rk, off + (2 << 20), NULL));
+      POST_RETRY(ctx, xport_send(conn, &m, sizeof m, NULL, NULL));
+      expect_ok(ctx, XPORT_OP_WRITE);
+      expect_ok(ctx, XPORT_OP_SEND);
+    }
+  }
+  struct ctl done = {0, 0, 0, K_DONE};
+  ctl_send(ctx, conn, &done);
+  xport_rkey_release(rk);
+  free(a);
+  free(b);
+  free(r);
+  return 0;
+}
+
+START_TEST(ordering_raw_waw_saw)
+{
+  xt_pair(order_target, order_client, NULL);
+}
+END_TEST
+
+START_TEST(ordering_delivery_complete)
+{
+  /* The same, with every write's completion meaning it reached the target. */
+  setenv("XPORT_DELIVERY_COMPLETE", "1", 1);
+  xt_pair(order_target, order_client, NULL);
+}
+END_TEST
+
 /* With the progress thread on, a target that never polls still serves
  * one-sided operations (tcp and shm move nothing otherwise). */
 static void sleepy_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
@@ -909,11 +1153,20 @@ static Suite *make_suite(void)
   tcase_add_test(core, registration_rules_and_random_keys);
   tcase_add_test(core, progress_thread_serves_idle_target);
   suite_add_tcase(s, core);
+  TCase *order = tcase_create("Ordering");
+  tcase_set_timeout(order, 120);
+  tcase_add_test(order, ordering_raw_waw_saw);
+  tcase_add_test(order, ordering_delivery_complete);
+  tcase_add_test(order, write_with_immediate_delivery_complete);
+  suite_add_tcase(s, order);
   TCase *err = tcase_create("Errors");
   tcase_set_timeout(err, 60);
   tcase_add_test(err, rights_ranges_and_bad_keys);
   tcase_add_test(err, memlock_limit);
   tcase_add_test(err, revoked_and_forged_keys);
+  tcase_add_test(err, target_killed_writes_default);
+  tcase_add_test(err, target_killed_writes_delivery_complete);
+  tcase_add_test(err, target_killed_reads);
   suite_add_tcase(s, err);
   return s;
 }
