@@ -65,13 +65,16 @@ static void print_text(const xport_caps_t *c, const xport_candidate_t *cands, in
          "  immediate data:  %u bits (provider carries %u bytes)\n"
          "  rma:             %s\n  write_imm:       %s\n  atomics:         %s\n"
          "  registration:    %s\n"
-         "  wait fd:         %s\n  progress:        %s%s\n  strict mode:     %s\n",
+         "  wait fd:         %s\n  progress:        %s%s\n  strict mode:     %s\n"
+         "  write completes: %s\n",
          c->provider, c->fabric, c->domain, c->ep_type == XPORT_EP_RDM ? "rdm" : "msg",
          c->max_msg_size, c->inject_size, c->max_iov, c->tx_depth, c->rx_depth, c->imm_bits,
          c->wire_imm_bytes, support_name(c->rma), support_name(c->write_imm),
          support_name(c->atomics), mr,
          c->wait_fd ? "yes" : "no", c->progress == XPORT_PROGRESS_MANUAL ? "manual" : "auto",
-         c->progress_thread ? " (progress thread on)" : "", c->strict ? "on" : "off");
+         c->progress_thread ? " (progress thread on)" : "", c->strict ? "on" : "off",
+         c->delivery_complete ? "once delivered to the target (XPORT_DELIVERY_COMPLETE)"
+                              : "once the transport took the data (see xport(7), OUTCOMES)");
 }
 
 static void print_json(const xport_caps_t *c, const xport_candidate_t *cands, int n)
@@ -87,12 +90,13 @@ static void print_json(const xport_caps_t *c, const xport_candidate_t *cands, in
   printf(",\"ep_type\":\"%s\",\"max_msg_size\":%zu,\"inject_size\":%zu,\"max_iov\":%zu,"
          "\"tx_depth\":%zu,\"rx_depth\":%zu,\"imm_bits\":%u,\"wire_imm_bytes\":%u,"
          "\"rma\":\"%s\",\"write_imm\":\"%s\",\"atomics\":\"%s\",\"mr_mode\":\"%s\",\"wait_fd\":%s,"
-         "\"progress\":\"%s\",\"strict\":%s},\"candidates\":[",
+         "\"progress\":\"%s\",\"strict\":%s,\"delivery_complete\":%s},\"candidates\":[",
          c->ep_type == XPORT_EP_RDM ? "rdm" : "msg", c->max_msg_size, c->inject_size,
          c->max_iov, c->tx_depth, c->rx_depth, c->imm_bits, c->wire_imm_bytes,
          support_name(c->rma), support_name(c->write_imm), support_name(c->atomics), mr,
          c->wait_fd ? "true" : "false",
-         c->progress == XPORT_PROGRESS_MANUAL ? "manual" : "auto", c->strict ? "true" : "false");
+         c->progress == XPORT_PROGRESS_MANUAL ? "manual" : "auto", c->strict ? "true" : "false",
+         c->delivery_complete ? "true" : "false");
   for (int i = 0; i < n; i++) {
     printf("%s{\"provider\":", i ? "," : "");
     json_str(cands[i].provider);
