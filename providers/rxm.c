@@ -8,7 +8,12 @@
  * buffers on the freed endpoint: a message arriving from that peer just
  * then crashes the process (seen over verbs; fixed upstream by libfabric
  * commit 697688386, "fix the msg_ep use-after-free at connection
- * teardown"). Hence close_needs_quiet. */
+ * teardown"). Hence close_needs_quiet.
+ *
+ * rxm_ep_close (1.17, and still upstream) leaves the endpoint's inner CQ in
+ * the wait set of the CQ xport bound it to: the next fi_trywait on that CQ
+ * (xport_wait, after a listener or its last connection closed) calls the
+ * freed endpoint's trywait and crashes. Hence retire_eps. */
 #include "xport_int.h"
 
 const struct xport__profile xport__profile_tcp_rxm = {
@@ -16,6 +21,7 @@ const struct xport__profile xport__profile_tcp_rxm = {
   .rank = 30,
   .manual_progress = 1,
   .close_needs_quiet = 1,
+  .retire_eps = 1,
 };
 
 const struct xport__profile xport__profile_verbs_rxm = {
@@ -24,6 +30,7 @@ const struct xport__profile xport__profile_verbs_rxm = {
   .manual_progress = 1,
   .inject_needs_completion = 1,
   .close_needs_quiet = 1,
+  .retire_eps = 1,
   .enable_hint = "rxm asks the device for a completion queue of (receive + send queue "
                  "size) x FI_UNIVERSE_SIZE (default 256) entries, more than some devices "
                  "allow (Soft-RoCE: 32767); set FI_UNIVERSE_SIZE=64, or "

@@ -180,7 +180,9 @@ void xport__eq_dispatch(xport_ctx_t *ctx)
   }
 }
 
-/* Waits up to timeout_ms for an EQ event (or anything on the CQ). */
+/* Waits up to timeout_ms for an EQ event. Called with the progress lock
+ * held (connect, accept), it lets go of it while it sleeps: the progress
+ * thread must keep serving the other connections meanwhile. */
 int xport__wait_eq(xport_ctx_t *ctx, int timeout_ms)
 {
   struct fid *fids[1] = {&ctx->eq->fid};
@@ -188,13 +190,17 @@ int xport__wait_eq(xport_ctx_t *ctx, int timeout_ms)
     if (fi_trywait(ctx->fabric, fids, 1) != FI_SUCCESS)
       return 0;
     struct pollfd p = {.fd = ctx->eq_fd, .events = POLLIN};
+    XPORT__UNLOCK(ctx);
     poll(&p, 1, timeout_ms);
+    XPORT__LOCK(ctx);
     return 0;
   }
   struct timespec ts = {0, 1000 * 1000};
   if (timeout_ms == 0)
     return 0;
+  XPORT__UNLOCK(ctx);
   nanosleep(&ts, NULL);
+  XPORT__LOCK(ctx);
   return 0;
 }
 

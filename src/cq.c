@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -20,7 +21,7 @@ struct xport__req *xport__req_get(xport_ctx_t *ctx)
   struct xport__req *r = ctx->free_reqs;
   if (XPORT__UNLIKELY(!r)) {
     struct xport__req_chunk *c =
-        malloc(sizeof *c + REQ_CHUNK * sizeof(struct xport__req));
+        calloc(1, sizeof *c + REQ_CHUNK * sizeof(struct xport__req));
     if (!c)
       return NULL;
     c->next = ctx->req_chunks;
@@ -39,6 +40,10 @@ struct xport__req *xport__req_get(xport_ctx_t *ctx)
 void xport__req_release(xport_ctx_t *ctx, struct xport__req *req)
 {
   xport_conn_t *conn = req->conn;
+  if (XPORT__UNLIKELY(req->detail)) { /* failed, and never delivered */
+    free(req->detail);
+    req->detail = NULL;
+  }
   req->next = ctx->free_reqs;
   ctx->free_reqs = req;
   if (conn) {
@@ -48,8 +53,19 @@ void xport__req_release(xport_ctx_t *ctx, struct xport__req *req)
   }
 }
 
+/* The details the last xport_poll delivered: the next one ends them. */
+static void details_end(xport_ctx_t *ctx)
+{
+  while (ctx->shown) {
+    struct xport__detail *d = ctx->shown;
+    ctx->shown = d->next;
+    free(d);
+  }
+}
+
 void xport__req_fini(xport_ctx_t *ctx)
 {
+  details_end(ctx);
   while (ctx->req_chunks) {
     struct xport__req_chunk *c = ctx->req_chunks;
     ctx->req_chunks = c->next;
@@ -203,7 +219,7 @@ static inline const struct fi_cq_data_entry *entry_at(const xport_ctx_t *ctx,
   return (const void *)((const char *)ents + (size_t)i * ctx->cq_entry_size);
 }
 
-static void fill_comp(xport_completion_t *c, const struct xport__req *req)
+static void fill_comp(xport_ctx_t *ctx, xport_completion_t *c, struct xport__req *req)
 {
   c->op = req->op;
   c->status = req->status;
@@ -215,6 +231,12 @@ static void fill_comp(xport_completion_t *c, const struct xport__req *req)
   c->detail = NULL;
   c->hint = NULL;
   if (XPORT__UNLIKELY(req->status)) {
+    if (req->detail) {
+      c->detail = req->detail->text;
+      req->detail->next = ctx->shown;
+      ctx->shown = req->detail;
+      req->detail = NULL;
+    }
     c->hint = xport__err_hint(req->status);
     if ((req->op == XPORT_OP_READ || req->op == XPORT_OP_WRITE) &&
         (req->status == -XPORT_ECANCELED || req->status == -XPORT_ECONNRESET ||
@@ -267,7 +289,7 @@ static inline int deliver(xport_ctx_t *ctx, struct xport__req *req, xport_comple
     req->pair = 0;
   }
   if (shown)
-    fill_comp(c, req);
+    fill_comp(ctx, c, req);
   else if (XPORT__UNLIKELY(req->user_ctx != NULL))
     pair_done(ctx, req);
   if (XPORT__UNLIKELY(req->zombie)) {
@@ -317,7 +339,18 @@ static int read_error(xport_ctx_t *ctx, struct xport__req **req_p)
   req->len = len;
   req->flags = 0;
   req->imm = 0;
-  fi_cq_strerror(ctx->cq, err.prov_errno, err.err_data, ctx->detail, sizeof ctx->detail);
+  /* The text goes with this completion: it may be delivered long after
+   * other errors were read (by the progress thread, say). */
+  char text[256];
+  const char *t = fi_cq_strerror(ctx->cq, err.prov_errno, err.err_data, text, sizeof text);
+  if (t && *t) {
+    size_t n = strnlen(t, sizeof text - 1);
+    req->detail = malloc(sizeof *req->detail + n + 1);
+    if (req->detail) {
+      memcpy(req->detail->text, t, n);
+      req->detail->text[n] = '\0';
+    }
+  }
   ctx->eq_skip = XPORT__EQ_EVERY; /* errors often mean a disconnect */
   *req_p = req;
   return 1;
@@ -353,6 +386,8 @@ void xport__cq_drain(xport_ctx_t *ctx)
   }
 }
 
+static void sig_clear(xport_ctx_t *ctx);
+
 static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t *ctx, xport_completion_t *comps, int max)
 {
   struct fi_cq_tagged_entry ents[XPORT__CQ_BATCH];
@@ -360,6 +395,8 @@ static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t 
 
   if (XPORT__UNLIKELY(!ctx || !comps || max <= 0))
     return -XPORT_EINVAL;
+  if (XPORT__UNLIKELY(ctx->shown != NULL))
+    details_end(ctx);
 
   while (XPORT__UNLIKELY(ctx->done != NULL) && n < max) {
     struct xport__req *req = ctx->done;
@@ -388,8 +425,8 @@ static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t 
     }
     if (got == -FI_EAVAIL) {
       struct xport__req *req = NULL;
-      if (read_error(ctx, &req) && req && deliver(ctx, req, &comps[n]))
-        comps[n++].detail = ctx->detail;
+      if (read_error(ctx, &req) && req)
+        n += deliver(ctx, req, &comps[n]);
     }
   }
   /* Connection events are rare: look at the EQ only now and then while
@@ -414,6 +451,8 @@ static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t 
     c->conn = conn;
     c->hint = xport__err_hint(conn->ev_status);
   }
+  if (XPORT__UNLIKELY(ctx->sig_set))
+    sig_clear(ctx);
   return n;
 }
 
@@ -451,6 +490,26 @@ static int may_sleep(xport_ctx_t *ctx)
   return fi_trywait(ctx->fabric, fids, ctx->eq ? 2 : 1) == FI_SUCCESS;
 }
 
+/* Reads the progress thread's signal once the work it announced is gone,
+ * so that the context's fd stops being readable. Under progress_lock. */
+static void sig_clear(xport_ctx_t *ctx)
+{
+  uint64_t v;
+  if (ctx->sig_set && !ctx->done && !ctx->evq) {
+    ctx->sig_set = 0;
+    if (read(ctx->sig_fd, &v, sizeof v) < 0)
+      XPORT__DEBUG("progress signal: %s", strerror(errno));
+  }
+}
+
+/* Called with the lock held: 1 if xport_poll has something to return. */
+static int work_queued(xport_ctx_t *ctx)
+{
+  if (XPORT__UNLIKELY(ctx->sig_set))
+    sig_clear(ctx);
+  return ctx->done || ctx->evq;
+}
+
 /* One look for work without sleeping: 1 if the caller should return. */
 static int wait_check(xport_ctx_t *ctx, int drain)
 {
@@ -463,7 +522,7 @@ static int wait_check(xport_ctx_t *ctx, int drain)
     else
       xport__eq_dispatch(ctx);
   }
-  int ready = ctx->done || ctx->evq;
+  int ready = work_queued(ctx);
   XPORT__UNLOCK(ctx);
   return ready;
 }
@@ -472,19 +531,26 @@ XPORT_API int xport_wait(xport_ctx_t *ctx, int timeout_ms)
 {
   if (!ctx)
     return -XPORT_EINVAL;
-  if (ctx->done || ctx->evq)
-    return 0;
   /* Where peers are watched for death (RDM), never sleep past a check. */
   int cap = ctx->rdm && ctx->conns ? (int)(ctx->peer_check_ms / 4) : -1;
   if (ctx->epfd >= 0) {
     struct epoll_event ev;
-    /* Control traffic (RDM) must not look like work. */
-    if (ctx->rdm && wait_check(ctx, 1))
-      return 0;
+    /* The done list, the drain (control traffic over RDM must not look
+     * like work) and fi_trywait are one step under the lock: the progress
+     * thread may fill the done list from the CQ just before fi_trywait
+     * finds the CQ empty; from then on it signals sig_fd, which is in
+     * epfd, for whatever it queues. */
     XPORT__LOCK(ctx);
-    int sleep_ok = may_sleep(ctx);
+    int ready = work_queued(ctx);
+    if (!ready && ctx->rdm) {
+      xport__cq_drain(ctx);
+      xport__rdm_housekeeping(ctx);
+      ready = work_queued(ctx);
+    }
+    if (!ready)
+      ready = !may_sleep(ctx);
     XPORT__UNLOCK(ctx);
-    if (!sleep_ok)
+    if (ready)
       return 0;
     int t = timeout_ms < 0 ? cap : cap < 0 ? timeout_ms : timeout_ms < cap ? timeout_ms : cap;
     int r = epoll_wait(ctx->epfd, &ev, 1, t);
@@ -512,14 +578,25 @@ XPORT_API int xport_wait(xport_ctx_t *ctx, int timeout_ms)
 
 /* The progress thread reads the CQ on the application's behalf, under
  * ctx->progress_lock like every other call into the provider while it
- * runs, and queues what it finds for the next xport_poll. */
+ * runs, queues what it finds for the next xport_poll, and signals sig_fd
+ * so that a waiter wakes for it. */
 static void *progress_main(void *arg)
 {
   xport_ctx_t *ctx = arg;
   int fd = ctx->cq_fd;
-  while (!ctx->progress_stop) {
+  for (;;) {
     pthread_mutex_lock(&ctx->progress_lock);
+    if (ctx->progress_stop) {
+      pthread_mutex_unlock(&ctx->progress_lock);
+      break;
+    }
     xport__cq_drain(ctx);
+    if (ctx->sig_fd >= 0 && !ctx->sig_set && (ctx->done || ctx->evq)) {
+      uint64_t one = 1;
+      ctx->sig_set = 1;
+      if (write(ctx->sig_fd, &one, sizeof one) < 0)
+        XPORT__DEBUG("progress signal: %s", strerror(errno));
+    }
     pthread_mutex_unlock(&ctx->progress_lock);
     /* No fi_trywait here (it faults under rxm from a second thread): a
      * short poll on the fd, bounded so that nothing waits long for it. */
@@ -549,12 +626,25 @@ int xport__progress_start(xport_ctx_t *ctx)
 {
   pthread_mutexattr_t a;
   ctx->progress_stop = 0;
+  if (ctx->epfd >= 0) {
+    struct epoll_event ev = {.events = EPOLLIN};
+    ctx->sig_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (ctx->sig_fd < 0)
+      return -XPORT_ENOMEM;
+    if (epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, ctx->sig_fd, &ev)) {
+      close(ctx->sig_fd);
+      ctx->sig_fd = -1;
+      return -XPORT_ENOMEM;
+    }
+  }
   pthread_mutexattr_init(&a);
   pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
   pthread_mutex_init(&ctx->progress_lock, &a);
   pthread_mutexattr_destroy(&a);
-  if (pthread_create(&ctx->progress_tid, NULL, progress_main, ctx))
+  if (pthread_create(&ctx->progress_tid, NULL, progress_main, ctx)) {
+    pthread_mutex_destroy(&ctx->progress_lock);
     return -XPORT_ENOMEM;
+  }
   ctx->progress_on = 1;
   return 0;
 }
@@ -563,7 +653,9 @@ void xport__progress_stop(xport_ctx_t *ctx)
 {
   if (!ctx->progress_on)
     return;
+  pthread_mutex_lock(&ctx->progress_lock);
   ctx->progress_stop = 1;
+  pthread_mutex_unlock(&ctx->progress_lock);
   pthread_join(ctx->progress_tid, NULL);
   pthread_mutex_destroy(&ctx->progress_lock);
   ctx->progress_on = 0;

@@ -218,6 +218,9 @@ static void close_fids(xport_ctx_t *ctx)
   if (ctx->epfd >= 0)
     close(ctx->epfd);
   ctx->epfd = -1;
+  if (ctx->sig_fd >= 0)
+    close(ctx->sig_fd);
+  ctx->sig_fd = -1;
   if (ctx->cq)
     fi_close(&ctx->cq->fid);
   if (ctx->eq)
@@ -507,7 +510,7 @@ XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p
   ctx = calloc(1, sizeof *ctx);
   if (!ctx)
     return -XPORT_ENOMEM;
-  ctx->epfd = ctx->cq_fd = ctx->eq_fd = -1;
+  ctx->epfd = ctx->cq_fd = ctx->eq_fd = ctx->sig_fd = -1;
   ret = probe(ctx, &s);
   if (ret)
     goto fail;

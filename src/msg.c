@@ -123,6 +123,7 @@ int xport__post_begin(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov,
   req->rep = NULL;
   req->posted_ms = 0;
   req->pair = 0;
+  req->detail = NULL;
   *cnt = iovcnt;
   /* Data flows out of the local buffer for sends and writes, into it for
    * receives and reads. */

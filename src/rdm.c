@@ -404,6 +404,15 @@ static void rep_close(struct xport__rep *rep)
     xport__cq_drain(ctx);
     byes_expire(ctx);
   }
+  if (rep->enabled && ctx->prof && ctx->prof->retire_eps && ctx->cq_fd >= 0 && !ctx->rdm_closing) {
+    /* Closing it would leave it in the CQ's wait set (retire_eps): it
+     * stays open, serving nobody, until the context goes. Its port stays
+     * bound until then; a client that connects to it times out. */
+    XPORT__DEBUG("endpoint retired until the context is destroyed");
+    rep->next_retired = ctx->retired;
+    ctx->retired = rep;
+    return;
+  }
   if (rep->ep) {
     xport__close_fid(ctx, &rep->ep->fid);
     rep->ep = NULL;
@@ -456,6 +465,7 @@ static int rep_open(xport_ctx_t *ctx, struct fi_info *info, const char *name,
     ret = fi_setname(&rep->ep->fid, (void *)name, strlen(name) + 1);
   if (!ret && (step = "fi_enable"))
     ret = fi_enable(rep->ep);
+  rep->enabled = !ret;
   rep->addrlen = sizeof rep->addr;
   if (!ret && (step = "fi_getname"))
     ret = fi_getname(&rep->ep->fid, rep->addr, &rep->addrlen);
@@ -613,13 +623,18 @@ static void conn_discard(xport_conn_t *conn)
   free(conn);
 }
 
+/* A step of connect's and accept's wait loops. They run with the progress
+ * lock held, which is let go of while sleeping: the progress thread must
+ * keep serving the other connections meanwhile. */
 static int wait_progress(xport_ctx_t *ctx, long deadline)
 {
   long left = deadline < 0 ? 10 : deadline - xport__now_ms();
   if (left <= 0)
     return -XPORT_ETIMEDOUT;
   struct timespec ts = {0, 200 * 1000};
+  XPORT__UNLOCK(ctx);
   nanosleep(&ts, NULL);
+  XPORT__LOCK(ctx);
   xport__cq_drain(ctx);
   return 0;
 }
@@ -814,7 +829,13 @@ void xport__rdm_housekeeping(xport_ctx_t *ctx)
 
 void xport__rdm_fini(xport_ctx_t *ctx)
 {
+  ctx->rdm_closing = 1; /* nobody waits on the CQ any more */
   if (ctx->cep)
     rep_close(ctx->cep);
   ctx->cep = NULL;
+  while (ctx->retired) {
+    struct xport__rep *rep = ctx->retired;
+    ctx->retired = rep->next_retired;
+    rep_close(rep);
+  }
 }

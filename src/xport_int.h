@@ -104,6 +104,13 @@ struct xport__profile {
    * nothing else to that peer can be posted until it completes (shm: up
    * to 4 KiB such operations take its one segmented-copy slot). */
   int dc_holds_peer;
+  /* 1: closing an endpoint leaves it in the wait set of the CQ it was
+   * bound to (rxm in libfabric 1.17: rxm_ep_close never calls
+   * ofi_wait_del_fid for its inner CQ), so that the next fi_trywait on that
+   * CQ calls into the freed endpoint. Where the CQ has a wait fd, xport
+   * then keeps such endpoints open, retired, until the context's CQ closes
+   * (rdm.c). */
+  int retire_eps;
   /* What to tell the user when the provider refuses to open an endpoint
    * (fi_enable: EINVAL) for reasons of its own (may be NULL). */
   const char *enable_hint;
@@ -227,6 +234,15 @@ struct xport__req {
    * once both halves finished, with the first error of either. */
   unsigned pair;
   int pair_status;
+  struct xport__detail *detail;   /* failed: the provider's text, or NULL */
+};
+
+/* The provider's text of one failed completion. It belongs to its request
+ * until delivered, then to ctx->shown until the next xport_poll, so that
+ * no later error (read by the progress thread, say) overwrites it. */
+struct xport__detail {
+  struct xport__detail *next;
+  char text[];
 };
 #define XPORT__PAIR_WAIT 1u /* the silent half is outstanding */
 #define XPORT__PAIR_HELD 2u /* this half finished and waits for it */
@@ -272,6 +288,8 @@ struct xport__rep {
   int lock;
   size_t addrlen;
   uint8_t addr[XPORT__ADDR_MAX];  /* fi_getname */
+  int enabled;                    /* fi_enable succeeded */
+  struct xport__rep *next_retired; /* ctx->retired (profile retire_eps) */
 };
 
 struct xport_conn {
@@ -355,6 +373,8 @@ struct xport_ctx {
   int rdm;            /* FI_EP_RDM: connections are xport's own (rdm.c) */
   struct xport__rep *cep; /* RDM: the endpoint outgoing connections use */
   struct xport__bye *byes; /* RDM: goodbyes waiting for the peer's answer */
+  struct xport__rep *retired; /* RDM: closed endpoints kept open (retire_eps) */
+  int rdm_closing;    /* RDM: the context goes: endpoints close for real */
   uint32_t next_conn_id;
   long peer_check_ms; /* XPORT_PEER_TIMEOUT: a dead peer is noticed within it */
   int keepalive_mode; /* XPORT_KEEPALIVE: -1 auto, 0 never, 1 always */
@@ -389,8 +409,15 @@ struct xport_ctx {
    * xport around closing endpoints, which providers do not allow while
    * another thread progresses them. Never taken on the data path. */
   pthread_mutex_t progress_lock;
+  /* With the progress thread and a wait fd: an eventfd in epfd that the
+   * thread makes readable when it queues work on the done list or evq,
+   * which a waiter may otherwise never see (the thread took the CQ entry
+   * that would have woken it). sig_set: written and not yet read. Both
+   * under progress_lock. */
+  int sig_fd;
+  int sig_set;
 
-  char detail[256]; /* provider text of the last error completion */
+  struct xport__detail *shown; /* details delivered by the last xport_poll */
 };
 
 /* ---- internal entry points between core files ------------------------ */

@@ -1,0 +1,322 @@
+/* The progress thread and the lifecycle around it, on every provider
+ * present: no lost wakeups, no application held hostage by connect or
+ * accept, per-completion detail text, and closing listeners, connections
+ * and contexts while traffic flows. `make check-tsan` runs this suite (and
+ * the others) under ThreadSanitizer with XPORT_PROGRESS_THREAD=1. */
+#include "harness.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define T_MS 20000
+#define ROUNDS 2000
+#define LISTEN_ROUNDS 8
+
+static xport_ctx_t *thread_ctx(void)
+{
+  xport_ctx_attr_t attr = {.progress_thread = XPORT_ON};
+  xport_ctx_t *ctx = NULL;
+  int rc = xport_ctx_create(&attr, &ctx);
+  XT_CHECK(rc == 0, "xport_ctx_create with the progress thread on %s: %s", xt_config(),
+           xport_strerror(rc));
+  return ctx;
+}
+
+static void expect_ok(xport_ctx_t *ctx, xport_op_t op)
+{
+  xport_completion_t c;
+  XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "no completion (op %d) within %d ms on %s", op, T_MS,
+           xt_config());
+  XT_CHECK(c.op == op && c.status == 0, "op %d status %s, expected op %d to succeed", c.op,
+           xport_strerror(c.status), op);
+}
+
+/* ---- lost wakeups -------------------------------------------------------- */
+
+/* A wait that never returns is the failure: the watchdog names the round
+ * instead of letting the test hang until Check's timeout. */
+static volatile sig_atomic_t cur_round = -1;
+
+static void watchdog(int sig)
+{
+  char msg[128];
+  (void)sig;
+  int n = snprintf(msg, sizeof msg,
+                   "watchdog: round %d: xport_wait(ctx, -1) never woke for a queued "
+                   "completion (lost wakeup)\n",
+                   (int)cur_round);
+  if (write(2, msg, (size_t)n) < 0)
+    _exit(3);
+  _exit(2);
+}
+
+static int echo_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  char buf[64];
+  for (int i = 0; i < ROUNDS; i++) {
+    XT_OK(xport_recv(conn, buf, sizeof buf, NULL, NULL));
+    expect_ok(ctx, XPORT_OP_RECV);
+    XT_OK(xport_send(conn, buf, sizeof buf, NULL, NULL));
+    expect_ok(ctx, XPORT_OP_SEND);
+  }
+  /* The client closes first; wait for its goodbye before closing. */
+  xport_completion_t c;
+  while (xt_next(ctx, &c, T_MS) == 0 && c.op != XPORT_OP_DISCONNECT)
+    ;
+  return 0;
+}
+
+/* Ping-pong in which every wait is xport_wait(ctx, -1): with the progress
+ * thread reading the CQ, the reply may be on the done list when the waiter
+ * decides to sleep. */
+START_TEST(wait_never_misses_progress_thread_work)
+{
+  char addr[128];
+  /* A peer check would cap every wait (RDM): make it far longer than the
+   * watchdog, so that a lost wakeup shows as what it is. */
+  setenv("XPORT_PEER_TIMEOUT", "3600000", 1);
+  pid_t pid = xt_spawn_pair_server(echo_server, NULL, addr, sizeof addr);
+  xport_ctx_t *ctx = thread_ctx();
+  xport_conn_t *conn;
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  signal(SIGALRM, watchdog);
+  alarm(200); /* generous: the rounds take a few seconds even under TSan */
+  char out[64], in[64];
+  for (int i = 0; i < ROUNDS; i++) {
+    cur_round = i;
+    memset(out, 'a' + i % 26, sizeof out);
+    XT_OK(xport_recv(conn, in, sizeof in, NULL, NULL));
+    XT_OK(xport_send(conn, out, sizeof out, NULL, NULL));
+    for (int got = 0; got < 2;) {
+      xport_completion_t c[4];
+      int n = xport_poll(ctx, c, 4);
+      XT_CHECK(n >= 0, "xport_poll: %s", xport_strerror(n));
+      for (int k = 0; k < n; k++) {
+        XT_CHECK(c[k].status == 0, "round %d: op %d: %s", i, c[k].op,
+                 xport_strerror(c[k].status));
+        got++;
+      }
+      if (!n) {
+        int w = xport_wait(ctx, -1);
+        XT_CHECK(w == 0, "xport_wait: %s", xport_strerror(w));
+      }
+    }
+    XT_CHECK(!memcmp(in, out, sizeof in), "round %d: echo differs", i);
+  }
+  alarm(0);
+  XT_OK(xport_conn_close(conn));
+  xport_ctx_destroy(ctx);
+  XT_CHECK(xt_reap(pid) == 0, "server failed");
+}
+END_TEST
+
+/* ---- connect and accept do not hold the progress thread off ------------- */
+
+/* The target exports a region over a second listener, then sits in a long
+ * xport_accept there. The initiator connects again only once its read has
+ * completed: accept returns only if the progress thread served the read
+ * while the application was inside accept. */
+static void hostage_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  (void)arg;
+  xport_ctx_t *pctx = thread_ctx();
+  xport_listener_t *plst;
+  xport_conn_t *conn, *pconn, *late;
+  xport_mr_t *mr;
+  uint8_t key[XPORT_RKEY_MAX_SIZE];
+  char addr[128];
+  static char region[1 << 16];
+
+  XT_OK(xport_listen(pctx, xt_listen_addr(), &plst));
+  XT_OK(xport_listener_addr(plst, addr, sizeof addr));
+  XT_OK(xport_accept(lst, T_MS, &conn));
+  XT_OK(xport_send(conn, addr, strlen(addr) + 1, NULL, NULL));
+  expect_ok(ctx, XPORT_OP_SEND);
+  XT_OK(xport_accept(plst, T_MS, &pconn));
+  xt_fill(region, sizeof region, 7);
+  XT_OK(xport_mr_reg(pctx, region, sizeof region, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_READ,
+                     &mr));
+  int n = xport_rkey_pack(mr, 0, sizeof region, key, sizeof key);
+  XT_CHECK(n > 0, "pack: %s", xport_strerror(n));
+  XT_OK(xport_send(pconn, key, (size_t)n, NULL, NULL));
+  expect_ok(pctx, XPORT_OP_SEND);
+  /* Long enough that the initiator's read gives up first if it stalls. */
+  int rc = xport_accept(plst, 3 * T_MS, &late);
+  XT_CHECK(rc == 0, "the second connection never came (%s): the read stalled while this "
+                    "process sat in xport_accept", xport_strerror(rc));
+  XT_OK(xport_conn_close(late));
+  XT_OK(xport_conn_close(pconn));
+  XT_OK(xport_conn_close(conn));
+  XT_OK(xport_mr_dereg(mr));
+  XT_OK(xport_listener_close(plst));
+  xport_ctx_destroy(pctx);
+}
+
+START_TEST(accept_does_not_hold_progress_hostage)
+{
+  char addr[128], paddr[128];
+  uint8_t key[XPORT_RKEY_MAX_SIZE];
+  static char buf[1 << 12];
+  pid_t pid = xt_spawn_server(hostage_server, NULL, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn, *pconn, *late;
+  xport_rkey_t *rk;
+  xport_completion_t c;
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  XT_OK(xport_recv(conn, paddr, sizeof paddr, NULL, NULL));
+  expect_ok(ctx, XPORT_OP_RECV);
+  XT_OK(xport_connect(ctx, paddr, T_MS, &pconn));
+  XT_OK(xport_recv(pconn, key, sizeof key, NULL, NULL));
+  XT_CHECK(xt_next(ctx, &c, T_MS) == 0 && c.status == 0, "no key");
+  XT_OK(xport_rkey_unpack(pconn, key, c.len, &rk));
+  XT_OK(xport_read(pconn, buf, sizeof buf, NULL, rk, 4096, NULL));
+  XT_CHECK(xt_next(ctx, &c, T_MS) == 0,
+           "on %s: a 4 KiB read got no completion within %d ms while the target sat in "
+           "xport_accept with its progress thread on", xt_config(), T_MS);
+  XT_CHECK(c.op == XPORT_OP_READ && c.status == 0, "read: %s", xport_strerror(c.status));
+  char want[sizeof buf];
+  static char whole[1 << 16];
+  xt_fill(whole, sizeof whole, 7);
+  memcpy(want, whole + 4096, sizeof want);
+  XT_CHECK(!memcmp(buf, want, sizeof buf), "read bytes differ");
+  /* Only now may the target's accept return. */
+  XT_OK(xport_connect(ctx, paddr, T_MS, &late));
+  xport_rkey_release(rk);
+  XT_CHECK(xt_reap(pid) == 0, "target failed");
+  xport_conn_close(late);
+  xport_conn_close(pconn);
+  xport_conn_close(conn);
+  xport_ctx_destroy(ctx);
+}
+END_TEST
+
+/* ---- detail text belongs to its completion ------------------------------ */
+
+static int done_pipe[2];
+
+static int big_sender(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  char big[512], go[8];
+  memset(big, 'x', sizeof big);
+  XT_OK(xport_recv(conn, go, sizeof go, NULL, NULL));
+  expect_ok(ctx, XPORT_OP_RECV);
+  XT_OK(xport_send(conn, big, sizeof big, NULL, NULL));
+  expect_ok(ctx, XPORT_OP_SEND);
+  /* The client says it is done through a pipe: after a truncation some
+   * providers carry nothing more on the connection (rxm). */
+  struct pollfd p = {.fd = done_pipe[0], .events = POLLIN};
+  XT_CHECK(poll(&p, 1, T_MS) == 1, "the client never finished");
+  return 0;
+}
+
+/* The failure is read by the progress thread, not by xport_poll: its
+ * provider text still comes with it, and stays while the thread runs. */
+static int truncated_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  char small[16];
+  xport_completion_t c;
+  XT_OK(xport_recv(conn, small, sizeof small, NULL, NULL));
+  XT_OK(xport_send(conn, "go", 3, NULL, NULL));
+  expect_ok(ctx, XPORT_OP_SEND);
+  XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "no truncated receive");
+  XT_CHECK(c.op == XPORT_OP_RECV && c.status == -XPORT_ETRUNC, "op %d status %s", c.op,
+           xport_strerror(c.status));
+  if (!c.detail) {
+    printf("NOTE: %s gives no detail text for a truncated receive\n", xt_config());
+  } else {
+    char copy[256];
+    snprintf(copy, sizeof copy, "%s", c.detail);
+    XT_CHECK(copy[0], "empty detail text");
+    /* Let the thread run a while (it reads the CQ every few ms). */
+    (void)xport_wait(ctx, 30);
+    XT_CHECK(!strcmp(copy, c.detail), "detail changed under the progress thread");
+  }
+  XT_CHECK(write(done_pipe[1], "", 1) == 1, "pipe");
+  return 0;
+}
+
+START_TEST(detail_belongs_to_its_completion)
+{
+  setenv("XPORT_PROGRESS_THREAD", "1", 1);
+  XT_CHECK(pipe(done_pipe) == 0, "pipe");
+  xt_pair(big_sender, truncated_client, NULL);
+}
+END_TEST
+
+/* ---- closing a listener, then waiting ----------------------------------- */
+
+/* Programs close their listener once every peer has connected, and wait
+ * for completions after that. */
+static int listener_closing_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  xport_listener_t *lst;
+  char out[32], in[32];
+  /* Each round closes one more listener: a freed endpoint left where
+   * xport_wait looks (rxm) crashes it sooner or later. */
+  for (int r = 0; r < LISTEN_ROUNDS; r++) {
+    XT_OK(xport_listen(ctx, xt_listen_addr(), &lst));
+    XT_OK(xport_listener_close(lst));
+    snprintf(out, sizeof out, "after listener %d", r);
+    XT_OK(xport_recv(conn, in, sizeof in, NULL, NULL));
+    XT_OK(xport_send(conn, out, sizeof out, NULL, NULL));
+    for (int got = 0; got < 2;) {
+      xport_completion_t c;
+      XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "round %d: no completion", r);
+      XT_CHECK(c.status == 0, "round %d: %s", r, xport_strerror(c.status));
+      got++;
+    }
+    XT_CHECK(!strcmp(in, out), "echo '%s'", in);
+  }
+  return 0;
+}
+
+static int echo_once(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  char buf[32];
+  for (int r = 0; r < LISTEN_ROUNDS; r++) {
+    XT_OK(xport_recv(conn, buf, sizeof buf, NULL, NULL));
+    expect_ok(ctx, XPORT_OP_RECV);
+    XT_OK(xport_send(conn, buf, sizeof buf, NULL, NULL));
+    expect_ok(ctx, XPORT_OP_SEND);
+  }
+  xport_completion_t c;
+  while (xt_next(ctx, &c, T_MS) == 0 && c.op != XPORT_OP_DISCONNECT)
+    ;
+  return 0;
+}
+
+START_TEST(wait_after_listener_close)
+{
+  xt_pair(echo_once, listener_closing_client, NULL);
+}
+END_TEST
+
+static Suite *make_suite(void)
+{
+  Suite *s = suite_create("thread");
+  TCase *tc = tcase_create("Progress");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, wait_never_misses_progress_thread_work);
+  tcase_add_test(tc, accept_does_not_hold_progress_hostage);
+  tcase_add_test(tc, detail_belongs_to_its_completion);
+  suite_add_tcase(s, tc);
+  TCase *life = tcase_create("Lifecycle");
+  tcase_set_timeout(life, 120);
+  tcase_add_test(life, wait_after_listener_close);
+  suite_add_tcase(s, life);
+  return s;
+}
+
+int main(void)
+{
+  return xt_main("check_thread", make_suite, 1);
+}
