@@ -191,6 +191,12 @@ const struct xport__profile xport__profile_shm = {
    * one segmented-copy slot, and shm refuses anything else to that peer
    * (EAGAIN) until it completes; an empty one never arrives. */
   .dc_holds_peer = 1,
+  /* fi_av_remove unmaps the peer's region from the endpoint
+   * (smr_unmap_from_endpoint), but commands that peer already queued are
+   * still processed, and answered into its region, on the next progress:
+   * a peer still writing when its connection closes (or the context goes)
+   * crashed the process inside fi_cq_read. */
+  .close_needs_quiet = 1,
   /* With virtual addresses and CMA shm checks no key or bound. */
   .clear_mr_mode = FI_MR_VIRT_ADDR,
   .listen_name = shm_listen_name,

@@ -300,6 +300,87 @@ START_TEST(wait_after_listener_close)
 }
 END_TEST
 
+/* ---- destroying a context while a peer writes into it ------------------ */
+
+#define WREGION (1 << 20)
+#define WCHUNK (1 << 16)
+
+/* Exports a region, waits until the client writes, and returns: the
+ * harness then closes the listener and destroys the context under the
+ * client's stream of writes. The process must exit cleanly. */
+static void written_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  (void)arg;
+  static char region[WREGION];
+  xport_conn_t *conn;
+  xport_mr_t *mr;
+  uint8_t key[XPORT_RKEY_MAX_SIZE];
+  char go[8];
+  XT_OK(xport_accept(lst, T_MS, &conn));
+  XT_OK(xport_mr_reg(ctx, region, sizeof region, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE,
+                     &mr));
+  int n = xport_rkey_pack(mr, 0, sizeof region, key, sizeof key);
+  XT_CHECK(n > 0, "pack: %s", xport_strerror(n));
+  XT_OK(xport_recv(conn, go, sizeof go, NULL, NULL));
+  XT_OK(xport_send(conn, key, (size_t)n, NULL, NULL));
+  for (int i = 0; i < 2; i++) {
+    xport_completion_t c;
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0 && c.status == 0, "key exchange");
+  }
+  /* The client has written for a while; the region stays registered until
+   * xport_ctx_destroy takes it down with the rest. */
+}
+
+START_TEST(destroy_while_peer_writes)
+{
+  for (int round = 0; round < 5; round++) {
+    char addr[128];
+    static char buf[WCHUNK];
+    uint8_t key[XPORT_RKEY_MAX_SIZE];
+    pid_t pid = xt_spawn_server(written_server, NULL, addr, sizeof addr);
+    xport_ctx_t *ctx = xt_ctx();
+    xport_conn_t *conn;
+    xport_rkey_t *rk;
+    xport_completion_t c;
+    XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+    XT_OK(xport_recv(conn, key, sizeof key, NULL, NULL));
+    /* A few writes are on their way before the server hears "go". */
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0 && c.status == 0 && c.op == XPORT_OP_RECV, "no key");
+    XT_OK(xport_rkey_unpack(conn, key, c.len, &rk));
+    int out = 0, gone = 0;
+    for (int i = 0; i < 8; i++)
+      if (xport_write(conn, buf, sizeof buf, NULL, rk, (uint64_t)(i % 16) * WCHUNK, NULL) == 0)
+        out++;
+    XT_OK(xport_send(conn, "go", 3, NULL, NULL));
+    out++;
+    /* Keep writing until the server's context is gone. */
+    for (int i = 8; !gone;) {
+      if (out < 16 && xport_write(conn, buf, sizeof buf, NULL, rk,
+                                  (uint64_t)(i % 16) * WCHUNK, NULL) == 0) {
+        out++;
+        i++;
+      }
+      int n = xport_poll(ctx, &c, 1);
+      XT_CHECK(n >= 0, "poll: %s", xport_strerror(n));
+      if (n == 1 && c.op == XPORT_OP_DISCONNECT)
+        gone = 1;
+      else if (n == 1 && c.status)
+        gone = 1; /* the connection went down under the writes */
+      else if (n == 1)
+        out--;
+      else if (out >= 16)
+        xport_wait(ctx, 10);
+    }
+    int st = xt_reap(pid);
+    XT_CHECK(st == 0, "round %d on %s: the server's xport_ctx_destroy under a peer's writes "
+                      "ended with %d", round, xt_config(), st);
+    xport_rkey_release(rk);
+    xport_conn_close(conn);
+    xport_ctx_destroy(ctx);
+  }
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
   Suite *s = suite_create("thread");
@@ -312,6 +393,7 @@ static Suite *make_suite(void)
   TCase *life = tcase_create("Lifecycle");
   tcase_set_timeout(life, 120);
   tcase_add_test(life, wait_after_listener_close);
+  tcase_add_test(life, destroy_while_peer_writes);
   suite_add_tcase(s, life);
   return s;
 }
