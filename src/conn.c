@@ -539,6 +539,9 @@ static int xport_conn_close__locked(xport_conn_t *conn)
   if (!conn)
     return 0;
   xport_ctx_t *ctx = conn->ctx;
+  /* A closed handle is no handle (xport_conn_close(3)): this catches a
+   * second close only while completions keep the memory, and promises
+   * nothing. */
   if (conn->state == XPORT__CONN_CLOSED)
     return -XPORT_EINVAL;
   conn->closing = 1;

@@ -584,6 +584,7 @@ static void *progress_main(void *arg)
 {
   xport_ctx_t *ctx = arg;
   int fd = ctx->cq_fd;
+  struct fid *cq = &ctx->cq->fid;
   for (;;) {
     pthread_mutex_lock(&ctx->progress_lock);
     if (ctx->progress_stop) {
@@ -597,15 +598,15 @@ static void *progress_main(void *arg)
       if (write(ctx->sig_fd, &one, sizeof one) < 0)
         XPORT__DEBUG("progress signal: %s", strerror(errno));
     }
+    /* Only the CQ: the EQ is the application's (fi_trywait would keep
+     * failing on an event it left there). */
+    int sleep_ok = fd >= 0 && fi_trywait(ctx->fabric, &cq, 1) == FI_SUCCESS;
     pthread_mutex_unlock(&ctx->progress_lock);
-    /* No fi_trywait here (it faults under rxm from a second thread): a
-     * short poll on the fd, bounded so that nothing waits long for it. */
     if (fd >= 0) {
+      /* Bounded, so that a stop request is seen soon. */
       struct pollfd p = {.fd = fd, .events = POLLIN};
-      if (poll(&p, 1, 10) > 0) {
-        struct timespec ts = {0, 50 * 1000}; /* the fd may stay readable */
-        nanosleep(&ts, NULL);
-      }
+      if (sleep_ok)
+        poll(&p, 1, 10);
     } else {
       struct timespec ts = {0, 100 * 1000};
       nanosleep(&ts, NULL);

@@ -12,6 +12,7 @@ static inline ssize_t check_post(const xport_conn_t *conn, const xport_iov_t *io
   if (XPORT__UNLIKELY(!conn || (iovcnt && !iov)))
     return -XPORT_EINVAL;
   if (XPORT__UNLIKELY(conn->state != XPORT__CONN_CONNECTED))
+    /* CLOSED: misuse seen while the handle still exists; not promised. */
     return conn->state == XPORT__CONN_CLOSED ? -XPORT_EINVAL : -XPORT_ENOTCONN;
   if (XPORT__UNLIKELY(!iovcnt || iovcnt > conn->ctx->caps.max_iov))
     return -XPORT_EINVAL;

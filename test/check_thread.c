@@ -381,6 +381,51 @@ START_TEST(destroy_while_peer_writes)
 }
 END_TEST
 
+/* ---- a closed connection's handle ---------------------------------------- */
+
+static int await_goodbye(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)conn;
+  (void)arg;
+  xport_completion_t c;
+  while (xt_next(ctx, &c, T_MS) == 0 && c.op != XPORT_OP_DISCONNECT)
+    ;
+  return 0;
+}
+
+/* xport_conn_close(3): after close the handle may only be compared, with
+ * the conn of the completions still to come, which name it; xport frees it
+ * once the last of them is polled (under ASan: no use after that). */
+static int close_with_receives(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  static char bufs[3][64];
+  for (int i = 0; i < 3; i++)
+    XT_OK(xport_recv(conn, bufs[i], sizeof bufs[i], NULL, &bufs[i]));
+  XT_OK(xport_conn_close(conn));
+  int seen = 0;
+  for (int i = 0; i < 3; i++) {
+    xport_completion_t c;
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "receive %d of a closed connection never completed",
+             i);
+    XT_CHECK(c.op == XPORT_OP_RECV && c.status == -XPORT_ECANCELED, "op %d status %s", c.op,
+             xport_strerror(c.status));
+    XT_CHECK(c.conn == conn, "the completion names another connection");
+    seen |= 1 << (int)((char(*)[64])c.user_ctx - bufs);
+  }
+  XT_CHECK(seen == 7, "receives completed %x, not once each", seen);
+  xport_completion_t c;
+  XT_CHECK(xport_poll(ctx, &c, 1) == 0, "a fourth completion (op %d) for a closed connection",
+           c.op);
+  return XT_CLOSED;
+}
+
+START_TEST(closed_handle_named_by_its_completions)
+{
+  xt_pair(await_goodbye, close_with_receives, NULL);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
   Suite *s = suite_create("thread");
@@ -394,6 +439,7 @@ static Suite *make_suite(void)
   tcase_set_timeout(life, 120);
   tcase_add_test(life, wait_after_listener_close);
   tcase_add_test(life, destroy_while_peer_writes);
+  tcase_add_test(life, closed_handle_named_by_its_completions);
   suite_add_tcase(s, life);
   return s;
 }
