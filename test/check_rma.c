@@ -758,15 +758,18 @@ static int doomed_target(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 
 #define KILLED_OPS 50
 
-/* The target is stopped, the client posts writes (or reads) to it, and
- * then the target is killed and reaped: none of the data can arrive.
- * Each operation completes exactly once: reads with
+/* The target is killed and reaped before the client posts writes (or
+ * reads) to it, so none of the data can arrive; or (stop_first) it is
+ * stopped while they are posted and killed afterwards, which shows what a
+ * write's default completion means: on tcp, shm and rxm all of them
+ * complete with 0 (only on verbs does the target's device acknowledge
+ * them, process stopped or not). Each operation completes exactly once: reads with
  * ECONNRESET, writes with ECONNRESET or, by default where a write's
  * completion means only that the transport took the data (tcp, rxm, small
  * writes on shm), 0; with delivery-complete never 0, since none of the
  * data arrived. One disconnect event, with ECONNRESET. Where the dead
  * target's queues fill up (shm) posts are refused with EAGAIN. */
-static void ops_to_killed_target(int delivery_complete, int do_reads)
+static void ops_to_killed_target(int delivery_complete, int do_reads, int stop_first)
 {
   char addr[128];
   static char buf[KILLED_OPS][4096];
@@ -782,8 +785,13 @@ static void ops_to_killed_target(int delivery_complete, int do_reads)
   XT_OK(xport_connect(ctx, addr, T_MS, &conn));
   xport_rkey_t *rk = import_key(ctx, conn, NULL, NULL);
   int st;
-  kill(pid, SIGSTOP);
-  XT_CHECK(waitpid(pid, &st, WUNTRACED) == pid && WIFSTOPPED(st), "target did not stop");
+  if (stop_first) {
+    kill(pid, SIGSTOP);
+    XT_CHECK(waitpid(pid, &st, WUNTRACED) == pid && WIFSTOPPED(st), "target did not stop");
+  } else {
+    kill(pid, SIGKILL);
+    XT_CHECK(xt_reap(pid) == 128 + SIGKILL, "target did not die by SIGKILL");
+  }
   int writes = 0, reads = 0, rc;
   for (int i = 0; i < KILLED_OPS; i++) {
     memset(buf[i], i, sizeof buf[i]);
@@ -797,8 +805,10 @@ static void ops_to_killed_target(int delivery_complete, int do_reads)
       *(is_read ? &reads : &writes) += 1;
   }
   XT_CHECK(writes + reads > 0, "nothing posted");
-  kill(pid, SIGKILL);
-  XT_CHECK(xt_reap(pid) == 128 + SIGKILL, "target did not die by SIGKILL");
+  if (stop_first) {
+    kill(pid, SIGKILL);
+    XT_CHECK(xt_reap(pid) == 128 + SIGKILL, "target did not die by SIGKILL");
+  }
   int seen[KILLED_OPS] = {0}, wok = 0, events = 0, done = 0;
   while (done < writes + reads || !events) {
     xport_completion_t c;
@@ -832,8 +842,9 @@ static void ops_to_killed_target(int delivery_complete, int do_reads)
   xport_completion_t extra;
   XT_CHECK(xt_next(ctx, &extra, 200) == -XPORT_ETIMEDOUT, "extra completion: op %d", extra.op);
   if (!do_reads)
-    printf("%s, delivery-complete %s: %d of %d writes to a killed target completed with 0\n",
-           xt_config(), delivery_complete ? "on" : "off", wok, writes);
+    printf("%s, delivery-complete %s: %d of %d writes to a %s target completed with 0\n",
+           xt_config(), delivery_complete ? "on" : "off", wok, writes,
+           stop_first ? "stopped, then killed," : "killed");
   xport_rkey_release(rk);
   XT_OK(xport_conn_close(conn));
   xport_ctx_destroy(ctx);
@@ -841,19 +852,21 @@ static void ops_to_killed_target(int delivery_complete, int do_reads)
 
 START_TEST(target_killed_writes_default)
 {
-  ops_to_killed_target(0, 0);
+  ops_to_killed_target(0, 0, 1);
 }
 END_TEST
 
 START_TEST(target_killed_writes_delivery_complete)
 {
-  ops_to_killed_target(1, 0);
+  /* Not stopped first: on verbs the device of a stopped process still
+   * takes the data, and that is delivery. */
+  ops_to_killed_target(1, 0, 0);
 }
 END_TEST
 
 START_TEST(target_killed_reads)
 {
-  ops_to_killed_target(0, 1);
+  ops_to_killed_target(0, 1, 0);
 }
 END_TEST
 
