@@ -111,6 +111,15 @@ static void on_connreq(xport_listener_t *lst, struct fi_info *info,
     fi_freeinfo(info);
     return;
   }
+  /* Like listen(2), a bounded queue: beyond it, a request is refused at
+   * once rather than held (each holds a socket). */
+  if (lst->npending >= lst->backlog) {
+    XPORT__INFO("listener %s: backlog of %zu full: refusing a request", lst->addr,
+                lst->backlog);
+    fi_reject(lst->pep, info->handle, NULL, 0);
+    fi_freeinfo(info);
+    return;
+  }
   cr = malloc(sizeof *cr);
   if (!cr) {
     fi_reject(lst->pep, info->handle, NULL, 0);
@@ -125,6 +134,7 @@ static void on_connreq(xport_listener_t *lst, struct fi_info *info,
   else
     lst->pending = cr;
   lst->pending_tail = cr;
+  lst->npending++;
 }
 
 void xport__eq_dispatch(xport_ctx_t *ctx)
@@ -278,6 +288,9 @@ static int xport_listen__locked(xport_ctx_t *ctx, const char *addr, xport_listen
 
   if (!ctx || !addr || !lst_p)
     return -XPORT_EINVAL;
+  size_t backlog = xport__env_size(XPORT__ENV_LISTEN_BACKLOG, XPORT__BACKLOG_DEFAULT);
+  if (backlog < 1)
+    backlog = 1;
   if (ctx->rdm) {
     char host[256], port[8];
     ret = xport__addr_split(addr, host, sizeof host, port, sizeof port);
@@ -287,6 +300,7 @@ static int xport_listen__locked(xport_ctx_t *ctx, const char *addr, xport_listen
     if (!lst)
       return -XPORT_ENOMEM;
     lst->ctx = ctx;
+    lst->backlog = backlog;
     ret = xport__rdm_listen(lst, host, port);
     if (ret) {
       free(lst);
@@ -303,13 +317,14 @@ static int xport_listen__locked(xport_ctx_t *ctx, const char *addr, xport_listen
     return -XPORT_ENOMEM;
   }
   lst->ctx = ctx;
+  lst->backlog = backlog;
   ret = fi_passive_ep(ctx->fabric, info, &lst->pep, lst);
   if (!ret)
     ret = fi_pep_bind(lst->pep, &ctx->eq->fid, 0);
   if (!ret) {
     /* Connection requests queue while the application accepts others. */
-    size_t backlog = 1024;
-    fi_control(&lst->pep->fid, FI_BACKLOG, &backlog);
+    int fi_backlog = backlog > 65535 ? 65535 : (int)backlog;
+    fi_control(&lst->pep->fid, FI_BACKLOG, &fi_backlog);
     ret = fi_listen(lst->pep);
   }
   fi_freeinfo(info);
@@ -351,15 +366,20 @@ static int xport_listener_close__locked(xport_listener_t *lst)
   if (!lst)
     return 0;
   xport_ctx_t *ctx = lst->ctx;
-  if (ctx->rdm)
+  if (ctx->rdm) {
     xport__rdm_listener_close(lst);
-  else
+  } else {
+    /* Requests still waiting are refused, so that their clients hear it
+     * now rather than at their timeout; then the endpoint goes. */
+    xport__eq_dispatch(ctx);
+    while (lst->pending) {
+      struct xport__connreq *cr = lst->pending;
+      lst->pending = cr->next;
+      fi_reject(lst->pep, cr->info->handle, NULL, 0);
+      fi_freeinfo(cr->info);
+      free(cr);
+    }
     xport__close_fid(ctx, &lst->pep->fid);
-  while (lst->pending) {
-    struct xport__connreq *cr = lst->pending;
-    lst->pending = cr->next;
-    fi_freeinfo(cr->info);
-    free(cr);
   }
   XPORT__LIST_UNLINK(ctx->listeners, lst, next, prev);
   free(lst);

@@ -178,12 +178,23 @@ void xport__zombie_reclaim(xport_ctx_t *ctx, struct xport__rep *rep)
 }
 
 /* Entries xport handles itself: control traffic and zombies. */
-static void internal_entry(xport_ctx_t *ctx, struct xport__req *req, int status)
+static void internal_entry(xport_ctx_t *ctx, struct xport__req *req, int status, size_t len,
+                           fi_addr_t src)
 {
   if (req->zombie)
     zombie_step(ctx, req, XPORT__Z_PROV);
   else
-    xport__rdm_internal(ctx, req, status);
+    xport__rdm_internal(ctx, req, status, len, src);
+}
+
+/* fi_cq_read, or fi_cq_readfrom where completions name their sender
+ * (RDM with FI_SOURCE), which control messages are checked against. */
+static inline ssize_t cq_read(xport_ctx_t *ctx, struct fi_cq_tagged_entry *ents, size_t n,
+                              fi_addr_t *srcs)
+{
+  if (ctx->source)
+    return fi_cq_readfrom(ctx->cq, ents, n, srcs);
+  return fi_cq_read(ctx->cq, ents, n);
 }
 
 /* Reads a successful CQ entry into the request: bytes, immediate data,
@@ -330,7 +341,7 @@ static int read_error(xport_ctx_t *ctx, struct xport__req **req_p)
       req->conn)
     status = req->conn->closing ? -XPORT_ECANCELED : -XPORT_ECONNRESET;
   if (XPORT__UNLIKELY(req->op >= XPORT__OP_CTL_SEND || req->zombie)) {
-    internal_entry(ctx, req, status);
+    internal_entry(ctx, req, status, 0, FI_ADDR_NOTAVAIL);
     return 1;
   }
   size_t len = status == -XPORT_ETRUNC ? err.len : 0;
@@ -359,8 +370,9 @@ static int read_error(xport_ctx_t *ctx, struct xport__req **req_p)
 void xport__cq_drain(xport_ctx_t *ctx)
 {
   struct fi_cq_tagged_entry ents[XPORT__CQ_BATCH];
+  fi_addr_t srcs[XPORT__CQ_BATCH];
   for (;;) {
-    ssize_t n = fi_cq_read(ctx->cq, ents, XPORT__CQ_BATCH);
+    ssize_t n = cq_read(ctx, ents, XPORT__CQ_BATCH, srcs);
     if (n == -FI_EAVAIL) {
       struct xport__req *req = NULL;
       if (!read_error(ctx, &req))
@@ -377,7 +389,7 @@ void xport__cq_drain(xport_ctx_t *ctx)
       if (!req)
         continue;
       if (XPORT__UNLIKELY(req->op >= XPORT__OP_CTL_SEND || req->zombie)) {
-        internal_entry(ctx, req, 0);
+        internal_entry(ctx, req, 0, e->len, ctx->source ? srcs[i] : FI_ADDR_NOTAVAIL);
         continue;
       }
       take_entry(ctx, req, e);
@@ -391,6 +403,7 @@ static void sig_clear(xport_ctx_t *ctx);
 static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t *ctx, xport_completion_t *comps, int max)
 {
   struct fi_cq_tagged_entry ents[XPORT__CQ_BATCH];
+  fi_addr_t srcs[XPORT__CQ_BATCH];
   int n = 0;
 
   if (XPORT__UNLIKELY(!ctx || !comps || max <= 0))
@@ -407,7 +420,7 @@ static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t 
   }
   if (n < max) {
     size_t want = (size_t)(max - n) < XPORT__CQ_BATCH ? (size_t)(max - n) : XPORT__CQ_BATCH;
-    ssize_t got = fi_cq_read(ctx->cq, ents, want);
+    ssize_t got = cq_read(ctx, ents, want, srcs);
     if (got > 0) {
       for (ssize_t i = 0; i < got; i++) {
         const struct fi_cq_data_entry *e = entry_at(ctx, ents, i);
@@ -415,7 +428,7 @@ static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t 
         if (XPORT__UNLIKELY(!req))
           continue;
         if (XPORT__UNLIKELY(req->op >= XPORT__OP_CTL_SEND || req->zombie)) {
-          internal_entry(ctx, req, 0);
+          internal_entry(ctx, req, 0, e->len, ctx->source ? srcs[i] : FI_ADDR_NOTAVAIL);
           continue;
         }
         take_entry(ctx, req, e);

@@ -350,7 +350,7 @@ static void fill_caps(xport_ctx_t *ctx, const struct settings *s)
   c->delivery_complete = s->delivery_complete;
 }
 
-static struct fi_info *make_hints(enum fi_ep_type type)
+static struct fi_info *make_hints(enum fi_ep_type type, int secure)
 {
   struct fi_info *h = fi_allocinfo();
   if (!h)
@@ -358,6 +358,10 @@ static struct fi_info *make_hints(enum fi_ep_type type)
   h->ep_attr->type = type;
   /* RDM endpoints carry many connections; tags tell them apart. */
   h->caps = FI_MSG | FI_RMA | (type == FI_EP_RDM ? FI_TAGGED : 0);
+  /* And anyone may send to them: receives name their source, and
+   * completions their sender, where the provider can (rdm.c). */
+  if (type == FI_EP_RDM && secure)
+    h->caps |= FI_DIRECTED_RECV | FI_SOURCE;
   /* Requests embed a fi_context2; completions of RMA with CQ data may
    * consume receives (verbs), which the data path handles. */
   h->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;
@@ -402,13 +406,18 @@ static int get_candidates(struct fi_info **list_p)
   static const enum fi_ep_type types[] = {FI_EP_MSG, FI_EP_RDM};
   struct fi_info *list = NULL, **tail = &list;
   for (size_t i = 0; i < 2; i++) {
-    struct fi_info *hints = make_hints(types[i]), *got = NULL;
-    if (!hints) {
-      fi_freeinfo(list);
-      return -XPORT_ENOMEM;
+    struct fi_info *got = NULL;
+    int ret = -FI_ENODATA;
+    /* RDM: with directed receives and sources first, else without. */
+    for (int secure = types[i] == FI_EP_RDM; secure >= 0 && ret == -FI_ENODATA; secure--) {
+      struct fi_info *hints = make_hints(types[i], secure);
+      if (!hints) {
+        fi_freeinfo(list);
+        return -XPORT_ENOMEM;
+      }
+      ret = fi_getinfo(XPORT__FI_VERSION, NULL, NULL, 0, hints, &got);
+      fi_freeinfo(hints);
     }
-    int ret = fi_getinfo(XPORT__FI_VERSION, NULL, NULL, 0, hints, &got);
-    fi_freeinfo(hints);
     if (ret && ret != -FI_ENODATA) {
       fi_freeinfo(list);
       return xport__err_from_fi(ret);
@@ -540,6 +549,21 @@ XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p
   ctx->eager_size = xport__env_size(XPORT__ENV_EAGER_SIZE, 8192);
   if (s.delivery_complete && !(ctx->prof && ctx->prof->writes_acked))
     ctx->write_flags = FI_DELIVERY_COMPLETE;
+  if (ctx->eager_size > XPORT__EAGER_MAX) {
+    XPORT__WARN("XPORT_EAGER_SIZE=%zu is more than %zu; using %zu", ctx->eager_size,
+                (size_t)XPORT__EAGER_MAX, (size_t)XPORT__EAGER_MAX);
+    ctx->eager_size = XPORT__EAGER_MAX;
+  }
+  /* Control messages (RDM) travel in bounce slots too, whatever the
+   * eager size: a slot holds at least one. */
+  ctx->bounce_size = (ctx->eager_size + 63) & ~(size_t)63;
+  if (ctx->bounce_size < XPORT__CTL_SLOT)
+    ctx->bounce_size = XPORT__CTL_SLOT;
+  ctx->directed = ctx->rdm && (ctx->info->caps & FI_DIRECTED_RECV);
+  ctx->source = ctx->rdm && (ctx->info->caps & FI_SOURCE);
+  if (ctx->rdm)
+    XPORT__INFO("shared endpoints: receives %s their source, completions %s their sender",
+                ctx->directed ? "name" : "cannot name", ctx->source ? "name" : "do not name");
   ret = xport__wait_fds(ctx);
   if (ret)
     goto fail;

@@ -2,6 +2,7 @@
  * hands this table to xport_info -e, so the documentation cannot drift. */
 #include "xport_int.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -28,7 +29,8 @@ static const xport_env_var_t env_table[XPORT__ENV_COUNT] = {
   [XPORT__ENV_EAGER_SIZE] = {"XPORT_EAGER_SIZE", "size", "8192",
     "Where local registration is required, unregistered messages up to "
     "this size are copied through pre-registered buffers; larger ones "
-    "are registered for the duration of the operation."},
+    "are registered for the duration of the operation. 0 copies nothing; "
+    "values above 1M are taken as 1M."},
   [XPORT__ENV_PEER_TIMEOUT] = {"XPORT_PEER_TIMEOUT", "size", "500",
     "On providers that never report a dead peer (shm, tcp;ofi_rxm), the "
     "time in milliseconds within which xport notices it: a peer process "
@@ -59,6 +61,11 @@ static const xport_env_var_t env_table[XPORT__ENV_COUNT] = {
     "its data (the source buffer may be reused), which says nothing about "
     "the target. Costs a round trip per write where the provider must "
     "acknowledge it (tcp, rxm over tcp, shm)."},
+  [XPORT__ENV_LISTEN_BACKLOG] = {"XPORT_LISTEN_BACKLOG", "size", "128",
+    "How many connection requests a listener holds while the application "
+    "has not accepted them, as listen(2)'s backlog; requests beyond it, "
+    "and those still waiting when the listener closes, are refused "
+    "(ECONNREFUSED at the client)."},
 };
 
 XPORT_API int xport_env_list(const xport_env_var_t **vars_p)
@@ -101,14 +108,16 @@ size_t xport__env_size(enum xport__env_id id, size_t def)
   n = strtoull(v, &end, 0);
   if (errno || end == v || v[0] == '-')
     goto bad;
+  unsigned shift = 0;
   switch (*end) {
-  case 'k': case 'K': n <<= 10; end++; break;
-  case 'm': case 'M': n <<= 20; end++; break;
-  case 'g': case 'G': n <<= 30; end++; break;
+  case 'k': case 'K': shift = 10; end++; break;
+  case 'm': case 'M': shift = 20; end++; break;
+  case 'g': case 'G': shift = 30; end++; break;
   }
-  if (*end)
+  /* A value that does not fit is malformed, not wrapped around. */
+  if (*end || n > (unsigned long long)SIZE_MAX >> shift)
     goto bad;
-  return (size_t)n;
+  return (size_t)(n << shift);
 bad:
   XPORT__WARN("%s=%s is not a size; using %zu", env_table[id].name, v, def);
   return def;

@@ -94,16 +94,16 @@ static int bounce_grow(xport_ctx_t *ctx)
   struct xport__bounce_chunk *c = calloc(1, sizeof *c);
   if (!c)
     return -XPORT_ENOMEM;
-  c->mem = aligned_alloc(64, BOUNCE_SLOTS * ctx->eager_size);
+  c->mem = aligned_alloc(64, BOUNCE_SLOTS * ctx->bounce_size);
   c->slots = calloc(BOUNCE_SLOTS, sizeof *c->slots);
   if (!c->mem || !c->slots)
     goto fail;
-  if (xport__reg(ctx, c->mem, BOUNCE_SLOTS * ctx->eager_size,
+  if (xport__reg(ctx, c->mem, BOUNCE_SLOTS * ctx->bounce_size,
                  FI_SEND | FI_RECV | FI_READ | FI_WRITE, &c->mr))
     goto fail;
   void *desc = fi_mr_desc(c->mr);
   for (size_t i = 0; i < BOUNCE_SLOTS; i++) {
-    c->slots[i].buf = c->mem + i * ctx->eager_size;
+    c->slots[i].buf = c->mem + i * ctx->bounce_size;
     c->slots[i].desc = desc;
     c->slots[i].next = ctx->free_bounce;
     ctx->free_bounce = &c->slots[i];

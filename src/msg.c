@@ -198,7 +198,8 @@ static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_
   size_t nsge = req->len ? cnt : 0;
   if (conn->rep) {
     /* RDM: one endpoint for many connections; the tag picks the
-     * connection, the peer's id on sends and ours on receives. */
+     * connection: the peer's receive tag on sends, ours on receives,
+     * which only the two ends know (rdm.c). */
     if (op == XPORT_OP_SEND) {
       if (with_imm) {
         struct fi_msg_tagged msg = {.msg_iov = fiov, .desc = desc, .iov_count = nsge,
@@ -214,10 +215,10 @@ static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_
     } else if (cnt == 1) {
       /* Ignoring the write_imm bit lets an emulated write_imm's message
        * consume a receive like any other (the portable rule). */
-      ret = fi_trecv(conn->ep, fiov[0].iov_base, fiov[0].iov_len, desc[0], FI_ADDR_UNSPEC,
-                     conn->id, XPORT__WIMM_TAG, &req->fictx);
+      ret = fi_trecv(conn->ep, fiov[0].iov_base, fiov[0].iov_len, desc[0], conn->rx_src,
+                     conn->rx_tag, XPORT__WIMM_TAG, &req->fictx);
     } else {
-      ret = fi_trecvv(conn->ep, fiov, desc, cnt, FI_ADDR_UNSPEC, conn->id, XPORT__WIMM_TAG,
+      ret = fi_trecvv(conn->ep, fiov, desc, cnt, conn->rx_src, conn->rx_tag, XPORT__WIMM_TAG,
                       &req->fictx);
     }
   } else if (op == XPORT_OP_SEND) {

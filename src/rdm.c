@@ -3,12 +3,21 @@
  * and watches peers for death itself.
  *
  * One RDM endpoint serves many connections: the context's own for the
- * connections it opens, and one per listener. Messages are tagged with
- * the receiving side's connection id, so that two connections between the
- * same pair of endpoints stay apart; control messages carry the top tag
- * bit. A listener's endpoint is named after its host:port where the
- * provider names endpoints (shm), or bound to it (rxm). */
+ * connections it opens, and one per listener, and anyone who can reach it
+ * can send to it. So:
+ * - data is tagged with the receiving connection's receive tag, 62 random
+ *   bits it chose and told its peer in the handshake (rdm_wire.h), and
+ *   receives are directed to the peer's address where the provider can;
+ * - control messages travel untagged, off the data's matching queue, and
+ *   each is checked before it acts: its length, format, sender, ids, the
+ *   cookie only the two ends know, and the connection's state; one that
+ *   fails is counted (ctx->ctl_dropped) and dropped;
+ * - requests wait in a bounded backlog; beyond it, and at listener close,
+ *   they are refused.
+ * A listener's endpoint is named after its host:port where the provider
+ * names endpoints (shm), or bound to it (rxm). */
 #include "xport_int.h"
+#include "rdm_wire.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -20,24 +29,21 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define CTL_MAGIC 0x58505254434c3031ULL /* "XPRTCL01" */
-#define CTL_VERSION 2
+#define CTL_MAGIC XPORT__CTL_MAGIC
+#define CTL_VERSION XPORT__CTL_VERSION
+#define CTL_CONNREQ XPORT__CTL_CONNREQ
+#define CTL_CONNACK XPORT__CTL_CONNACK
+#define CTL_CONNREJ XPORT__CTL_CONNREJ
+#define CTL_DISC XPORT__CTL_DISC
+#define CTL_KEEPALIVE XPORT__CTL_KEEPALIVE
+_Static_assert(XPORT__CTL_ADDR_MAX == XPORT__ADDR_MAX, "address sizes agree");
+_Static_assert(sizeof(struct xport__ctl) <= XPORT__CTL_SLOT, "a control message fits a slot");
 
-enum { CTL_CONNREQ = 1, CTL_CONNACK, CTL_CONNREJ, CTL_DISC, CTL_KEEPALIVE };
-
-struct xport__ctl {
-  uint64_t magic;
-  uint32_t version;
-  uint32_t type;
-  uint64_t ctx_id;   /* the sender's context */
-  uint32_t src_id;   /* the sender's connection id */
-  uint32_t dst_id;   /* the receiver's connection id (0 in a request) */
-  uint32_t pid;      /* the sender's process */
-  uint32_t addrlen;
-  uint64_t pidns;    /* the sender's PID namespace: a pid means something */
-  char boot_id[40];  /* with pid: which node, for death detection */
-  uint8_t addr[XPORT__ADDR_MAX]; /* CONNREQ: the sender's endpoint name */
-};
+/* A receive tag (rdm_wire.h) as a peer may name it. */
+static int tag_ok(uint64_t tag)
+{
+  return tag && !(tag & ~XPORT__TAG_MASK);
+}
 
 static uint64_t pid_ns(void)
 {
@@ -102,11 +108,13 @@ static void peer_put(struct xport__rep *rep, struct xport__peer *peer)
 
 /* ---- control messages ----------------------------------------------- */
 
+/* Control receives are untagged and take any sender: nothing that a
+ * stranger sends untagged stays queued, and the data's tag matching never
+ * walks past them. */
 static int ctl_post_recv(struct xport__rep *rep, struct xport__req *req)
 {
-  ssize_t ret = fi_trecv(rep->ep, req->bounce->buf, sizeof(struct xport__ctl),
-                         req->bounce->desc, FI_ADDR_UNSPEC, XPORT__CTL_TAG,
-                         ~XPORT__CTL_TAG, &req->fictx);
+  ssize_t ret = fi_recv(rep->ep, req->bounce->buf, sizeof(struct xport__ctl),
+                        req->bounce->desc, FI_ADDR_UNSPEC, &req->fictx);
   return ret ? xport__err_from_fi((int)ret) : 0;
 }
 
@@ -131,12 +139,23 @@ static void ctl_req_free(xport_ctx_t *ctx, struct xport__req *req)
 {
   xport__req_free_mem(ctx, req);
   req->conn = NULL;
+  req->peer = NULL;
   xport__req_release(ctx, req);
 }
 
+static void peer_put(struct xport__rep *rep, struct xport__peer *peer);
+
+/* What a control message says besides its type. */
+struct ctl_args {
+  uint32_t src_id, dst_id;
+  uint64_t cookie, tag;
+  int once;                   /* one try: a refusal is not worth waiting for */
+  struct xport__peer *peer;   /* a reference the send holds until it is done */
+};
+
 /* Sends a control message; the provider may push back for a while. */
-static int ctl_send(struct xport__rep *rep, fi_addr_t dest, uint32_t type, uint32_t src_id,
-                    uint32_t dst_id)
+static int ctl_send(struct xport__rep *rep, fi_addr_t dest, uint32_t type,
+                    const struct ctl_args *a)
 {
   xport_ctx_t *ctx = rep->ctx;
   struct xport__req *req = ctl_req(rep, XPORT__OP_CTL_SEND);
@@ -148,8 +167,10 @@ static int ctl_send(struct xport__rep *rep, fi_addr_t dest, uint32_t type, uint3
   m->version = CTL_VERSION;
   m->type = type;
   m->ctx_id = ctx->id;
-  m->src_id = src_id;
-  m->dst_id = dst_id;
+  m->src_id = a->src_id;
+  m->dst_id = a->dst_id;
+  m->cookie = a->cookie;
+  m->tag = a->tag;
   m->pid = (uint32_t)getpid();
   m->pidns = pid_ns();
   snprintf(m->boot_id, sizeof m->boot_id, "%s", boot_id());
@@ -157,13 +178,13 @@ static int ctl_send(struct xport__rep *rep, fi_addr_t dest, uint32_t type, uint3
     memcpy(m->addr, rep->addr, rep->addrlen);
     m->addrlen = (uint32_t)rep->addrlen;
   }
-  req->imm = src_id; /* so that a failed request can fail its connection */
+  req->imm = a->src_id; /* so that a failed request can fail its connection */
   /* The first message to a peer may be pushed back while the provider
    * maps it (shm): keep progressing, briefly. */
   ssize_t ret;
   for (int tries = 0;; tries++) {
-    ret = fi_tsend(rep->ep, m, sizeof *m, req->bounce->desc, dest, XPORT__CTL_TAG, &req->fictx);
-    if (ret != -FI_EAGAIN || tries == 2000)
+    ret = fi_send(rep->ep, m, sizeof *m, req->bounce->desc, dest, &req->fictx);
+    if (ret != -FI_EAGAIN || tries == 2000 || a->once)
       break;
     xport__cq_drain(ctx);
     if (tries > 10) {
@@ -175,8 +196,25 @@ static int ctl_send(struct xport__rep *rep, fi_addr_t dest, uint32_t type, uint3
     ctl_req_free(ctx, req);
     return ret == -FI_EAGAIN ? -XPORT_EAGAIN : xport__err_from_fi((int)ret);
   }
+  req->peer = a->peer;
   XPORT__LIST_PUSH(rep->ctl_out, req, cnext, cprev);
   return 0;
+}
+
+/* A control message of conn's, to its peer. */
+static int ctl_send_conn(xport_conn_t *conn, uint32_t type)
+{
+  struct ctl_args a = {.src_id = conn->id, .dst_id = conn->peer_id, .cookie = conn->tag};
+  return ctl_send(conn->rep, conn->dest, type, &a);
+}
+
+/* Counts and drops a control message that failed a check. Logged at
+ * debug level only: a stranger must not be able to flood the log. */
+static void ctl_drop(xport_ctx_t *ctx, const char *why, uint32_t type, size_t len)
+{
+  ctx->ctl_dropped++;
+  XPORT__DEBUG("dropped a control message: %s (type %u, %zu bytes; %zu dropped so far)", why,
+               type, len, ctx->ctl_dropped);
 }
 
 /* ---- goodbyes ---------------------------------------------------------- */
@@ -193,6 +231,7 @@ struct xport__bye {
   struct xport__rep *rep;
   struct xport__peer *peer;
   uint64_t peer_ctx_id;
+  uint64_t rx_tag;            /* the cookie the answer carries */
   uint32_t id, peer_id;
   int pidfd;
   long deadline;
@@ -219,7 +258,8 @@ static int bye_start(xport_conn_t *conn)
   if (!ctx->prof || !ctx->prof->close_needs_quiet || !(b = malloc(sizeof *b)))
     return 0;
   *b = (struct xport__bye){.next = ctx->byes, .rep = conn->rep, .peer = conn->peer,
-                           .peer_ctx_id = conn->peer_ctx_id, .id = conn->id,
+                           .peer_ctx_id = conn->peer_ctx_id, .rx_tag = conn->rx_tag,
+                           .id = conn->id,
                            .peer_id = conn->peer_id, .pidfd = conn->pidfd,
                            .deadline = xport__now_ms() + ctx->peer_check_ms};
   conn->pidfd = -1;
@@ -227,14 +267,17 @@ static int bye_start(xport_conn_t *conn)
   return 1;
 }
 
-static void bye_answered(struct xport__rep *rep, const struct xport__ctl *m)
+/* 1 if m answered one of our goodbyes (and so ended it). */
+static int bye_answered(struct xport__rep *rep, const struct xport__ctl *m, fi_addr_t src)
 {
   for (struct xport__bye *b = rep->ctx->byes; b; b = b->next)
     if (b->rep == rep && b->id == m->dst_id && b->peer_id == m->src_id &&
-        b->peer_ctx_id == m->ctx_id) {
+        b->peer_ctx_id == m->ctx_id && b->rx_tag == m->cookie &&
+        (!rep->ctx->source || src == b->peer->fi_addr)) {
       bye_end(rep->ctx, b);
-      return;
+      return 1;
     }
+  return 0;
 }
 
 /* Ends the goodbyes whose peer died or had its time. */
@@ -297,75 +340,144 @@ static void conn_lost(xport_conn_t *conn, int status)
   xport__evq_push(conn->ctx, conn, -XPORT_ECONNRESET);
 }
 
-static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t len)
+/* A refusal of request m, sent once: a requester that does not read (a
+ * flood) is not waited for. The send holds the peer until it is done. */
+static void refuse(struct xport__rep *rep, const struct xport__ctl *m)
+{
+  int ret = 0;
+  struct xport__peer *peer = peer_get(rep, m->addr, m->addrlen, &ret);
+  if (!peer)
+    return;
+  struct ctl_args a = {.dst_id = m->src_id, .cookie = m->tag, .once = 1, .peer = peer};
+  if (ctl_send(rep, peer->fi_addr, CTL_CONNREJ, &a))
+    peer_put(rep, peer);
+}
+
+static void on_connreq(struct xport__rep *rep, const struct xport__ctl *m, size_t len)
 {
   xport_ctx_t *ctx = rep->ctx;
-  xport_conn_t *conn;
+  xport_listener_t *lst = rep->lst;
+  if (!m->addrlen || m->dst_id || m->cookie || !tag_ok(m->tag)) {
+    ctl_drop(ctx, "malformed request", m->type, len);
+    return;
+  }
+  if (!lst) {
+    refuse(rep, m); /* nobody listens here any more */
+    return;
+  }
+  for (struct xport__connreq *cr = lst->pending; cr; cr = cr->next)
+    if (cr->ctl->ctx_id == m->ctx_id && cr->ctl->src_id == m->src_id) {
+      ctl_drop(ctx, "repeated request", m->type, len);
+      return;
+    }
+  if (lst->npending >= lst->backlog) {
+    XPORT__INFO("listener %s: backlog of %zu full: refusing a request", lst->addr,
+                lst->backlog);
+    refuse(rep, m);
+    return;
+  }
+  struct xport__connreq *cr = calloc(1, sizeof *cr);
+  if (cr)
+    cr->ctl = malloc(sizeof *m);
+  if (!cr || !cr->ctl) {
+    free(cr);
+    return;
+  }
+  memcpy(cr->ctl, m, sizeof *m);
+  cr->peer_ctx_id = m->ctx_id;
+  if (lst->pending_tail)
+    lst->pending_tail->next = cr;
+  else
+    lst->pending = cr;
+  lst->pending_tail = cr;
+  lst->npending++;
+}
+
+/* The connection that m (an answer, goodbye or heartbeat) is for, if it
+ * is for one: the ids, the cookie and, where completions name it, the
+ * sender must all be that connection's. NULL and *why otherwise. */
+static xport_conn_t *ctl_conn(struct xport__rep *rep, const struct xport__ctl *m,
+                              fi_addr_t src, const char **why)
+{
+  xport_conn_t *conn = find_conn(rep->ctx, m->dst_id);
+  *why = "no such connection";
+  if (!conn || conn->rep != rep)
+    return NULL;
+  *why = "wrong cookie";
+  if (m->cookie != conn->rx_tag)
+    return NULL;
+  *why = "wrong sender";
+  if (rep->ctx->source && src != conn->dest)
+    return NULL;
+  if (m->type == CTL_CONNACK || m->type == CTL_CONNREJ) {
+    *why = "answer to no request";
+    return conn->state == XPORT__CONN_CONNECTING ? conn : NULL;
+  }
+  *why = "wrong peer";
+  if (conn->peer_id != m->src_id || conn->peer_ctx_id != m->ctx_id)
+    return NULL;
+  *why = "connection not established";
+  return conn->state == XPORT__CONN_CONNECTED ? conn : NULL;
+}
+
+/* Acts on a control message of len bytes from src, once it passed every
+ * check; drops it otherwise. */
+static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t len,
+                   fi_addr_t src)
+{
+  xport_ctx_t *ctx = rep->ctx;
+  const char *why;
   if (len != sizeof *m || m->magic != CTL_MAGIC || m->version != CTL_VERSION ||
       m->addrlen > XPORT__ADDR_MAX) {
-    XPORT__INFO("dropped a malformed control message (%zu bytes)", len);
+    ctl_drop(ctx, "malformed", len >= 16 ? m->type : 0, len);
+    return;
+  }
+  if (m->type == CTL_CONNREQ) {
+    on_connreq(rep, m, len);
+    return;
+  }
+  if (m->type < CTL_CONNACK || m->type > CTL_KEEPALIVE) {
+    ctl_drop(ctx, "unknown type", m->type, len);
+    return;
+  }
+  xport_conn_t *conn = ctl_conn(rep, m, src, &why);
+  if (!conn) {
+    /* A goodbye to a connection we closed: the answer to ours, or theirs
+     * crossing it. */
+    if (m->type != CTL_DISC || !bye_answered(rep, m, src))
+      ctl_drop(ctx, why, m->type, len);
     return;
   }
   switch (m->type) {
-  case CTL_CONNREQ: {
-    xport_listener_t *lst = rep->lst;
-    if (!lst || !m->addrlen)
-      return; /* nobody listens here any more: the client times out */
-    struct xport__connreq *cr = calloc(1, sizeof *cr);
-    if (cr)
-      cr->ctl = malloc(sizeof *m);
-    if (!cr || !cr->ctl) {
-      free(cr);
+  case CTL_CONNACK:
+    if (!tag_ok(m->tag)) {
+      ctl_drop(ctx, "malformed answer", m->type, len);
       return;
     }
-    memcpy(cr->ctl, m, sizeof *m);
-    cr->peer_ctx_id = m->ctx_id;
-    if (lst->pending_tail)
-      lst->pending_tail->next = cr;
-    else
-      lst->pending = cr;
-    lst->pending_tail = cr;
-    break;
-  }
-  case CTL_CONNACK:
-    conn = find_conn(ctx, m->dst_id);
-    if (!conn || conn->rep != rep || conn->state != XPORT__CONN_CONNECTING)
-      return;
     conn->peer_id = m->src_id;
-    conn->tag = m->src_id;
+    conn->tag = m->tag;
     conn->peer_ctx_id = m->ctx_id;
     watch_peer(conn, m);
     conn->state = XPORT__CONN_CONNECTED;
     break;
   case CTL_CONNREJ:
-    conn = find_conn(ctx, m->dst_id);
-    if (conn && conn->rep == rep)
-      conn_lost(conn, -XPORT_ECONNREFUSED);
+    conn_lost(conn, -XPORT_ECONNREFUSED);
+    break;
+  case CTL_KEEPALIVE:
+    conn->last_heard = xport__now_ms();
     break;
   case CTL_DISC:
-  case CTL_KEEPALIVE:
-    conn = find_conn(ctx, m->dst_id);
-    if (!conn || conn->rep != rep || conn->peer_id != m->src_id || conn->peer_ctx_id != m->ctx_id) {
-      if (m->type == CTL_DISC)
-        bye_answered(rep, m); /* the answer to ours, or theirs crossing it */
-      break;
-    }
-    if (m->type == CTL_KEEPALIVE) {
-      conn->last_heard = xport__now_ms();
-      break;
-    }
     /* The peer may wait for an answer before it lets go of us (struct
      * xport__bye); it is the last message of this connection. */
-    if (conn->state == XPORT__CONN_CONNECTED && ctx->prof && ctx->prof->close_needs_quiet)
-      ctl_send(rep, conn->dest, CTL_DISC, conn->id, conn->peer_id);
+    if (ctx->prof && ctx->prof->close_needs_quiet)
+      ctl_send_conn(conn, CTL_DISC);
     conn_lost(conn, -XPORT_ECONNRESET);
     break;
-  default:
-    XPORT__INFO("dropped a control message of unknown type %u", m->type);
   }
 }
 
-void xport__rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status)
+void xport__rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status, size_t len,
+                         fi_addr_t src)
 {
   struct xport__rep *rep = req->rep;
   if (req->op == XPORT__OP_CTL_SEND) {
@@ -375,13 +487,18 @@ void xport__rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status)
       if (conn && conn->rep == rep && conn->state == XPORT__CONN_CONNECTING)
         conn_lost(conn, status == -XPORT_ECANCELED ? -XPORT_ECONNREFUSED : status);
     }
+    if (req->peer)
+      peer_put(rep, req->peer);
     ctl_req_free(ctx, req);
     return;
   }
   /* A control receive: act on it and post it again (unless its endpoint
-   * is closing, which leaves the request to rep_close). */
+   * is closing, which leaves the request to rep_close). What arrived is
+   * len bytes, whatever the buffer held before. */
   if (!status)
-    on_ctl(rep, (const struct xport__ctl *)req->bounce->buf, sizeof(struct xport__ctl));
+    on_ctl(rep, (const struct xport__ctl *)req->bounce->buf, len, src);
+  else if (status != -XPORT_ECANCELED)
+    ctl_drop(ctx, xport_strerror(status), 0, len);
   if (!rep->ep || status == -XPORT_ECANCELED || ctl_post_recv(rep, req))
     XPORT__DEBUG("control receive not reposted (%s)", xport_strerror(status));
 }
@@ -562,12 +679,17 @@ int xport__rdm_listen(xport_listener_t *lst, const char *host, const char *port)
 
 void xport__rdm_listener_close(xport_listener_t *lst)
 {
+  /* Requests still waiting are refused, so that their clients hear it now
+   * rather than at their timeout. */
   while (lst->pending) {
     struct xport__connreq *cr = lst->pending;
     lst->pending = cr->next;
+    refuse(lst->rep, cr->ctl);
     free(cr->ctl);
     free(cr);
   }
+  lst->pending_tail = NULL;
+  lst->npending = 0;
   /* Connections accepted here live on this endpoint: it closes with the
    * last of them (and keeps its name until then). */
   lst->rep->lst = NULL;
@@ -587,8 +709,17 @@ static xport_conn_t *conn_new(struct xport__rep *rep, struct xport__peer *peer)
   conn->rep = rep;
   conn->peer = peer;
   conn->dest = peer->fi_addr;
+  conn->rx_src = ctx->directed ? peer->fi_addr : FI_ADDR_UNSPEC;
   conn->pidfd = -1;
   conn->state = XPORT__CONN_CONNECTING;
+  /* The receive tag is the connection's secret: random, and unique on its
+   * endpoint (its data receives match it exactly). */
+  for (int unique = 0; !unique;) {
+    conn->rx_tag = xport__random_key(8) & XPORT__TAG_MASK;
+    unique = tag_ok(conn->rx_tag);
+    for (xport_conn_t *c = ctx->conns; c && unique; c = c->next)
+      unique = c->rep != rep || c->rx_tag != conn->rx_tag;
+  }
   rep->nconns++;
   /* Ids start at 1 and are not reused within a context, so that a late
    * message for a closed connection matches nothing. */
@@ -683,7 +814,8 @@ int xport__rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
   }
   /* A listener that is not there makes some providers push back for
    * ever (rxm) rather than fail: retry until the deadline. */
-  while ((ret = ctl_send(ctx->cep, peer->fi_addr, CTL_CONNREQ, conn->id, 0)) == -XPORT_EAGAIN &&
+  struct ctl_args a = {.src_id = conn->id, .tag = conn->rx_tag};
+  while ((ret = ctl_send(ctx->cep, peer->fi_addr, CTL_CONNREQ, &a)) == -XPORT_EAGAIN &&
          (ret = wait_progress(ctx, deadline)) == 0)
     ;
   while (!ret && conn->state == XPORT__CONN_CONNECTING)
@@ -716,15 +848,18 @@ int xport__rdm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
     lst->pending = cr->next;
     if (!lst->pending)
       lst->pending_tail = NULL;
+    lst->npending--;
     int ret = 0;
     struct xport__peer *peer = peer_get(rep, cr->ctl->addr, cr->ctl->addrlen, &ret);
     xport_conn_t *conn = peer ? conn_new(rep, peer) : NULL;
     if (conn) {
       conn->peer_id = cr->ctl->src_id;
-      conn->tag = cr->ctl->src_id;
+      conn->tag = cr->ctl->tag;
       conn->peer_ctx_id = cr->ctl->ctx_id;
       watch_peer(conn, cr->ctl);
-      ret = ctl_send(rep, peer->fi_addr, CTL_CONNACK, conn->id, conn->peer_id);
+      struct ctl_args a = {.src_id = conn->id, .dst_id = conn->peer_id, .cookie = conn->tag,
+                           .tag = conn->rx_tag};
+      ret = ctl_send(rep, peer->fi_addr, CTL_CONNACK, &a);
     } else if (peer) {
       peer_put(rep, peer);
       ret = -XPORT_ENOMEM;
@@ -761,7 +896,7 @@ void xport__rdm_orphan_all(xport_conn_t *conn, int status)
 void xport__rdm_close(xport_conn_t *conn)
 {
   int said_bye = conn->state == XPORT__CONN_CONNECTED &&
-                 ctl_send(conn->rep, conn->dest, CTL_DISC, conn->id, conn->peer_id) == 0;
+                 ctl_send_conn(conn, CTL_DISC) == 0;
   xport__rdm_orphan_all(conn, -XPORT_ECANCELED);
   conn_detach(conn, said_bye);
 }
@@ -802,7 +937,7 @@ void xport__rdm_housekeeping(xport_ctx_t *ctx)
     }
     if (c->keepalive) {
       if (now - c->last_sent >= ctx->peer_check_ms / 3 &&
-          ctl_send(c->rep, c->dest, CTL_KEEPALIVE, c->id, c->peer_id) == 0)
+          ctl_send_conn(c, CTL_KEEPALIVE) == 0)
         c->last_sent = now;
       if (now - c->last_heard > ctx->peer_check_ms && !drained) {
         xport__cq_drain(ctx); /* heartbeats may be waiting unread */

@@ -24,6 +24,9 @@
 #define XPORT__CQ_BATCH 32   /* CQ entries read per fi_cq_read */
 #define XPORT__MAX_CANDS 64
 #define XPORT__EQ_EVERY 64   /* empty polls between two EQ reads (or RDM checks) */
+#define XPORT__BACKLOG_DEFAULT 128 /* listen backlog (XPORT_LISTEN_BACKLOG) */
+#define XPORT__EAGER_MAX (UINT64_C(1) << 20) /* XPORT_EAGER_SIZE is clamped to it */
+#define XPORT__CTL_SLOT 512 /* the least bounce slot: one RDM control message */
 
 #define XPORT__UNLIKELY(x) __builtin_expect(!!(x), 0)
 
@@ -51,7 +54,6 @@
 #define XPORT__OP_SILENT 100   /* internal half of an emulated write_imm */
 #define XPORT__OP_CTL_SEND 101 /* RDM control message out (rdm.c) */
 #define XPORT__OP_CTL_RECV 102 /* RDM control receive */
-#define XPORT__CTL_TAG (UINT64_C(1) << 63) /* tag bit of control messages */
 /* Tag bit of the message that completes an emulated write-with-immediate
  * over RDM: the tag, not the CQ data, carries the marker there, because
  * some RDM providers have only 4 bytes of CQ data (verbs;ofi_rxm). */
@@ -148,6 +150,7 @@ enum xport__env_id {
   XPORT__ENV_WAIT_FD,
   XPORT__ENV_KEEPALIVE,
   XPORT__ENV_DELIVERY_COMPLETE,
+  XPORT__ENV_LISTEN_BACKLOG,
   XPORT__ENV_COUNT
 };
 
@@ -228,6 +231,7 @@ struct xport__req {
    * back to the pool once both the user and the provider are done. */
   unsigned zombie;
   struct xport__rep *rep;         /* control requests: their endpoint */
+  struct xport__peer *peer;       /* control sends that hold a peer (refusals) */
   long posted_ms;                 /* RMA under a deadline (rma_timeout_ms) */
   /* The user's half of an emulated write_imm whose write (a silent
    * request, user_ctx pointing here) is still out: it is delivered only
@@ -300,7 +304,9 @@ struct xport_conn {
   struct xport__rep *rep;
   struct xport__peer *peer;
   fi_addr_t dest;
-  uint64_t tag;                   /* tag of messages to the peer: its id */
+  uint64_t tag;                   /* tag of messages to the peer: its receive tag */
+  uint64_t rx_tag;                /* tag of messages from the peer: random, ours */
+  fi_addr_t rx_src;               /* receives match only this source (or any) */
   uint32_t id, peer_id;
   int pidfd;                      /* the peer's process, same node only */
   int keepalive;                  /* heartbeats: the peer's process cannot be watched */
@@ -343,6 +349,7 @@ struct xport_listener {
   struct fid_pep *pep;            /* MSG */
   struct xport__rep *rep;         /* RDM */
   struct xport__connreq *pending, *pending_tail;
+  size_t npending, backlog;       /* requests waiting, and how many may */
   char addr[96];
   struct xport_listener *next, *prev; /* ctx->listeners */
 };
@@ -385,6 +392,10 @@ struct xport_ctx {
   long last_check;
   struct xport__req *zombies; /* RDM: reported, still owned by the provider */
   size_t eager_size;  /* copy through bounce buffers up to this size */
+  size_t bounce_size; /* a bounce slot: eager_size, or a control message if larger */
+  int directed;       /* RDM: FI_DIRECTED_RECV, receives name their source */
+  int source;         /* RDM: FI_SOURCE, completions name their sender */
+  size_t ctl_dropped; /* RDM: control messages that failed validation */
 
   int epfd;           /* joins the CQ and EQ wait fds; -1 without */
   int cq_fd, eq_fd;   /* their wait fds, or -1 */
@@ -483,7 +494,10 @@ int xport__rdm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
 int xport__rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, long deadline,
                        xport_conn_t **conn_p);
 void xport__rdm_close(xport_conn_t *conn);
-void xport__rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status);
+/* A completion of xport's own (control traffic): len is what arrived,
+ * src its sender where the provider says (FI_ADDR_NOTAVAIL otherwise). */
+void xport__rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status, size_t len,
+                         fi_addr_t src);
 void xport__rdm_housekeeping(xport_ctx_t *ctx);
 void xport__rdm_fini(xport_ctx_t *ctx);
 /* Completes every outstanding request of conn with status (RDM). */

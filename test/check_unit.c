@@ -33,7 +33,8 @@ START_TEST(env_table_complete)
   static const char *names[] = {"XPORT_PROVIDER", "XPORT_DOMAIN", "XPORT_IFACE", "XPORT_LOG",
                                 "XPORT_STRICT", "XPORT_PROGRESS_THREAD", "XPORT_EAGER_SIZE",
                                 "XPORT_PEER_TIMEOUT", "XPORT_RMA_TIMEOUT", "XPORT_WAIT_FD",
-                                "XPORT_KEEPALIVE", "XPORT_DELIVERY_COMPLETE"};
+                                "XPORT_KEEPALIVE", "XPORT_DELIVERY_COMPLETE",
+                                "XPORT_LISTEN_BACKLOG"};
   const xport_env_var_t *vars = NULL;
   int n = xport_env_list(&vars);
   ck_assert_int_eq(n, (int)(sizeof names / sizeof names[0]));
