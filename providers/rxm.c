@@ -13,7 +13,12 @@
  * rxm_ep_close (1.17, and still upstream) leaves the endpoint's inner CQ in
  * the wait set of the CQ xport bound it to: the next fi_trywait on that CQ
  * (xport_wait, after a listener or its last connection closed) calls the
- * freed endpoint's trywait and crashes. Hence retire_eps. */
+ * freed endpoint's trywait and crashes. Hence retire_eps.
+ *
+ * rxm keeps a message that matches no posted receive in a receive buffer
+ * of its own and posts a fresh one, growing its pool without bound (a
+ * flood of 20,000 untagged messages grew a server by 268 MB): hence
+ * unexpected_unbounded. */
 #include "xport_int.h"
 
 const struct xport__profile xport__profile_tcp_rxm = {
@@ -22,6 +27,7 @@ const struct xport__profile xport__profile_tcp_rxm = {
   .manual_progress = 1,
   .close_needs_quiet = 1,
   .retire_eps = 1,
+  .unexpected_unbounded = 1,
 };
 
 const struct xport__profile xport__profile_verbs_rxm = {
@@ -31,6 +37,7 @@ const struct xport__profile xport__profile_verbs_rxm = {
   .inject_needs_completion = 1,
   .close_needs_quiet = 1,
   .retire_eps = 1,
+  .unexpected_unbounded = 1,
   .enable_hint = "rxm asks the device for a completion queue of (receive + send queue "
                  "size) x FI_UNIVERSE_SIZE (default 256) entries, more than some devices "
                  "allow (Soft-RoCE: 32767); set FI_UNIVERSE_SIZE=64, or "

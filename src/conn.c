@@ -114,8 +114,10 @@ static void on_connreq(xport_listener_t *lst, struct fi_info *info,
   /* Like listen(2), a bounded queue: beyond it, a request is refused at
    * once rather than held (each holds a socket). */
   if (lst->npending >= lst->backlog) {
-    XPORT__INFO("listener %s: backlog of %zu full: refusing a request", lst->addr,
-                lst->backlog);
+    if (!lst->refusing)
+      XPORT__INFO("listener %s: backlog of %zu full: refusing requests", lst->addr,
+                  lst->backlog);
+    lst->refusing = 1; /* logged once per overflow */
     fi_reject(lst->pep, info->handle, NULL, 0);
     fi_freeinfo(info);
     return;
@@ -126,6 +128,7 @@ static void on_connreq(xport_listener_t *lst, struct fi_info *info,
     fi_freeinfo(info);
     return;
   }
+  lst->refusing = 0;
   cr->info = info;
   cr->peer_ctx_id = peer_id;
   cr->next = NULL;

@@ -178,13 +178,13 @@ void xport__zombie_reclaim(xport_ctx_t *ctx, struct xport__rep *rep)
 }
 
 /* Entries xport handles itself: control traffic and zombies. */
-static void internal_entry(xport_ctx_t *ctx, struct xport__req *req, int status, size_t len,
-                           fi_addr_t src)
+static void internal_entry(xport_ctx_t *ctx, struct xport__req *req, int status,
+                           const struct fi_cq_data_entry *e, fi_addr_t src)
 {
   if (req->zombie)
     zombie_step(ctx, req, XPORT__Z_PROV);
   else
-    xport__rdm_internal(ctx, req, status, len, src);
+    xport__rdm_internal(ctx, req, status, e, src);
 }
 
 /* fi_cq_read, or fi_cq_readfrom where completions name their sender
@@ -341,7 +341,8 @@ static int read_error(xport_ctx_t *ctx, struct xport__req **req_p)
       req->conn)
     status = req->conn->closing ? -XPORT_ECANCELED : -XPORT_ECONNRESET;
   if (XPORT__UNLIKELY(req->op >= XPORT__OP_CTL_SEND || req->zombie)) {
-    internal_entry(ctx, req, status, 0, FI_ADDR_NOTAVAIL);
+    struct fi_cq_data_entry e = {err.op_context, err.flags, err.len, err.buf, err.data};
+    internal_entry(ctx, req, status, &e, FI_ADDR_NOTAVAIL);
     return 1;
   }
   size_t len = status == -XPORT_ETRUNC ? err.len : 0;
@@ -389,7 +390,7 @@ void xport__cq_drain(xport_ctx_t *ctx)
       if (!req)
         continue;
       if (XPORT__UNLIKELY(req->op >= XPORT__OP_CTL_SEND || req->zombie)) {
-        internal_entry(ctx, req, 0, e->len, ctx->source ? srcs[i] : FI_ADDR_NOTAVAIL);
+        internal_entry(ctx, req, 0, e, ctx->source ? srcs[i] : FI_ADDR_NOTAVAIL);
         continue;
       }
       take_entry(ctx, req, e);
@@ -428,7 +429,7 @@ static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t 
         if (XPORT__UNLIKELY(!req))
           continue;
         if (XPORT__UNLIKELY(req->op >= XPORT__OP_CTL_SEND || req->zombie)) {
-          internal_entry(ctx, req, 0, e->len, ctx->source ? srcs[i] : FI_ADDR_NOTAVAIL);
+          internal_entry(ctx, req, 0, e, ctx->source ? srcs[i] : FI_ADDR_NOTAVAIL);
           continue;
         }
         take_entry(ctx, req, e);

@@ -358,10 +358,11 @@ static struct fi_info *make_hints(enum fi_ep_type type, int secure)
   h->ep_attr->type = type;
   /* RDM endpoints carry many connections; tags tell them apart. */
   h->caps = FI_MSG | FI_RMA | (type == FI_EP_RDM ? FI_TAGGED : 0);
-  /* And anyone may send to them: receives name their source, and
-   * completions their sender, where the provider can (rdm.c). */
+  /* And anyone may send to them: receives name their source, completions
+   * their sender, and control messages land in multi-receive buffers,
+   * where the provider can (rdm.c). */
   if (type == FI_EP_RDM && secure)
-    h->caps |= FI_DIRECTED_RECV | FI_SOURCE;
+    h->caps |= FI_DIRECTED_RECV | FI_SOURCE | FI_MULTI_RECV;
   /* Requests embed a fi_context2; completions of RMA with CQ data may
    * consume receives (verbs), which the data path handles. */
   h->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;
@@ -561,6 +562,8 @@ XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p
     ctx->bounce_size = XPORT__CTL_SLOT;
   ctx->directed = ctx->rdm && (ctx->info->caps & FI_DIRECTED_RECV);
   ctx->source = ctx->rdm && (ctx->info->caps & FI_SOURCE);
+  ctx->multi_recv = ctx->rdm && (ctx->info->caps & FI_MULTI_RECV) && ctx->prof &&
+                    ctx->prof->unexpected_unbounded;
   if (ctx->rdm)
     XPORT__INFO("shared endpoints: receives %s their source, completions %s their sender",
                 ctx->directed ? "name" : "cannot name", ctx->source ? "name" : "do not name");

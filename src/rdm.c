@@ -108,13 +108,27 @@ static void peer_put(struct xport__rep *rep, struct xport__peer *peer)
 
 /* ---- control messages ----------------------------------------------- */
 
-/* Control receives are untagged and take any sender: nothing that a
- * stranger sends untagged stays queued, and the data's tag matching never
- * walks past them. */
+/* Control receives are untagged and take any sender: the data's tag
+ * matching never walks past them. Where the provider can, they are two
+ * multi-receive buffers, one of which is always posted: then every
+ * untagged message lands in xport's memory as it arrives, is checked and
+ * dropped if it must be, and none waits in the provider's unexpected
+ * queue (rxm buffers those without bound). Otherwise XPORT__CTL_RX
+ * single receives. */
+#define CTL_MRECV_SIZE (256 * 1024)
 static int ctl_post_recv(struct xport__rep *rep, struct xport__req *req)
 {
-  ssize_t ret = fi_recv(rep->ep, req->bounce->buf, sizeof(struct xport__ctl),
-                        req->bounce->desc, FI_ADDR_UNSPEC, &req->fictx);
+  ssize_t ret;
+  if (rep->ctx->multi_recv) {
+    struct iovec iov = {req->uiov[0].base, CTL_MRECV_SIZE};
+    void *desc = req->ntmp ? fi_mr_desc(req->tmp[0]) : NULL;
+    struct fi_msg msg = {.msg_iov = &iov, .desc = &desc, .iov_count = 1,
+                         .addr = FI_ADDR_UNSPEC, .context = &req->fictx};
+    ret = fi_recvmsg(rep->ep, &msg, FI_MULTI_RECV);
+  } else {
+    ret = fi_recv(rep->ep, req->bounce->buf, sizeof(struct xport__ctl), req->bounce->desc,
+                  FI_ADDR_UNSPEC, &req->fictx);
+  }
   return ret ? xport__err_from_fi((int)ret) : 0;
 }
 
@@ -141,6 +155,39 @@ static void ctl_req_free(xport_ctx_t *ctx, struct xport__req *req)
   req->conn = NULL;
   req->peer = NULL;
   xport__req_release(ctx, req);
+}
+
+/* A control receive request with its buffer: a bounce slot, or a
+ * registered multi-receive buffer (in uiov[0], its registration in tmp[0]). */
+static struct xport__req *ctl_recv_req(struct xport__rep *rep)
+{
+  xport_ctx_t *ctx = rep->ctx;
+  if (!ctx->multi_recv)
+    return ctl_req(rep, XPORT__OP_CTL_RECV);
+  struct xport__req *req = xport__req_get(ctx);
+  if (!req)
+    return NULL;
+  memset(req, 0, sizeof *req);
+  req->op = XPORT__OP_CTL_RECV;
+  req->rep = rep;
+  req->uiov[0].base = aligned_alloc(64, CTL_MRECV_SIZE);
+  if (req->uiov[0].base && (!ctx->need_local_mr ||
+                            !xport__reg(ctx, req->uiov[0].base, CTL_MRECV_SIZE, FI_RECV,
+                                        &req->tmp[0]))) {
+    req->ntmp = ctx->need_local_mr;
+    return req;
+  }
+  free(req->uiov[0].base);
+  xport__req_release(ctx, req);
+  return NULL;
+}
+
+static void ctl_recv_free(xport_ctx_t *ctx, struct xport__req *req)
+{
+  void *mbuf = req->uiov[0].base;
+  ctl_req_free(ctx, req);
+  if (ctx->multi_recv)
+    free(mbuf);
 }
 
 static void peer_put(struct xport__rep *rep, struct xport__peer *peer);
@@ -340,14 +387,48 @@ static void conn_lost(xport_conn_t *conn, int status)
   xport__evq_push(conn->ctx, conn, -XPORT_ECONNRESET);
 }
 
+#define REFUSE_INFLIGHT 4
+#define REFUSE_EVERY_MS 100
 /* A refusal of request m, sent once: a requester that does not read (a
- * flood) is not waited for. The send holds the peer until it is done. */
+ * flood) is not waited for. The send holds the peer until it is done.
+ * Refusals are what a flood makes the server send, and the provider may
+ * buffer them without bound (rxm, to a peer that reads slowly): so at most
+ * a few are in flight, and one peer is refused at most every
+ * REFUSE_EVERY_MS; past that its requests go unanswered, and time out. */
 static void refuse(struct xport__rep *rep, const struct xport__ctl *m)
 {
+  size_t inflight = 0;
+  for (struct xport__req *r = rep->ctl_out; r && inflight < REFUSE_INFLIGHT; r = r->cnext)
+    inflight++;
+  if (inflight >= REFUSE_INFLIGHT) {
+    ctl_drop(rep->ctx, "refusals backed up", m->type, sizeof *m);
+    return;
+  }
   int ret = 0;
   struct xport__peer *peer = peer_get(rep, m->addr, m->addrlen, &ret);
   if (!peer)
     return;
+  /* The last few refused peers stay in the address vector: a flood from
+   * one endpoint then costs no address vector churn, which some providers
+   * pay for with a connection each (rxm). */
+  long now = xport__now_ms();
+  unsigned slot = XPORT__REFUSED_KEEP;
+  for (unsigned i = 0; i < XPORT__REFUSED_KEEP; i++)
+    if (rep->refused[i] == peer)
+      slot = i;
+  if (slot < XPORT__REFUSED_KEEP && now - rep->refused_ms[slot] < REFUSE_EVERY_MS) {
+    peer_put(rep, peer);
+    ctl_drop(rep->ctx, "refused a moment ago", m->type, sizeof *m);
+    return;
+  }
+  if (slot == XPORT__REFUSED_KEEP) {
+    slot = rep->refused_next++ % XPORT__REFUSED_KEEP;
+    if (rep->refused[slot])
+      peer_put(rep, rep->refused[slot]);
+    rep->refused[slot] = peer;
+    peer->refs++;
+  }
+  rep->refused_ms[slot] = now;
   struct ctl_args a = {.dst_id = m->src_id, .cookie = m->tag, .once = 1, .peer = peer};
   if (ctl_send(rep, peer->fi_addr, CTL_CONNREJ, &a))
     peer_put(rep, peer);
@@ -371,11 +452,14 @@ static void on_connreq(struct xport__rep *rep, const struct xport__ctl *m, size_
       return;
     }
   if (lst->npending >= lst->backlog) {
-    XPORT__INFO("listener %s: backlog of %zu full: refusing a request", lst->addr,
-                lst->backlog);
+    if (!lst->refusing)
+      XPORT__INFO("listener %s: backlog of %zu full: refusing requests", lst->addr,
+                  lst->backlog);
+    lst->refusing = 1; /* logged once per overflow: a flood must not flood the log */
     refuse(rep, m);
     return;
   }
+  lst->refusing = 0;
   struct xport__connreq *cr = calloc(1, sizeof *cr);
   if (cr)
     cr->ctl = malloc(sizeof *m);
@@ -476,9 +560,10 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
   }
 }
 
-void xport__rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status, size_t len,
-                         fi_addr_t src)
+void xport__rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
+                         const struct fi_cq_data_entry *e, fi_addr_t src)
 {
+  size_t len = e ? e->len : 0;
   struct xport__rep *rep = req->rep;
   if (req->op == XPORT__OP_CTL_SEND) {
     XPORT__LIST_UNLINK(rep->ctl_out, req, cnext, cprev);
@@ -494,11 +579,19 @@ void xport__rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status, s
   }
   /* A control receive: act on it and post it again (unless its endpoint
    * is closing, which leaves the request to rep_close). What arrived is
-   * len bytes, whatever the buffer held before. */
-  if (!status)
-    on_ctl(rep, (const struct xport__ctl *)req->bounce->buf, len, src);
-  else if (status != -XPORT_ECANCELED)
+   * len bytes, whatever the buffer held before; a multi-receive buffer is
+   * posted again once the provider is done with it (FI_MULTI_RECV, on its
+   * last message or an entry of its own). */
+  const void *msg = ctx->multi_recv ? (e ? e->buf : NULL) : req->bounce->buf;
+  if (!status && len && msg) {
+    struct xport__ctl m;
+    memcpy(&m, msg, len < sizeof m ? len : sizeof m); /* a packed buffer aligns nothing */
+    on_ctl(rep, &m, len, src);
+  } else if (status && status != -XPORT_ECANCELED) {
     ctl_drop(ctx, xport_strerror(status), 0, len);
+  }
+  if (ctx->multi_recv && !(e && (e->flags & FI_MULTI_RECV)))
+    return;
   if (!rep->ep || status == -XPORT_ECANCELED || ctl_post_recv(rep, req))
     XPORT__DEBUG("control receive not reposted (%s)", xport_strerror(status));
 }
@@ -540,7 +633,7 @@ static void rep_close(struct xport__rep *rep)
   /* The endpoint is gone: whatever it still owned is ours again. */
   for (int i = 0; i < XPORT__CTL_RX; i++)
     if (rep->ctl_rx[i])
-      ctl_req_free(ctx, rep->ctl_rx[i]);
+      ctl_recv_free(ctx, rep->ctl_rx[i]);
   while (rep->ctl_out) {
     struct xport__req *r = rep->ctl_out;
     rep->ctl_out = r->cnext;
@@ -599,8 +692,13 @@ static int rep_open(xport_ctx_t *ctx, struct fi_info *info, const char *name,
     rep_close(rep);
     return ret == -FI_EADDRINUSE ? -XPORT_EADDRINUSE : xport__err_from_fi(ret);
   }
-  for (int i = 0; i < XPORT__CTL_RX && !ret; i++) {
-    rep->ctl_rx[i] = ctl_req(rep, XPORT__OP_CTL_RECV);
+  /* Room for one control message is enough to keep a multi-receive
+   * buffer posted (set after fi_enable: shm faults before). */
+  size_t min = XPORT__CTL_SLOT;
+  if (ctx->multi_recv)
+    fi_setopt(&rep->ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, sizeof min);
+  for (int i = 0; i < (ctx->multi_recv ? 2 : XPORT__CTL_RX) && !ret; i++) {
+    rep->ctl_rx[i] = ctl_recv_req(rep);
     ret = rep->ctl_rx[i] ? ctl_post_recv(rep, rep->ctl_rx[i]) : -XPORT_ENOMEM;
   }
   if (ret) {

@@ -113,6 +113,11 @@ struct xport__profile {
    * then keeps such endpoints open, retired, until the context's CQ closes
    * (rdm.c). */
   int retire_eps;
+  /* 1: the provider keeps unexpected messages in memory it grows without
+   * bound (rxm). xport then receives control messages (untagged) into
+   * multi-receive buffers, one always posted, so that none waits there:
+   * where the provider supports FI_MULTI_RECV. */
+  int unexpected_unbounded;
   /* What to tell the user when the provider refuses to open an endpoint
    * (fi_enable: EINVAL) for reasons of its own (may be NULL). */
   const char *enable_hint;
@@ -279,6 +284,7 @@ struct xport__peer {
 /* An RDM endpoint shared by many connections: the context's one for
  * outgoing connections, or a listener's. */
 #define XPORT__CTL_RX 8
+#define XPORT__REFUSED_KEEP 4
 struct xport__rep {
   xport_ctx_t *ctx;
   struct fid_ep *ep;
@@ -288,6 +294,9 @@ struct xport__rep {
   struct xport__peer *peers;
   struct xport__req *ctl_out;     /* control messages in flight */
   struct xport__req *ctl_rx[XPORT__CTL_RX];
+  struct xport__peer *refused[XPORT__REFUSED_KEEP]; /* kept in the AV (rdm.c) */
+  long refused_ms[XPORT__REFUSED_KEEP];             /* when each was last refused */
+  unsigned refused_next;
   char name[XPORT__ADDR_MAX];     /* claimed name (named providers) */
   int lock;
   size_t addrlen;
@@ -350,6 +359,7 @@ struct xport_listener {
   struct xport__rep *rep;         /* RDM */
   struct xport__connreq *pending, *pending_tail;
   size_t npending, backlog;       /* requests waiting, and how many may */
+  int refusing;                   /* the backlog overflowed (logged once) */
   char addr[96];
   struct xport_listener *next, *prev; /* ctx->listeners */
 };
@@ -395,6 +405,7 @@ struct xport_ctx {
   size_t bounce_size; /* a bounce slot: eager_size, or a control message if larger */
   int directed;       /* RDM: FI_DIRECTED_RECV, receives name their source */
   int source;         /* RDM: FI_SOURCE, completions name their sender */
+  int multi_recv;     /* RDM: FI_MULTI_RECV, for control receives */
   size_t ctl_dropped; /* RDM: control messages that failed validation */
 
   int epfd;           /* joins the CQ and EQ wait fds; -1 without */
@@ -494,10 +505,11 @@ int xport__rdm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
 int xport__rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, long deadline,
                        xport_conn_t **conn_p);
 void xport__rdm_close(xport_conn_t *conn);
-/* A completion of xport's own (control traffic): len is what arrived,
- * src its sender where the provider says (FI_ADDR_NOTAVAIL otherwise). */
-void xport__rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status, size_t len,
-                         fi_addr_t src);
+/* A completion of xport's own (control traffic): e its entry (for an
+ * error, what the error entry said), src its sender where the provider
+ * says (FI_ADDR_NOTAVAIL otherwise). */
+void xport__rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
+                         const struct fi_cq_data_entry *e, fi_addr_t src);
 void xport__rdm_housekeeping(xport_ctx_t *ctx);
 void xport__rdm_fini(xport_ctx_t *ctx);
 /* Completes every outstanding request of conn with status (RDM). */

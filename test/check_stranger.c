@@ -1,0 +1,698 @@
+/* Strangers on shared endpoints. Over shm and rxm many connections share
+ * one libfabric endpoint that anyone who can reach it may send to. These
+ * tests play a process that never ran xport's handshake: a raw libfabric
+ * endpoint that guesses tags, forges and truncates control messages and
+ * floods the listener; every legitimate connection must keep working
+ * (bytes compared) and the server's memory must stay bounded. The
+ * backlog and eager-size tests run on every configuration. */
+#define _GNU_SOURCE
+#include "harness.h"
+#include "../src/rdm_wire.h"
+
+#include <malloc.h>
+#include <netdb.h>
+#include <poll.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/allocator_interface.h>
+#endif
+
+#define T_MS 20000
+
+static long now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+static uint64_t rnd64(void)
+{
+  uint64_t v = 0;
+  XT_CHECK(getrandom(&v, sizeof v, 0) == sizeof v, "getrandom");
+  return v;
+}
+
+/* Bytes the process has allocated and not freed (malloc's view, or the
+ * sanitizer's, whose quarantine would make RSS meaningless). */
+static size_t heap_in_use(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+  return __sanitizer_get_current_allocated_bytes();
+#else
+  struct mallinfo2 mi = mallinfo2();
+  return mi.uordblks + mi.hblkhd;
+#endif
+}
+
+/* The configurations whose connections share RDM endpoints; the others
+ * (FI_EP_MSG) give each connection its own and skip with the reason. */
+static int rdm_config(const char *test)
+{
+  const char *c = xt_config();
+  if (!strcmp(c, "shm") || strstr(c, "ofi_rxm"))
+    return 1;
+  printf("SKIP: %s on %s: connections there have endpoints of their own (FI_EP_MSG); "
+         "no stranger shares them\n", test, c);
+  return 0;
+}
+
+static void expect(xport_ctx_t *ctx, xport_completion_t *c, xport_op_t op, int status)
+{
+  XT_CHECK(xt_next(ctx, c, T_MS) == 0, "no completion within %d ms on %s", T_MS, xt_config());
+  XT_CHECK(c->op == op && c->status == status, "op %d status %d (%s); expected op %d status %d",
+           c->op, c->status, xport_strerror(c->status), op, status);
+}
+
+/* Sends a short word and waits for the send. */
+static void say(xport_ctx_t *ctx, xport_conn_t *conn, const char *word)
+{
+  xport_completion_t c;
+  int rc;
+  /* A queue full for a moment (the peer's, after a flood) is no failure. */
+  for (long end = now_ms() + T_MS;
+       (rc = xport_send(conn, word, strlen(word) + 1, NULL, NULL)) == -XPORT_EAGAIN &&
+       now_ms() < end;)
+    xport_wait(ctx, 10);
+  XT_OK(rc);
+  expect(ctx, &c, XPORT_OP_SEND, 0);
+}
+
+/* A receive for a word the peer will say, posted before it may say it
+ * (the last word before a close must find one). */
+struct word {
+  char buf[32];
+};
+static void listen_for(xport_conn_t *conn, struct word *w)
+{
+  memset(w->buf, 0, sizeof w->buf);
+  XT_OK(xport_recv(conn, w->buf, sizeof w->buf, NULL, w));
+}
+static void heard(xport_ctx_t *ctx, struct word *w, const char *word)
+{
+  xport_completion_t c;
+  expect(ctx, &c, XPORT_OP_RECV, 0);
+  XT_CHECK(c.user_ctx == w && !strcmp(w->buf, word), "heard '%s', expected '%s'", w->buf,
+           word);
+}
+static void hear(xport_ctx_t *ctx, xport_conn_t *conn, const char *word)
+{
+  struct word w;
+  listen_for(conn, &w);
+  heard(ctx, &w, word);
+}
+
+/* ---- the stranger: raw libfabric, no handshake ------------------------- */
+
+struct stranger {
+  struct fi_info *info;
+  struct fid_fabric *fab;
+  struct fid_domain *dom;
+  struct fid_av *av;
+  struct fid_cq *cq;
+  struct fid_ep *ep;
+  struct fid_mr *mr;
+  void *desc;
+  char *buf;           /* registered: [0, 64k) to send from, then receives */
+  fi_addr_t srv;
+  uint8_t name[XPORT__CTL_ADDR_MAX];
+  size_t namelen;
+  size_t outstanding;  /* sends posted and not completed */
+  size_t heard;        /* control messages it received (refusals and the like) */
+  struct fi_context2 rx_ctx[16];
+};
+#define ST_BUF (64 * 1024)
+#define ST_RX 1024
+
+/* Opens an endpoint of the same provider and puts the listener at addr
+ * (host:port) into its address vector. */
+static void st_open(struct stranger *s, const char *addr)
+{
+  memset(s, 0, sizeof *s);
+  char host[128], port[16];
+  const char *colon = strrchr(addr, ':');
+  XT_CHECK(colon, "address %s", addr);
+  snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
+  snprintf(port, sizeof port, "%s", colon + 1);
+  if (host[0] == '[') {
+    memmove(host, host + 1, strlen(host));
+    host[strcspn(host, "]")] = '\0';
+  }
+  int shm = !strcmp(xt_config(), "shm");
+  struct fi_info *hints = fi_allocinfo();
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->caps = FI_MSG | FI_TAGGED;
+  hints->mode = FI_CONTEXT | FI_CONTEXT2;
+  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  hints->fabric_attr->prov_name = strdup(xt_config());
+  int rc = fi_getinfo(FI_VERSION(1, 17), shm ? NULL : host, shm ? NULL : port, 0, hints,
+                      &s->info);
+  fi_freeinfo(hints);
+  XT_CHECK(rc == 0, "stranger fi_getinfo: %s", fi_strerror(-rc));
+  struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED, .size = 4096};
+  struct fi_av_attr av_attr = {.type = FI_AV_UNSPEC};
+  XT_CHECK(fi_fabric(s->info->fabric_attr, &s->fab, NULL) == 0, "fi_fabric");
+  XT_CHECK(fi_domain(s->fab, s->info, &s->dom, NULL) == 0, "fi_domain");
+  XT_CHECK(fi_cq_open(s->dom, &cq_attr, &s->cq, NULL) == 0, "fi_cq_open");
+  XT_CHECK(fi_av_open(s->dom, &av_attr, &s->av, NULL) == 0, "fi_av_open");
+  XT_CHECK(fi_endpoint(s->dom, s->info, &s->ep, NULL) == 0, "fi_endpoint");
+  XT_CHECK(fi_ep_bind(s->ep, &s->av->fid, 0) == 0, "bind av");
+  XT_CHECK(fi_ep_bind(s->ep, &s->cq->fid, FI_TRANSMIT | FI_RECV) == 0, "bind cq");
+  XT_CHECK(fi_enable(s->ep) == 0, "fi_enable");
+  s->namelen = sizeof s->name;
+  XT_CHECK(fi_getname(&s->ep->fid, s->name, &s->namelen) == 0, "fi_getname");
+  s->buf = aligned_alloc(4096, ST_BUF + 16 * ST_RX);
+  XT_CHECK(fi_mr_reg(s->dom, s->buf, ST_BUF + 16 * ST_RX, FI_SEND | FI_RECV, 0, 0, 0, &s->mr,
+                     NULL) == 0, "fi_mr_reg");
+  s->desc = fi_mr_desc(s->mr);
+  /* The listener's address, as xport's own clients find it. */
+  if (shm) {
+    char name[64];
+    int n = snprintf(name, sizeof name, "xport-%s", port);
+    XT_CHECK(fi_av_insert(s->av, name, 1, &s->srv, 0, NULL) == 1, "av insert %s", name);
+    (void)n;
+  } else {
+    XT_CHECK(fi_av_insert(s->av, s->info->dest_addr, 1, &s->srv, 0, NULL) == 1, "av insert");
+  }
+  /* Untagged receives take what the server answers (refusals). */
+  for (int i = 0; i < 16; i++)
+    XT_CHECK(fi_recv(s->ep, s->buf + ST_BUF + (size_t)i * ST_RX, ST_RX, s->desc, FI_ADDR_UNSPEC,
+                     &s->rx_ctx[i]) == 0, "fi_recv");
+}
+
+/* Reads the stranger's completion queue once: receives are counted and
+ * posted again, sends counted off. */
+static void st_progress(struct stranger *s)
+{
+  struct fi_cq_tagged_entry e[16];
+  void *ctxs[16];
+  ssize_t n = fi_cq_read(s->cq, e, 16);
+  if (n == -FI_EAVAIL) {
+    struct fi_cq_err_entry err = {0};
+    if (fi_cq_readerr(s->cq, &err, 0) != 1)
+      return;
+    ctxs[0] = err.op_context;
+    n = 1;
+  } else {
+    for (ssize_t i = 0; i < n; i++)
+      ctxs[i] = e[i].op_context;
+  }
+  for (ssize_t i = 0; i < n; i++) {
+    struct fi_context2 *rc = ctxs[i];
+    if (rc >= s->rx_ctx && rc < s->rx_ctx + 16) {
+      size_t k = (size_t)(rc - s->rx_ctx);
+      s->heard++;
+      fi_recv(s->ep, s->buf + ST_BUF + k * ST_RX, ST_RX, s->desc, FI_ADDR_UNSPEC, rc);
+    } else if (s->outstanding) {
+      s->outstanding--;
+    }
+  }
+}
+
+/* Sends len bytes (already at s->buf) tagged or not; 0, or -1 when the
+ * server's endpoint took nothing for 5 s (it is jammed). */
+static int st_send(struct stranger *s, int tagged, uint64_t tag, size_t len)
+{
+  static struct fi_context2 tx_ctx;
+  long end = now_ms() + 5000;
+  for (;;) {
+    ssize_t r = tagged ? fi_tsend(s->ep, s->buf, len, s->desc, s->srv, tag, &tx_ctx)
+                       : fi_send(s->ep, s->buf, len, s->desc, s->srv, &tx_ctx);
+    if (r == 0)
+      break;
+    XT_CHECK(r == -FI_EAGAIN, "stranger send: %s", fi_strerror((int)-r));
+    st_progress(s);
+    if (now_ms() > end)
+      return -1;
+  }
+  s->outstanding++;
+  while (s->outstanding) {
+    st_progress(s);
+    if (now_ms() > end)
+      return -1;
+  }
+  return 0;
+}
+
+static void st_close(struct stranger *s)
+{
+  fi_close(&s->ep->fid);
+  fi_close(&s->mr->fid);
+  fi_close(&s->av->fid);
+  fi_close(&s->cq->fid);
+  fi_close(&s->dom->fid);
+  fi_close(&s->fab->fid);
+  fi_freeinfo(s->info);
+  free(s->buf);
+}
+
+/* A control message as xport's own would be, with what a stranger can
+ * know: the format, and its own address; not a connection's cookie. */
+static struct xport__ctl *st_ctl(struct stranger *s, uint32_t type)
+{
+  struct xport__ctl *m = (struct xport__ctl *)s->buf;
+  memset(m, 0, sizeof *m);
+  m->magic = XPORT__CTL_MAGIC;
+  m->version = XPORT__CTL_VERSION;
+  m->type = type;
+  m->ctx_id = rnd64();
+  m->pid = (uint32_t)getpid();
+  return m;
+}
+
+/* A connection request from the stranger's own endpoint. Being sent after
+ * everything else the stranger sent, it is also the point at which the
+ * server has seen all of that: an accept that returns it comes after. */
+static int st_connreq(struct stranger *s, uint32_t src_id)
+{
+  struct xport__ctl *m = st_ctl(s, XPORT__CTL_CONNREQ);
+  m->src_id = src_id;
+  m->tag = rnd64() & XPORT__TAG_MASK;
+  m->addrlen = (uint32_t)s->namelen;
+  memcpy(m->addr, s->name, s->namelen);
+  return st_send(s, 0, 0, sizeof *m);
+}
+
+/* ---- the shape of most tests ------------------------------------------- */
+
+/* The server side: accepts the legitimate client, posts a receive, says
+ * "ready", lets the stranger act (attack), accepts the stranger's own
+ * request (after which the attack has been seen) and closes it; then the
+ * posted receive must still be waiting, no disconnect may have come, and
+ * the client's bytes must land in it. */
+typedef void (*attack_check_fn)(xport_ctx_t *ctx, xport_listener_t *lst);
+
+struct attack {
+  void (*attack)(struct stranger *s); /* the stranger's part */
+  attack_check_fn check;              /* more server checks after the sync (may be NULL) */
+};
+
+#define LEGIT_LEN 200
+#define LEGIT_SEED 7
+
+static void attacked_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+
+  struct attack *a = arg;
+  xport_conn_t *conn, *sc;
+  xport_completion_t c;
+  unsigned char *buf = calloc(1, 4096);
+  XT_OK(xport_accept(lst, T_MS, &conn));
+  XT_OK(xport_recv(conn, buf, 4096, NULL, buf));
+  say(ctx, conn, "ready");
+  XT_OK(xport_accept(lst, T_MS, &sc));
+  XT_OK(xport_conn_close(sc));
+  if (a->check)
+    a->check(ctx, lst);
+  /* Everything the stranger sent has been taken off the wire by now: the
+   * legitimate receive must be untouched. */
+  int n;
+  while ((n = xport_poll(ctx, &c, 1)) == 1)
+    XT_CHECK(c.conn != conn || (c.op != XPORT_OP_RECV && c.op != XPORT_OP_DISCONNECT),
+             "the stranger reached the connection: op %d status %s, %zu bytes", c.op,
+             xport_strerror(c.status), c.len);
+  XT_CHECK(n == 0, "poll: %s", xport_strerror(n));
+  say(ctx, conn, "go");
+  do
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "no message from the client");
+  while (c.conn != conn);
+  XT_CHECK(c.op == XPORT_OP_RECV && c.status == 0 && c.user_ctx == buf,
+           "op %d status %s", c.op, xport_strerror(c.status));
+  XT_CHECK(c.len == LEGIT_LEN && xt_verify(buf, LEGIT_LEN, LEGIT_SEED) == LEGIT_LEN,
+           "the client's bytes did not arrive intact (%zu bytes)", c.len);
+  say(ctx, conn, "done");
+  XT_OK(xport_conn_close(conn));
+  free(buf);
+}
+
+static void run_attack(struct attack *a)
+{
+  char addr[128];
+  pid_t pid = xt_spawn_server(attacked_server, a, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn;
+  xport_completion_t c;
+  struct stranger s;
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  hear(ctx, conn, "ready");
+  st_open(&s, addr);
+  a->attack(&s);
+  XT_CHECK(st_connreq(&s, 0x5151) == 0, "the stranger's request did not get through");
+  hear(ctx, conn, "go");
+  struct word done;
+  listen_for(conn, &done);
+  unsigned char msg[LEGIT_LEN];
+  xt_fill(msg, sizeof msg, LEGIT_SEED);
+  XT_OK(xport_send(conn, msg, sizeof msg, NULL, NULL));
+  expect(ctx, &c, XPORT_OP_SEND, 0);
+  heard(ctx, &done, "done");
+  XT_OK(xport_conn_close(conn));
+  xport_ctx_destroy(ctx);
+  st_close(&s);
+  XT_CHECK(xt_reap(pid) == 0, "server failed on %s", xt_config());
+}
+
+/* ---- inject data under guessed tags ------------------------------------ */
+
+static void inject_guesses(struct stranger *s)
+{
+  /* Small ids, as connection ids run; with the write_imm bit; and a few
+   * random ones. Each carries bytes the client never sends. */
+  for (uint64_t t = 0; t < 200; t++) {
+    uint64_t tag = t < 64 ? t : t < 128 ? (t - 64) | (UINT64_C(1) << 62) : rnd64() >> 2;
+    xt_fill(s->buf, LEGIT_LEN, 99);
+    XT_CHECK(st_send(s, 1, tag, LEGIT_LEN) == 0, "send under tag %#llx",
+             (unsigned long long)tag);
+  }
+}
+
+START_TEST(stranger_injects_data)
+{
+  if (!rdm_config("stranger_injects_data"))
+    return;
+  struct attack a = {inject_guesses, NULL};
+  run_attack(&a);
+}
+END_TEST
+
+/* ---- forge control messages -------------------------------------------- */
+
+static void forge_control(struct stranger *s)
+{
+  static const uint32_t types[] = {XPORT__CTL_CONNREJ, XPORT__CTL_DISC, XPORT__CTL_KEEPALIVE,
+                                   XPORT__CTL_CONNACK};
+  for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
+    for (uint32_t id = 1; id <= 16; id++) {
+      struct xport__ctl *m = st_ctl(s, types[k]);
+      m->dst_id = id;
+      m->src_id = id;
+      m->cookie = id; /* a guess, as the old ids would be */
+      m->tag = rnd64() & XPORT__TAG_MASK;
+      XT_CHECK(st_send(s, 0, 0, sizeof *m) == 0, "forged message %u/%u", types[k], id);
+    }
+}
+
+START_TEST(stranger_forges_control)
+{
+  if (!rdm_config("stranger_forges_control"))
+    return;
+  struct attack a = {forge_control, NULL};
+  run_attack(&a);
+}
+END_TEST
+
+/* ---- short control messages -------------------------------------------- */
+
+/* Only the start of a request: parsed with whatever an earlier message
+ * left in the buffer, it would repeat the legitimate client's request. */
+static void short_control(struct stranger *s)
+{
+  for (int i = 0; i < 24; i++) {
+    struct xport__ctl *m = st_ctl(s, XPORT__CTL_CONNREQ);
+    (void)m;
+    XT_CHECK(st_send(s, 0, 0, 16) == 0, "short message");
+  }
+}
+
+/* After the stranger's own request, no other may be waiting. */
+static void no_phantom(xport_ctx_t *ctx, xport_listener_t *lst)
+{
+  (void)ctx;
+  xport_conn_t *extra = NULL;
+  int rc = xport_accept(lst, 0, &extra);
+  XT_CHECK(rc == -XPORT_ETIMEDOUT, "a request nobody made was accepted (%s)",
+           xport_strerror(rc));
+}
+
+START_TEST(stranger_short_control)
+{
+  if (!rdm_config("stranger_short_control"))
+    return;
+  struct attack a = {short_control, no_phantom};
+  run_attack(&a);
+}
+END_TEST
+
+/* ---- flood of connection requests -------------------------------------- */
+
+static void flood_requests(struct stranger *s, uint32_t base)
+{
+  /* Far more than any backlog; the server never accepts them. */
+  for (uint32_t i = 0; i < 8000; i++)
+    XT_CHECK(st_connreq(s, base + i) == 0, "request %u did not get through", i);
+}
+
+/* The server's heap is measured around three floods of requests: it may
+ * grow once or twice (the provider's pools grow by large chunks), but it
+ * holds a backlog of requests, not all of them: one flood at least must
+ * leave it as it was. (Holding them all, 8,000 requests take megabytes.) */
+#define FLOODS 3
+static void flooded_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  (void)arg;
+  xport_conn_t *conn;
+  XT_OK(xport_accept(lst, T_MS, &conn));
+  size_t heap[FLOODS + 1];
+  heap[0] = heap_in_use();
+  say(ctx, conn, "ready");
+  /* Serve the endpoint (without accepting) while the stranger floods. */
+  for (int k = 0; k < FLOODS; k++) {
+    struct word w;
+    xport_completion_t c;
+    listen_for(conn, &w);
+    XT_CHECK(xt_next(ctx, &c, 10 * T_MS) == 0, "the client did not come back");
+    XT_CHECK(c.op == XPORT_OP_RECV && c.status == 0 && !strcmp(w.buf, "flooded"),
+             "op %d status %s '%s'", c.op, xport_strerror(c.status), w.buf);
+    heap[k + 1] = heap_in_use();
+  }
+  size_t least = SIZE_MAX, total = 0;
+  char grew[160] = "";
+  for (int k = 0; k < FLOODS; k++) {
+    size_t g = heap[k + 1] > heap[k] ? heap[k + 1] - heap[k] : 0;
+    least = g < least ? g : least;
+    total += g;
+    snprintf(grew + strlen(grew), sizeof grew - strlen(grew), " %zu", g);
+  }
+  XT_CHECK(least < 1u << 20 && total < 64u << 20,
+           "the server's heap grew by%s bytes under floods of 8,000 requests", grew);
+  (void)lst;
+  hear(ctx, conn, "ping");
+  say(ctx, conn, "pong");
+  XT_OK(xport_conn_close(conn));
+}
+
+START_TEST(stranger_floods_requests)
+{
+  if (!rdm_config("stranger_floods_requests"))
+    return;
+  char addr[128];
+  pid_t pid = xt_spawn_server(flooded_server, NULL, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn;
+  struct stranger s;
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  hear(ctx, conn, "ready");
+  st_open(&s, addr);
+  for (uint32_t k = 0; k < FLOODS; k++) {
+    flood_requests(&s, 0x10000 * (k + 1));
+    say(ctx, conn, "flooded");
+  }
+  /* Requests past the backlog are refused, but refusals are few: a flood
+   * gets some, and most of its requests go unanswered. */
+  XT_CHECK(s.heard > 0, "no refusal came back");
+  struct word pong;
+  listen_for(conn, &pong);
+  say(ctx, conn, "ping");
+  heard(ctx, &pong, "pong");
+  XT_OK(xport_conn_close(conn));
+  xport_ctx_destroy(ctx);
+  st_close(&s);
+  XT_CHECK(xt_reap(pid) == 0, "server failed on %s", xt_config());
+}
+END_TEST
+
+/* ---- backlog ------------------------------------------------------------ */
+
+#define BACKLOG 2
+#define NCLIENTS 4
+
+/* Serves the listener's endpoint without accepting until told to close it. */
+static void unaccepting_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  int fd = *(int *)arg;
+  xport_completion_t c;
+  for (;;) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, 0) == 1)
+      break;
+    xport_wait(ctx, 20);
+    XT_CHECK(xport_poll(ctx, &c, 1) >= 0, "poll");
+  }
+  XT_OK(xport_listener_close(lst));
+  /* The refusals go out; stay until the test is done with us. */
+  char b;
+  while (read(fd, &b, 1) == 1 && b != 'q')
+    ;
+  /* (Polling, not xport_wait: rxm's wait after a listener close is
+   * another matter, fixed elsewhere.) */
+  for (long end = now_ms() + 1000; now_ms() < end;) {
+    struct timespec ts = {0, 5 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    xport_poll(ctx, &c, 1);
+  }
+  /* The listener is closed already: end here, not in the harness. */
+  xport_ctx_destroy(ctx);
+  exit(0);
+}
+
+/* A client process: 0 when refused, 1 connected, 2 timed out, 3 else. */
+static pid_t spawn_client(const char *addr)
+{
+  fflush(NULL);
+  pid_t pid = fork();
+  XT_CHECK(pid >= 0, "fork");
+  if (pid)
+    return pid;
+  xt_in_child = 1;
+  xport_ctx_t *ctx = NULL;
+  if (xport_ctx_create(NULL, &ctx))
+    _exit(3);
+  xport_conn_t *conn;
+  int rc = xport_connect(ctx, addr, T_MS, &conn);
+  xport_ctx_destroy(ctx);
+  _exit(rc == -XPORT_ECONNREFUSED ? 0 : rc == 0 ? 1 : rc == -XPORT_ETIMEDOUT ? 2 : 3);
+}
+
+START_TEST(backlog_refuses_and_close_refuses_pending)
+{
+  char addr[128];
+  int p[2];
+  XT_CHECK(pipe(p) == 0, "pipe");
+  char bl[8];
+  snprintf(bl, sizeof bl, "%d", BACKLOG);
+  setenv("XPORT_LISTEN_BACKLOG", bl, 1);
+  pid_t srv = xt_spawn_server(unaccepting_server, &p[0], addr, sizeof addr);
+  unsetenv("XPORT_LISTEN_BACKLOG");
+  close(p[0]);
+  pid_t cl[NCLIENTS];
+  for (int i = 0; i < NCLIENTS; i++)
+    cl[i] = spawn_client(addr);
+  /* Beyond the backlog: refused while the listener still listens. */
+  int done[NCLIENTS] = {0};
+  for (int k = 0; k < NCLIENTS - BACKLOG; k++) {
+    int st;
+    pid_t who = wait(&st);
+    int i = 0;
+    while (i < NCLIENTS && cl[i] != who)
+      i++;
+    XT_CHECK(i < NCLIENTS, "wait: %d", who);
+    done[i] = 1;
+    XT_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+             "a client beyond the backlog ended with %d (0 refused, 1 connected, 2 timed "
+             "out)", WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+  }
+  /* The listener closes: those waiting in its backlog are refused too. */
+  XT_CHECK(write(p[1], "c", 1) == 1, "write");
+  for (int i = 0; i < NCLIENTS; i++) {
+    if (done[i])
+      continue;
+    int st = xt_reap(cl[i]);
+    XT_CHECK(st == 0, "a client in the backlog ended with %d at listener close (0 refused, "
+             "1 connected, 2 timed out)", st);
+  }
+  XT_CHECK(write(p[1], "q", 1) == 1, "write");
+  close(p[1]);
+  XT_CHECK(xt_reap(srv) == 0, "server failed on %s", xt_config());
+}
+END_TEST
+
+/* ---- eager sizes smaller than a control message ------------------------ */
+
+static void echo_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  (void)arg;
+  xport_conn_t *conn;
+  xport_completion_t c;
+  unsigned char buf[1000];
+  XT_OK(xport_accept(lst, T_MS, &conn));
+  for (int i = 0; i < 3; i++) {
+    XT_OK(xport_recv(conn, buf, sizeof buf, NULL, NULL));
+    expect(ctx, &c, XPORT_OP_RECV, 0);
+    XT_CHECK(c.len == 100u * (unsigned)(i + 1) && xt_verify(buf, c.len, (unsigned)i) == c.len,
+             "message %d: %zu bytes, not the client's", i, c.len);
+    XT_OK(xport_send(conn, buf, c.len, NULL, NULL));
+    expect(ctx, &c, XPORT_OP_SEND, 0);
+  }
+  XT_OK(xport_conn_close(conn));
+}
+
+START_TEST(eager_size_small_or_malformed)
+{
+  /* 0 and sizes below a control message; and one whose suffix would
+   * wrap a 64-bit size to 0. */
+  static const char *sizes[] = {"0", "1", "100", "343", "17592186044416m"};
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    char addr[128];
+    setenv("XPORT_EAGER_SIZE", sizes[k], 1);
+    pid_t pid = xt_spawn_server(echo_server, NULL, addr, sizeof addr);
+    xport_ctx_t *ctx = xt_ctx();
+    xport_conn_t *conn;
+    xport_completion_t c;
+    unsigned char out[1000], in[1000];
+    XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+    for (int i = 0; i < 3; i++) {
+      size_t len = 100u * (unsigned)(i + 1);
+      xt_fill(out, len, (unsigned)i);
+      XT_OK(xport_recv(conn, in, sizeof in, NULL, NULL));
+      XT_OK(xport_send(conn, out, len, NULL, NULL));
+      for (int got = 0; got < 2; got++) {
+        XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "XPORT_EAGER_SIZE=%s: no completion", sizes[k]);
+        XT_CHECK(c.status == 0, "XPORT_EAGER_SIZE=%s: %s", sizes[k], xport_strerror(c.status));
+        if (c.op == XPORT_OP_RECV)
+          XT_CHECK(c.len == len && !memcmp(in, out, len), "XPORT_EAGER_SIZE=%s: echo differs",
+                   sizes[k]);
+      }
+    }
+    XT_OK(xport_conn_close(conn));
+    xport_ctx_destroy(ctx);
+    XT_CHECK(xt_reap(pid) == 0, "XPORT_EAGER_SIZE=%s: server failed on %s", sizes[k],
+             xt_config());
+  }
+  unsetenv("XPORT_EAGER_SIZE");
+}
+END_TEST
+
+static Suite *make_suite(void)
+{
+  Suite *s = suite_create("stranger");
+  TCase *st = tcase_create("Strangers");
+  tcase_set_timeout(st, 180);
+  tcase_add_test(st, stranger_injects_data);
+  tcase_add_test(st, stranger_forges_control);
+  tcase_add_test(st, stranger_short_control);
+  tcase_add_test(st, stranger_floods_requests);
+  suite_add_tcase(s, st);
+
+  TCase *lim = tcase_create("Limits");
+  tcase_set_timeout(lim, 120);
+  tcase_add_test(lim, backlog_refuses_and_close_refuses_pending);
+  tcase_add_test(lim, eager_size_small_or_malformed);
+  suite_add_tcase(s, lim);
+  return s;
+}
+
+int main(void)
+{
+  return xt_main("check_stranger", make_suite, 1);
+}
