@@ -523,6 +523,7 @@ static int xport_accept__locked(xport_listener_t *lst, int timeout_ms, xport_con
     lst->pending = cr->next;
     if (!lst->pending)
       lst->pending_tail = NULL;
+    lst->npending--;
     xport_conn_t *conn = conn_new(ctx);
     if (conn)
       conn->peer_ctx_id = cr->peer_ctx_id;

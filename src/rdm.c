@@ -347,6 +347,123 @@ static int byes_on(const struct xport__rep *rep)
   return 0;
 }
 
+/* ---- sinks ------------------------------------------------------------- */
+
+/* A closed connection's receive tag, still drained. Messages the peer sent
+ * before it heard of the close would otherwise wait in the provider's
+ * unexpected queue for ever, and fill it (shm: its 1,024 entries are shared
+ * with posted receives, and the endpoint stops). A sink is a receive under
+ * that tag alone, posted again as each stale message lands in it; it ends
+ * once the peer has answered the goodbye (its last message on that
+ * connection) and nothing more came, or after 4 x XPORT_PEER_TIMEOUT. */
+#define SINK_MAX 256 /* per context: past it, a closed connection gets none */
+struct xport__sink {
+  struct xport__sink *next;
+  struct xport__rep *rep;
+  struct xport__req *req;
+  uint64_t tag, peer_ctx_id;
+  uint32_t id, peer_id;
+  long deadline;
+  int answered, hits, ending;
+};
+
+static int sink_post(struct xport__sink *k)
+{
+  struct xport__req *req = k->req;
+  xport_ctx_t *ctx = k->rep->ctx;
+  ssize_t ret = fi_trecv(k->rep->ep, req->bounce->buf, ctx->bounce_size, req->bounce->desc,
+                         FI_ADDR_UNSPEC, k->tag, XPORT__WIMM_TAG, &req->fictx);
+  return ret ? xport__err_from_fi((int)ret) : 0;
+}
+
+static void sink_free(xport_ctx_t *ctx, struct xport__sink *k)
+{
+  struct xport__sink **pp = &ctx->sinks;
+  while (*pp != k)
+    pp = &(*pp)->next;
+  *pp = k->next;
+  ctx->nsinks--;
+  ctl_req_free(ctx, k->req);
+  free(k);
+}
+
+static void sink_start(xport_conn_t *conn)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  struct xport__sink *k;
+  if (ctx->nsinks >= SINK_MAX || !conn->rep->ep || !(k = calloc(1, sizeof *k)))
+    return;
+  *k = (struct xport__sink){.rep = conn->rep, .tag = conn->rx_tag,
+                            .peer_ctx_id = conn->peer_ctx_id, .id = conn->id,
+                            .peer_id = conn->peer_id,
+                            .deadline = xport__now_ms() + 4 * ctx->peer_check_ms};
+  k->req = ctl_req(conn->rep, XPORT__OP_SINK);
+  if (!k->req) {
+    free(k);
+    return;
+  }
+  k->req->user_ctx = k;
+  if (sink_post(k)) {
+    ctl_req_free(ctx, k->req);
+    free(k);
+    return;
+  }
+  k->next = ctx->sinks;
+  ctx->sinks = k;
+  ctx->nsinks++;
+}
+
+/* A stale message landed (or the sink was taken back). */
+static void sink_done(xport_ctx_t *ctx, struct xport__sink *k, int status)
+{
+  if (status == -XPORT_ECANCELED || !k->rep->ep) {
+    sink_free(ctx, k);
+    return;
+  }
+  ctx->stale_dropped++;
+  k->hits++;
+  XPORT__DEBUG("dropped a message for closed connection %u (%zu so far)", k->id,
+               ctx->stale_dropped);
+  if (k->ending || sink_post(k))
+    sink_free(ctx, k);
+}
+
+/* 1 if m answered the goodbye of a drained connection. */
+static int sink_answered(struct xport__rep *rep, const struct xport__ctl *m)
+{
+  for (struct xport__sink *k = rep->ctx->sinks; k; k = k->next)
+    if (k->rep == rep && k->id == m->dst_id && k->peer_id == m->src_id &&
+        k->peer_ctx_id == m->ctx_id && k->tag == m->cookie) {
+      k->answered = 1;
+      return 1;
+    }
+  return 0;
+}
+
+/* Takes back the sinks whose time is up: answered and idle since the last
+ * look, or past their deadline. */
+static void sinks_expire(xport_ctx_t *ctx)
+{
+  long now = xport__now_ms();
+  for (struct xport__sink *k = ctx->sinks; k; k = k->next) {
+    if (!k->ending && ((k->answered && !k->hits) || now >= k->deadline)) {
+      k->ending = 1;
+      fi_cancel(&k->rep->ep->fid, &k->req->fictx);
+    }
+    k->hits = 0;
+  }
+}
+
+/* An endpoint closing: its sinks went with it. */
+static void sinks_drop(xport_ctx_t *ctx, struct xport__rep *rep)
+{
+  for (struct xport__sink *k = ctx->sinks, *next; k; k = next) {
+    next = k->next;
+    if (k->rep == rep)
+      sink_free(ctx, k);
+  }
+}
+
 static xport_conn_t *find_conn(xport_ctx_t *ctx, uint32_t id)
 {
   for (xport_conn_t *c = ctx->conns; c; c = c->next)
@@ -528,8 +645,13 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
   if (!conn) {
     /* A goodbye to a connection we closed: the answer to ours, or theirs
      * crossing it. */
-    if (m->type != CTL_DISC || !bye_answered(rep, m, src))
+    if (m->type != CTL_DISC) {
       ctl_drop(ctx, why, m->type, len);
+    } else {
+      int a = bye_answered(rep, m, src);
+      if (!sink_answered(rep, m) && !a)
+        ctl_drop(ctx, why, m->type, len);
+    }
     return;
   }
   switch (m->type) {
@@ -551,10 +673,10 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
     conn->last_heard = xport__now_ms();
     break;
   case CTL_DISC:
-    /* The peer may wait for an answer before it lets go of us (struct
-     * xport__bye); it is the last message of this connection. */
-    if (ctx->prof && ctx->prof->close_needs_quiet)
-      ctl_send_conn(conn, CTL_DISC);
+    /* The answer is the last message of this connection: the peer may
+     * wait for it before it lets go of us (struct xport__bye), and stops
+     * draining what we sent before it (struct xport__sink). */
+    ctl_send_conn(conn, CTL_DISC);
     conn_lost(conn, -XPORT_ECONNRESET);
     break;
   }
@@ -565,6 +687,10 @@ void xport__rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
 {
   size_t len = e ? e->len : 0;
   struct xport__rep *rep = req->rep;
+  if (req->op == XPORT__OP_SINK) {
+    sink_done(ctx, req->user_ctx, status);
+    return;
+  }
   if (req->op == XPORT__OP_CTL_SEND) {
     XPORT__LIST_UNLINK(rep->ctl_out, req, cnext, cprev);
     if (status) {
@@ -631,6 +757,7 @@ static void rep_close(struct xport__rep *rep)
     xport__cq_drain(ctx);
   }
   /* The endpoint is gone: whatever it still owned is ours again. */
+  sinks_drop(ctx, rep);
   for (int i = 0; i < XPORT__CTL_RX; i++)
     if (rep->ctl_rx[i])
       ctl_recv_free(ctx, rep->ctl_rx[i]);
@@ -817,6 +944,8 @@ static xport_conn_t *conn_new(struct xport__rep *rep, struct xport__peer *peer)
     unique = tag_ok(conn->rx_tag);
     for (xport_conn_t *c = ctx->conns; c && unique; c = c->next)
       unique = c->rep != rep || c->rx_tag != conn->rx_tag;
+    for (struct xport__sink *k = ctx->sinks; k && unique; k = k->next)
+      unique = k->rep != rep || k->tag != conn->rx_tag;
   }
   rep->nconns++;
   /* Ids start at 1 and are not reused within a context, so that a late
@@ -996,6 +1125,8 @@ void xport__rdm_close(xport_conn_t *conn)
   int said_bye = conn->state == XPORT__CONN_CONNECTED &&
                  ctl_send_conn(conn, CTL_DISC) == 0;
   xport__rdm_orphan_all(conn, -XPORT_ECANCELED);
+  if (conn->state == XPORT__CONN_CONNECTED || conn->state == XPORT__CONN_DISCONNECTED)
+    sink_start(conn);
   conn_detach(conn, said_bye);
 }
 
@@ -1010,6 +1141,8 @@ void xport__rdm_housekeeping(xport_ctx_t *ctx)
   ctx->last_check = now;
   if (ctx->byes)
     byes_expire(ctx);
+  if (ctx->sinks)
+    sinks_expire(ctx);
   int drained = 0;
   for (xport_conn_t *c = ctx->conns, *next; c; c = next) {
     next = c->next;

@@ -54,6 +54,7 @@
 #define XPORT__OP_SILENT 100   /* internal half of an emulated write_imm */
 #define XPORT__OP_CTL_SEND 101 /* RDM control message out (rdm.c) */
 #define XPORT__OP_CTL_RECV 102 /* RDM control receive */
+#define XPORT__OP_SINK 103     /* RDM receive draining a closed connection's tag */
 /* Tag bit of the message that completes an emulated write-with-immediate
  * over RDM: the tag, not the CQ data, carries the marker there, because
  * some RDM providers have only 4 bytes of CQ data (verbs;ofi_rxm). */
@@ -390,6 +391,8 @@ struct xport_ctx {
   int rdm;            /* FI_EP_RDM: connections are xport's own (rdm.c) */
   struct xport__rep *cep; /* RDM: the endpoint outgoing connections use */
   struct xport__bye *byes; /* RDM: goodbyes waiting for the peer's answer */
+  struct xport__sink *sinks; /* RDM: closed connections' tags, still drained */
+  size_t nsinks, stale_dropped;
   struct xport__rep *retired; /* RDM: closed endpoints kept open (retire_eps) */
   int rdm_closing;    /* RDM: the context goes: endpoints close for real */
   uint32_t next_conn_id;
