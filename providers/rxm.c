@@ -18,7 +18,9 @@
  * rxm keeps a message that matches no posted receive in a receive buffer
  * of its own and posts a fresh one, growing its pool without bound (a
  * flood of 20,000 untagged messages grew a server by 268 MB): hence
- * unexpected_unbounded. */
+ * unexpected_unbounded. Its tagged FI_PEEK (and FI_DISCARD) answers in the
+ * CQ during the call: hence peek_discard, which drains what strangers send
+ * under unused tags. */
 #include "xport_int.h"
 
 const struct xport__profile xport__profile_tcp_rxm = {
@@ -28,6 +30,7 @@ const struct xport__profile xport__profile_tcp_rxm = {
   .close_needs_quiet = 1,
   .retire_eps = 1,
   .unexpected_unbounded = 1,
+  .peek_discard = 1,
 };
 
 const struct xport__profile xport__profile_verbs_rxm = {
@@ -38,6 +41,7 @@ const struct xport__profile xport__profile_verbs_rxm = {
   .close_needs_quiet = 1,
   .retire_eps = 1,
   .unexpected_unbounded = 1,
+  .peek_discard = 1,
   .enable_hint = "rxm asks the device for a completion queue of (receive + send queue "
                  "size) x FI_UNIVERSE_SIZE (default 256) entries, more than some devices "
                  "allow (Soft-RoCE: 32767); set FI_UNIVERSE_SIZE=64, or "

@@ -37,6 +37,7 @@
 #define CTL_DISC XPORT__CTL_DISC
 #define CTL_KEEPALIVE XPORT__CTL_KEEPALIVE
 _Static_assert(XPORT__CTL_ADDR_MAX == XPORT__ADDR_MAX, "address sizes agree");
+_Static_assert(sizeof(size_t) >= sizeof(uint64_t), "a request's len holds a tag (peek)");
 _Static_assert(sizeof(struct xport__ctl) <= XPORT__CTL_SLOT, "a control message fits a slot");
 
 /* A receive tag (rdm_wire.h) as a peer may name it. */
@@ -464,6 +465,63 @@ static void sinks_drop(xport_ctx_t *ctx, struct xport__rep *rep)
   }
 }
 
+/* ---- unexpected messages under unused tags (peek_discard) -------------- */
+
+/* Whether a tag is one that rep's connections (or sinks) receive. */
+static int tag_live(struct xport__rep *rep, uint64_t tag)
+{
+  tag &= ~XPORT__WIMM_TAG;
+  for (xport_conn_t *c = rep->ctx->conns; c; c = c->next)
+    if (c->rep == rep && c->rx_tag == tag)
+      return 1;
+  for (struct xport__sink *k = rep->ctx->sinks; k; k = k->next)
+    if (k->rep == rep && k->tag == tag)
+      return 1;
+  return 0;
+}
+
+/* One FI_PEEK (with flags): 1 and the tag if a message was there. The
+ * provider answers in the CQ during the call (peek_discard). */
+static int peek(struct xport__rep *rep, uint64_t tag, uint64_t ignore, uint64_t flags,
+                uint64_t *tag_p)
+{
+  xport_ctx_t *ctx = rep->ctx;
+  struct xport__req *req = xport__req_get(ctx);
+  if (!req)
+    return 0;
+  memset(req, 0, sizeof *req);
+  req->op = XPORT__OP_PEEK;
+  req->rep = rep;
+  req->status = 1; /* no answer yet */
+  struct fi_msg_tagged msg = {.addr = FI_ADDR_UNSPEC, .tag = tag, .ignore = ignore,
+                              .context = &req->fictx};
+  ssize_t ret = fi_trecvmsg(rep->ep, &msg, FI_PEEK | flags);
+  if (!ret)
+    xport__cq_drain(ctx);
+  int found = !ret && req->status == 0;
+  *tag_p = (uint64_t)req->len;
+  if (ret || req->status != 1)
+    xport__req_release(ctx, req);
+  else
+    req->flags = 1; /* abandoned: released when the answer comes */
+  return found;
+}
+
+/* Discards the unexpected messages under tags that no connection of rep
+ * receives (a stranger's guesses), oldest first, until the oldest is one
+ * a connection will take (the rest wait behind it until then), or none is
+ * left. At most a batch per call. */
+static void discard_unused(struct xport__rep *rep)
+{
+  uint64_t tag;
+  for (int n = 0; n < 1024 && rep->ep && peek(rep, 0, ~UINT64_C(0), 0, &tag); n++) {
+    if (tag_live(rep, tag))
+      return;
+    rep->ctx->stale_dropped++;
+    peek(rep, tag, 0, FI_DISCARD, &tag);
+  }
+}
+
 static xport_conn_t *find_conn(xport_ctx_t *ctx, uint32_t id)
 {
   for (xport_conn_t *c = ctx->conns; c; c = c->next)
@@ -687,6 +745,15 @@ void xport__rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
 {
   size_t len = e ? e->len : 0;
   struct xport__rep *rep = req->rep;
+  if (req->op == XPORT__OP_PEEK) {
+    if (req->flags) {
+      xport__req_release(ctx, req); /* answered after peek() gave up on it */
+      return;
+    }
+    req->status = status ? -1 : 0;
+    req->len = e ? (size_t)((const struct fi_cq_tagged_entry *)e)->tag : 0;
+    return;
+  }
   if (req->op == XPORT__OP_SINK) {
     sink_done(ctx, req->user_ctx, status);
     return;
@@ -1135,6 +1202,15 @@ void xport__rdm_close(xport_conn_t *conn)
  * XPORT_PEER_TIMEOUT. */
 void xport__rdm_housekeeping(xport_ctx_t *ctx)
 {
+  /* Every time (housekeeping runs when the application found nothing to
+   * do): a flood grows the provider's memory at the rate it arrives. */
+  if (ctx->prof && ctx->prof->peek_discard) {
+    if (ctx->cep)
+      discard_unused(ctx->cep);
+    for (xport_listener_t *l = ctx->listeners; l; l = l->next)
+      if (l->rep)
+        discard_unused(l->rep);
+  }
   long now = xport__now_ms();
   if (now - ctx->last_check < ctx->peer_check_ms / 4)
     return;

@@ -55,6 +55,7 @@
 #define XPORT__OP_CTL_SEND 101 /* RDM control message out (rdm.c) */
 #define XPORT__OP_CTL_RECV 102 /* RDM control receive */
 #define XPORT__OP_SINK 103     /* RDM receive draining a closed connection's tag */
+#define XPORT__OP_PEEK 104     /* RDM look into the unexpected queue (FI_PEEK) */
 /* Tag bit of the message that completes an emulated write-with-immediate
  * over RDM: the tag, not the CQ data, carries the marker there, because
  * some RDM providers have only 4 bytes of CQ data (verbs;ofi_rxm). */
@@ -119,6 +120,10 @@ struct xport__profile {
    * multi-receive buffers, one always posted, so that none waits there:
    * where the provider supports FI_MULTI_RECV. */
   int unexpected_unbounded;
+  /* 1: tagged FI_PEEK and FI_PEEK|FI_DISCARD work and complete at once,
+   * into the CQ, during the call (rxm). xport then discards unexpected
+   * messages under tags no connection receives. */
+  int peek_discard;
   /* What to tell the user when the provider refuses to open an endpoint
    * (fi_enable: EINVAL) for reasons of its own (may be NULL). */
   const char *enable_hint;
