@@ -874,6 +874,10 @@ enum { K_CHECK = 10 };
 
 #define ORDER_ROUNDS 3
 #define ORDER_SIZES 4
+/* Room for the largest size plus its offset; the announced writes get a
+ * slot each, above the first 2 MiB (RAW and WAW). */
+#define ORDER_SLOT ((5 << 20) / 4)
+#define ORDER_REGION ((2 << 20) + ORDER_ROUNDS * ORDER_SIZES * ORDER_SLOT)
 
 /* Checks, when each message arrives, the bytes the client wrote before
  * sending it. The client does not wait for answers, so every receive is
@@ -886,7 +890,7 @@ static int order_target(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   static struct ctl msgs[ORDER_ROUNDS * ORDER_SIZES + 1];
   for (size_t i = 0; i < sizeof msgs / sizeof msgs[0]; i++)
     XT_OK(xport_recv(conn, &msgs[i], sizeof msgs[i], NULL, &msgs[i]));
-  char *reg = export_region(ctx, conn, 4 << 20, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_READ |
+  char *reg = export_region(ctx, conn, ORDER_REGION, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_READ |
                                                     XPORT_ACCESS_REMOTE_WRITE, &mr);
   for (size_t i = 0;; i++) {
     xport_completion_t c = wait_op(ctx, XPORT_OP_RECV);
@@ -932,10 +936,13 @@ static int order_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
       size_t bad = xt_verify(r, len, seed);
       XT_CHECK(bad == len, "%s: read after two writes of %zu bytes: byte %zu differs",
                xt_config(), len, bad);
-      /* Then a write and, at once, the message that announces it. */
+      /* Then a write and, at once, the message that announces it. Each
+       * goes to bytes of its own: nothing waits for the target's check, so
+       * a later write to the same bytes could land before it. */
       xt_fill(a, len, seed + 200);
-      struct ctl m = {off + (2 << 20), len, seed + 200, K_CHECK};
-      POST_RETRY(ctx, xport_write(conn, a, len, NULL, rk, off + (2 << 20), NULL));
+      uint64_t dst = (2 << 20) + (uint64_t)(round * ORDER_SIZES + i) * ORDER_SLOT + off;
+      struct ctl m = {dst, len, seed + 200, K_CHECK};
+      POST_RETRY(ctx, xport_write(conn, a, len, NULL, rk, dst, NULL));
       POST_RETRY(ctx, xport_send(conn, &m, sizeof m, NULL, NULL));
       expect_ok(ctx, XPORT_OP_WRITE);
       expect_ok(ctx, XPORT_OP_SEND);
