@@ -750,8 +750,10 @@ void xport__rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
       xport__req_release(ctx, req); /* answered after peek() gave up on it */
       return;
     }
+    /* Only a successful entry is a tagged one (an error's is built by cq.c
+     * as a data entry): the tag is read from it alone. */
     req->status = status ? -1 : 0;
-    req->len = e ? (size_t)((const struct fi_cq_tagged_entry *)e)->tag : 0;
+    req->len = !status && e ? (size_t)((const struct fi_cq_tagged_entry *)e)->tag : 0;
     return;
   }
   if (req->op == XPORT__OP_SINK) {

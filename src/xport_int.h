@@ -513,9 +513,10 @@ int xport__rdm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
 int xport__rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, long deadline,
                        xport_conn_t **conn_p);
 void xport__rdm_close(xport_conn_t *conn);
-/* A completion of xport's own (control traffic): e its entry (for an
- * error, what the error entry said), src its sender where the provider
- * says (FI_ADDR_NOTAVAIL otherwise). */
+/* A completion of xport's own (control traffic): e its entry, tagged on
+ * success over RDM (for an error, a data entry with what the error entry
+ * said), src its sender where the provider says (FI_ADDR_NOTAVAIL
+ * otherwise). */
 void xport__rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
                          const struct fi_cq_data_entry *e, fi_addr_t src);
 void xport__rdm_housekeeping(xport_ctx_t *ctx);
