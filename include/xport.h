@@ -114,8 +114,8 @@ typedef struct xport_caps {
   size_t max_msg_size;
   size_t inject_size;
   size_t max_iov;       /* iov entries one post may carry */
-  size_t tx_depth;      /* send-queue depth per connection */
-  size_t rx_depth;      /* receive-queue depth per connection */
+  size_t tx_depth;      /* sends, writes, reads outstanding per connection (EAGAIN beyond) */
+  size_t rx_depth;      /* receives outstanding per connection (EAGAIN beyond) */
   unsigned imm_bits;    /* immediate-data width xport guarantees: 32 */
   unsigned wire_imm_bytes; /* what the provider carries: 4 or 8 */
   xport_support_t rma;

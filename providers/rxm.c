@@ -27,10 +27,14 @@ const struct xport__profile xport__profile_tcp_rxm = {
   .name = "tcp;ofi_rxm",
   .rank = 30,
   .manual_progress = 1,
+  /* fi_tinject is accepted without bound (a million and more while the
+   * peer had taken a tenth): only completions can hold senders back. */
+  .inject_needs_completion = 1,
   .close_needs_quiet = 1,
   .retire_eps = 1,
   .unexpected_unbounded = 1,
   .peek_discard = 1,
+  .dead_peer_lets_go = 1,
 };
 
 const struct xport__profile xport__profile_verbs_rxm = {
@@ -42,6 +46,7 @@ const struct xport__profile xport__profile_verbs_rxm = {
   .retire_eps = 1,
   .unexpected_unbounded = 1,
   .peek_discard = 1,
+  .dead_peer_lets_go = 1,
   .enable_hint = "rxm asks the device for a completion queue of (receive + send queue "
                  "size) x FI_UNIVERSE_SIZE (default 256) entries, more than some devices "
                  "allow (Soft-RoCE: 32767); set FI_UNIVERSE_SIZE=64, or "

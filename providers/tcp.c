@@ -7,4 +7,7 @@ const struct xport__profile xport__profile_tcp = {
   .rank = 20,
   .explicit_only = NULL,
   .manual_progress = 1,
+  /* Its send queue has no bound (a million fi_inject calls accepted):
+   * only completions can hold senders to tx_depth. */
+  .inject_needs_completion = 1,
 };

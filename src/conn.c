@@ -554,7 +554,8 @@ static int xport_accept__locked(xport_listener_t *lst, int timeout_ms, xport_con
 
 void xport__conn_free_if_done(xport_conn_t *conn)
 {
-  if (conn->state == XPORT__CONN_CLOSED && conn->nreqs == 0 && !conn->ev_queued)
+  /* An RDM connection also waits to be detached from its endpoint. */
+  if (conn->state == XPORT__CONN_CLOSED && conn->nreqs == 0 && !conn->ev_queued && !conn->rep)
     free(conn);
 }
 

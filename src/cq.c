@@ -99,7 +99,12 @@ void xport__req_free_mem(xport_ctx_t *ctx, struct xport__req *req)
 
 static void unlink_out(struct xport__req *req)
 {
-  XPORT__LIST_UNLINK(req->conn->out, req, cnext, cprev);
+  xport_conn_t *conn = req->conn;
+  XPORT__LIST_UNLINK(conn->out, req, cnext, cprev);
+  if (req->op == XPORT_OP_RECV)
+    conn->nrx--;
+  else
+    conn->ntx--;
 }
 
 /* Ends a request's life on the wire: library-owned memory is released,
@@ -111,6 +116,7 @@ static void req_finish(xport_ctx_t *ctx, struct xport__req *req, int status, siz
     scatter(req, len);
   xport__req_free_mem(ctx, req);
   unlink_out(req);
+  ctx->nposted--;
 }
 
 static void done_push(xport_ctx_t *ctx, struct xport__req *req)
@@ -141,52 +147,6 @@ void xport__req_done_now(xport_ctx_t *ctx, struct xport__req *req)
   done_push(ctx, req);
 }
 
-void xport__req_orphan(xport_ctx_t *ctx, struct xport__req *req, int status)
-{
-  unlink_out(req);
-  req->status = status;
-  req->len = 0;
-  req->flags = 0;
-  req->zombie = XPORT__Z_SYNTH;
-  /* Also on the zombie list until the provider reports it. */
-  XPORT__LIST_PUSH(ctx->zombies, req, cnext, cprev);
-  done_push(ctx, req);
-}
-
-/* A zombie goes back to the pool once user and provider are both done. */
-static void zombie_step(xport_ctx_t *ctx, struct xport__req *req, unsigned who)
-{
-  req->zombie |= who;
-  if (who == XPORT__Z_PROV) {
-    XPORT__LIST_UNLINK(ctx->zombies, req, cnext, cprev);
-  }
-  if ((req->zombie & (XPORT__Z_USER | XPORT__Z_PROV)) != (XPORT__Z_USER | XPORT__Z_PROV))
-    return;
-  xport__req_free_mem(ctx, req);
-  req->zombie = 0;
-  req->conn = NULL; /* accounted for when the user saw it */
-  xport__req_release(ctx, req);
-}
-
-void xport__zombie_reclaim(xport_ctx_t *ctx, struct xport__rep *rep)
-{
-  for (struct xport__req *z = ctx->zombies, *next; z; z = next) {
-    next = z->cnext;
-    if (z->rep == rep)
-      zombie_step(ctx, z, XPORT__Z_PROV);
-  }
-}
-
-/* Entries xport handles itself: control traffic and zombies. */
-static void internal_entry(xport_ctx_t *ctx, struct xport__req *req, int status,
-                           const struct fi_cq_data_entry *e, fi_addr_t src)
-{
-  if (req->zombie)
-    zombie_step(ctx, req, XPORT__Z_PROV);
-  else
-    xport__rdm_internal(ctx, req, status, e, src);
-}
-
 /* fi_cq_read, or fi_cq_readfrom where completions name their sender
  * (RDM with FI_SOURCE), which control messages are checked against. */
 static inline ssize_t cq_read(xport_ctx_t *ctx, struct fi_cq_tagged_entry *ents, size_t n,
@@ -197,14 +157,12 @@ static inline ssize_t cq_read(xport_ctx_t *ctx, struct fi_cq_tagged_entry *ents,
   return fi_cq_read(ctx->cq, ents, n);
 }
 
-/* Reads a successful CQ entry into the request: bytes, immediate data,
+/* What a successful CQ entry says of its request: bytes, immediate data,
  * and which operation it turned out to be (a receive consumed by a
  * write-with-immediate, natively or by xport's emulation). */
-static inline void take_entry(xport_ctx_t *ctx, struct xport__req *req,
-                              const struct fi_cq_data_entry *e)
+static inline void entry_result(xport_ctx_t *ctx, struct xport__req *req,
+                                const struct fi_cq_data_entry *e, size_t len)
 {
-  size_t len = req->op == XPORT_OP_RECV ? e->len : req->len;
-  req_finish(ctx, req, 0, len);
   req->status = 0;
   req->len = len;
   req->flags = 0;
@@ -219,6 +177,97 @@ static inline void take_entry(xport_ctx_t *ctx, struct xport__req *req,
       req->len = 0;
     }
   }
+}
+
+/* Reads a successful CQ entry into the request. */
+static inline void take_entry(xport_ctx_t *ctx, struct xport__req *req,
+                              const struct fi_cq_data_entry *e)
+{
+  size_t len = req->len;
+  if (req->op == XPORT_OP_RECV) {
+    len = e->len;
+    req->conn->heard = 1; /* any message from the peer says it is alive */
+  }
+  req_finish(ctx, req, 0, len);
+  entry_result(ctx, req, e, len);
+}
+
+void xport__req_orphan(xport_ctx_t *ctx, struct xport__req *req, int status)
+{
+  unlink_out(req);
+  req->status = status;
+  req->zombie = XPORT__Z_ORPHAN;
+  req->conn->nzombies++;
+  /* Reported to the user only once the provider lets go of it. */
+  XPORT__LIST_PUSH(ctx->zombies, req, cnext, cprev);
+}
+
+/* The provider let go of an orphaned request (its own completion, e; an
+ * error or a confirmed cancel, or its endpoint closed: e NULL): the user
+ * may now see it, with what the provider did if it finished the
+ * operation, else with the status it was given when orphaned. */
+static void zombie_done(xport_ctx_t *ctx, struct xport__req *req,
+                        const struct fi_cq_data_entry *e)
+{
+  unsigned z = req->zombie;
+  XPORT__LIST_UNLINK(ctx->zombies, req, cnext, cprev);
+  if (e && !(z & XPORT__Z_SHOWN)) {
+    size_t len = req->op == XPORT_OP_RECV ? e->len : req->len;
+    if (req->bounce && req->uiovcnt)
+      scatter(req, len);
+    entry_result(ctx, req, e, len);
+    z |= XPORT__Z_SHOWN; /* nothing to clear below */
+    done_push(ctx, req);
+  }
+  xport__req_free_mem(ctx, req);
+  ctx->nposted--;
+  req->zombie = 0;
+  if (!--req->conn->nzombies)
+    ctx->reap = 1; /* its connection may let go of the peer now (rdm.c) */
+  if (z & XPORT__Z_DELIVERED) {
+    req->conn = NULL; /* accounted for when the user saw it */
+    xport__req_release(ctx, req);
+  } else if (!(z & XPORT__Z_SHOWN)) {
+    req->len = 0;
+    req->flags = 0;
+    req->imm = 0;
+    done_push(ctx, req);
+  } /* else on the done list already: delivered as any other */
+}
+
+void xport__zombie_show(xport_ctx_t *ctx, xport_conn_t *conn)
+{
+  for (struct xport__req *z = ctx->zombies; z; z = z->cnext)
+    if (z->conn == conn && !(z->zombie & XPORT__Z_SHOWN)) {
+      z->zombie |= XPORT__Z_SHOWN;
+      z->len = 0;
+      z->flags = 0;
+      z->imm = 0;
+      done_push(ctx, z);
+    }
+}
+
+void xport__zombie_reclaim(xport_ctx_t *ctx, struct xport__rep *rep)
+{
+  for (struct xport__req *z = ctx->zombies; z;) {
+    if (z->rep == rep) {
+      zombie_done(ctx, z, NULL);
+      z = ctx->zombies;
+    } else {
+      z = z->cnext;
+    }
+  }
+}
+
+/* Entries xport handles itself: control traffic and zombies (e: the
+ * entry, a successful one where status is 0). */
+static void internal_entry(xport_ctx_t *ctx, struct xport__req *req, int status,
+                           const struct fi_cq_data_entry *e, fi_addr_t src)
+{
+  if (req->zombie)
+    zombie_done(ctx, req, status ? NULL : e);
+  else
+    xport__rdm_internal(ctx, req, status, e, src);
 }
 
 /* Entry i of what fi_cq_read returned: the CQ's format is tagged over
@@ -304,12 +353,10 @@ static inline int deliver(xport_ctx_t *ctx, struct xport__req *req, xport_comple
   else if (XPORT__UNLIKELY(req->user_ctx != NULL))
     pair_done(ctx, req);
   if (XPORT__UNLIKELY(req->zombie)) {
-    xport_conn_t *conn = req->conn;
-    req->conn = NULL;
-    conn->nreqs--;
-    if (conn->state == XPORT__CONN_CLOSED)
-      xport__conn_free_if_done(conn);
-    zombie_step(ctx, req, XPORT__Z_USER);
+    /* Shown before the provider reported it (xport__zombie_show): the
+     * request itself stays until it does. */
+    req->zombie |= XPORT__Z_DELIVERED;
+    req->conn->nreqs--;
     return shown;
   }
   xport__req_release(ctx, req);
@@ -435,17 +482,17 @@ static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t 
         take_entry(ctx, req, e);
         n += deliver(ctx, req, &comps[n]);
       }
-      return n;
-    }
-    if (got == -FI_EAVAIL) {
+    } else if (got == -FI_EAVAIL) {
       struct xport__req *req = NULL;
       if (read_error(ctx, &req) && req)
         n += deliver(ctx, req, &comps[n]);
     }
   }
-  /* Connection events are rare: look at the EQ only now and then while
-   * idle, and at once after an error completion. */
-  if (n < max && ++ctx->eq_skip >= XPORT__EQ_EVERY) {
+  /* Connection events are rare: look at the EQ (or run the RDM checks,
+   * which read the clock) once every XPORT__EQ_EVERY polls, and at once
+   * after an error completion. Busy or idle alike: a CQ that always has
+   * entries must not starve disconnects, heartbeats and peer checks. */
+  if (XPORT__UNLIKELY(++ctx->eq_skip >= XPORT__EQ_EVERY)) {
     ctx->eq_skip = 0;
     if (ctx->rdm)
       xport__rdm_housekeeping(ctx);
@@ -546,7 +593,7 @@ XPORT_API int xport_wait(xport_ctx_t *ctx, int timeout_ms)
   if (!ctx)
     return -XPORT_EINVAL;
   /* Where peers are watched for death (RDM), never sleep past a check. */
-  int cap = ctx->rdm && ctx->conns ? (int)(ctx->peer_check_ms / 4) : -1;
+  int cap = ctx->rdm && (ctx->conns || ctx->draining) ? (int)(ctx->peer_check_ms / 4) : -1;
   if (ctx->epfd >= 0) {
     struct epoll_event ev;
     /* The done list, the drain (control traffic over RDM must not look

@@ -285,6 +285,9 @@ static int open_candidate(xport_ctx_t *ctx, struct fi_info *fi, const struct set
     cq_attr.size *= 16;
   if (cq_attr.size > 16384)
     cq_attr.size = 16384;
+  /* Never more operations out than the CQ has entries for, less room for
+   * the control messages of RDM endpoints. */
+  ctx->max_posted = cq_attr.size - (cq_attr.size / 8 > 64 ? cq_attr.size / 8 : 64);
   ret = fi_cq_open(ctx->domain, &cq_attr, &ctx->cq, ctx);
   if (ret == -FI_ENOSYS || ret == -FI_EINVAL) {
     /* No wait fd (shm): xport_wait sleeps in steps of its own. */
@@ -322,8 +325,19 @@ static void fill_caps(xport_ctx_t *ctx, const struct settings *s)
   c->max_msg_size = fi->ep_attr->max_msg_size;
   c->inject_size = fi->tx_attr->inject_size;
   c->max_iov = iov < XPORT__IOV_MAX ? (iov ? iov : 1) : XPORT__IOV_MAX;
+  /* What xport enforces per connection (post returns EAGAIN beyond it):
+   * the provider's queue sizes, less the control receives an RDM endpoint
+   * keeps posted, within the profile's limit and the CQ's. */
   c->tx_depth = fi->tx_attr->size;
+  if (ctx->prof && ctx->prof->max_tx_depth && c->tx_depth > ctx->prof->max_tx_depth)
+    c->tx_depth = ctx->prof->max_tx_depth;
   c->rx_depth = fi->rx_attr->size;
+  if (c->ep_type == XPORT_EP_RDM && c->rx_depth > XPORT__CTL_RX)
+    c->rx_depth -= XPORT__CTL_RX;
+  if (c->tx_depth > ctx->max_posted)
+    c->tx_depth = ctx->max_posted;
+  if (c->rx_depth > ctx->max_posted)
+    c->rx_depth = ctx->max_posted;
   c->imm_bits = 32;
   c->wire_imm_bytes = (unsigned)fi->domain_attr->cq_data_size;
   c->rma = (fi->caps & FI_RMA) ? XPORT_SUPPORT_NATIVE : XPORT_SUPPORT_NONE;

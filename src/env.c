@@ -41,8 +41,12 @@ static const xport_env_var_t env_table[XPORT__ENV_COUNT] = {
   [XPORT__ENV_RMA_TIMEOUT] = {"XPORT_RMA_TIMEOUT", "size", "5000",
     "On providers where a one-sided operation that the target refuses "
     "(revoked or forged key) neither completes nor fails (shm), the time "
-    "in milliseconds after which xport fails it with ETIMEDOUT and drops "
-    "the connections between that pair of endpoints, which it blocks."},
+    "in milliseconds after which xport asks the target whether it has "
+    "taken the operation off its queue. Only a target that answers while "
+    "the operation is still unanswered has refused it: that connection is "
+    "lost with EACCES and the endpoint's others with ECONNRESET, since the "
+    "provider holds up the endpoint's later answers. A target that is "
+    "busy outside xport is waited for; 0 never asks."},
   [XPORT__ENV_WAIT_FD] = {"XPORT_WAIT_FD", "bool", "1",
     "Open the completion queue with a wait file descriptor, so that "
     "xport_wait sleeps in the kernel and xport_ctx_fd works. 0 suits "

@@ -109,6 +109,9 @@ int xport__post_begin(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov,
   ssize_t total = check_post(conn, iov, iovcnt);
   if (XPORT__UNLIKELY(total < 0))
     return (int)total;
+  int room = xport__post_room(conn, op, 1);
+  if (XPORT__UNLIKELY(room))
+    return room;
   xport_ctx_t *ctx = conn->ctx;
   struct xport__req *req = xport__req_get(ctx);
   if (XPORT__UNLIKELY(!req))
@@ -148,6 +151,21 @@ int xport__post_end(xport_conn_t *conn, struct xport__req *req, ssize_t ret)
   }
   XPORT__LIST_PUSH(conn->out, req, cnext, cprev);
   conn->nreqs++;
+  if (req->op == XPORT_OP_RECV)
+    conn->nrx++;
+  else
+    conn->ntx++;
+  conn->ctx->nposted++;
+  return 0;
+}
+
+int xport__post_room(const xport_conn_t *conn, xport_op_t op, size_t n)
+{
+  const xport_ctx_t *ctx = conn->ctx;
+  size_t used = op == XPORT_OP_RECV ? conn->nrx : conn->ntx;
+  size_t depth = op == XPORT_OP_RECV ? ctx->caps.rx_depth : ctx->caps.tx_depth;
+  if (XPORT__UNLIKELY(used + n > depth || ctx->nposted + n > ctx->max_posted))
+    return -XPORT_EAGAIN;
   return 0;
 }
 

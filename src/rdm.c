@@ -36,6 +36,8 @@
 #define CTL_CONNREJ XPORT__CTL_CONNREJ
 #define CTL_DISC XPORT__CTL_DISC
 #define CTL_KEEPALIVE XPORT__CTL_KEEPALIVE
+#define CTL_PING XPORT__CTL_PING
+#define CTL_PONG XPORT__CTL_PONG
 _Static_assert(XPORT__CTL_ADDR_MAX == XPORT__ADDR_MAX, "address sizes agree");
 _Static_assert(sizeof(size_t) >= sizeof(uint64_t), "a request's len holds a tag (peek)");
 _Static_assert(sizeof(struct xport__ctl) <= XPORT__CTL_SLOT, "a control message fits a slot");
@@ -548,7 +550,40 @@ static void watch_peer(xport_conn_t *conn, const struct xport__ctl *m)
   conn->keepalive = ctx->keepalive_mode == 1 || (ctx->keepalive_mode == -1 && conn->pidfd < 0);
 }
 
-static void conn_lost(xport_conn_t *conn, int status)
+/* Takes a shared endpoint out of service for new connections: those
+ * open a fresh one, and this one closes once its remaining connections
+ * are closed or dead (rep_maybe_close). */
+static void rep_withdraw(struct xport__rep *rep)
+{
+  xport_ctx_t *ctx = rep->ctx;
+  if (rep->withdrawn)
+    return;
+  rep->withdrawn = 1;
+  if (ctx->cep == rep)
+    ctx->cep = NULL;
+  XPORT__INFO("retiring an endpoint: operations to a dead peer end only when it closes");
+  ctx->reap = 1;
+}
+
+/* The peer can complete nothing any more (gone, silent, or its endpoint
+ * pair is blocked). What the provider still holds for it is released
+ * only by closing the endpoint: retire it. */
+static void conn_dead(xport_conn_t *conn)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  if (conn->dead || !conn->rep)
+    return;
+  conn->dead = 1;
+  conn->rep->ndead++;
+  if (conn->nzombies && ctx->prof && ctx->prof->dead_peer_lets_go)
+    xport__zombie_show(ctx, conn);
+  else if (conn->nzombies)
+    rep_withdraw(conn->rep);
+  ctx->reap = 1;
+}
+
+/* dead: the peer is gone (rather than closed), see conn_dead. */
+static void conn_lost(xport_conn_t *conn, int status, int dead)
 {
   if (conn->state == XPORT__CONN_CONNECTING) {
     conn->state = XPORT__CONN_FAILED;
@@ -559,7 +594,18 @@ static void conn_lost(xport_conn_t *conn, int status)
     return;
   conn->state = XPORT__CONN_DISCONNECTED;
   xport__rdm_orphan_all(conn, status);
+  if (dead)
+    conn_dead(conn);
   xport__evq_push(conn->ctx, conn, -XPORT_ECONNRESET);
+}
+
+/* The answer to an RMA probe: judged at the next check, after one more
+ * pass over the CQ, since shm may post the answer to an operation just
+ * after xport last looked for answers. */
+static void rma_probe_answered(xport_conn_t *conn)
+{
+  if (conn->ping_at)
+    conn->ponged = 1;
 }
 
 #define REFUSE_INFLIGHT 4
@@ -666,7 +712,9 @@ static xport_conn_t *ctl_conn(struct xport__rep *rep, const struct xport__ctl *m
   if (m->cookie != conn->rx_tag)
     return NULL;
   *why = "wrong sender";
-  if (rep->ctx->source && src != conn->dest)
+  /* A probe's ping comes from the prober's probe endpoint (rma_check):
+   * the cookie and ids vouch for it, and the answer goes to conn's peer. */
+  if (rep->ctx->source && src != conn->dest && m->type != CTL_PING)
     return NULL;
   if (m->type == CTL_CONNACK || m->type == CTL_CONNREJ) {
     *why = "answer to no request";
@@ -695,7 +743,7 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
     on_connreq(rep, m, len);
     return;
   }
-  if (m->type < CTL_CONNACK || m->type > CTL_KEEPALIVE) {
+  if (m->type < CTL_CONNACK || m->type > CTL_PONG) {
     ctl_drop(ctx, "unknown type", m->type, len);
     return;
   }
@@ -712,6 +760,7 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
     }
     return;
   }
+  conn->heard = 1; /* any message from the peer says it is alive */
   switch (m->type) {
   case CTL_CONNACK:
     if (!tag_ok(m->tag)) {
@@ -725,17 +774,22 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
     conn->state = XPORT__CONN_CONNECTED;
     break;
   case CTL_CONNREJ:
-    conn_lost(conn, -XPORT_ECONNREFUSED);
+    conn_lost(conn, -XPORT_ECONNREFUSED, 0);
     break;
   case CTL_KEEPALIVE:
-    conn->last_heard = xport__now_ms();
+    break; /* heard, above */
+  case CTL_PING:
+    ctl_send_conn(conn, CTL_PONG);
+    break;
+  case CTL_PONG:
+    rma_probe_answered(conn);
     break;
   case CTL_DISC:
     /* The answer is the last message of this connection: the peer may
      * wait for it before it lets go of us (struct xport__bye), and stops
      * draining what we sent before it (struct xport__sink). */
     ctl_send_conn(conn, CTL_DISC);
-    conn_lost(conn, -XPORT_ECONNRESET);
+    conn_lost(conn, -XPORT_ECONNRESET, 0);
     break;
   }
 }
@@ -765,7 +819,7 @@ void xport__rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
     if (status) {
       xport_conn_t *conn = find_conn(ctx, req->imm);
       if (conn && conn->rep == rep && conn->state == XPORT__CONN_CONNECTING)
-        conn_lost(conn, status == -XPORT_ECANCELED ? -XPORT_ECONNREFUSED : status);
+        conn_lost(conn, status == -XPORT_ECANCELED ? -XPORT_ECONNREFUSED : status, 0);
     }
     if (req->peer)
       peer_put(rep, req->peer);
@@ -793,11 +847,33 @@ void xport__rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
 
 /* ---- endpoints -------------------------------------------------------- */
 
+/* Lets go of what a connection holds of its endpoint once it has nothing
+ * in flight there; rep_close has already let go of the peer. */
+static void conn_unhook(xport_conn_t *conn)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  if (conn->pidfd >= 0)
+    close(conn->pidfd);
+  conn->pidfd = -1;
+  conn->peer = NULL;
+  conn->rep = NULL;
+  conn->ep = NULL;
+  if (conn->state == XPORT__CONN_CLOSED) {
+    XPORT__LIST_UNLINK(ctx->draining, conn, dnext, dprev);
+    xport__conn_free_if_done(conn);
+  }
+}
+
 static void rep_close(struct xport__rep *rep)
 {
   if (!rep)
     return;
   xport_ctx_t *ctx = rep->ctx;
+  rep->closing = 1;
+  if (ctx->cep == rep)
+    ctx->cep = NULL;
+  if (ctx->probe == rep)
+    ctx->probe = NULL;
   /* Let control messages still in flight (a goodbye) finish first: some
    * providers (rxm over verbs) do not survive closing under them; and
    * where the provider needs quiet, wait for the answers to goodbyes. */
@@ -836,6 +912,16 @@ static void rep_close(struct xport__rep *rep)
     ctl_req_free(ctx, r);
   }
   xport__zombie_reclaim(ctx, rep);
+  /* Connections still attached (lost, or closed and draining) have
+   * nothing in flight now. */
+  for (xport_conn_t *c = ctx->conns; c; c = c->next)
+    if (c->rep == rep)
+      conn_unhook(c);
+  for (xport_conn_t *c = ctx->draining, *next; c; c = next) {
+    next = c->dnext;
+    if (c->rep == rep)
+      conn_unhook(c);
+  }
   while (rep->peers) {
     struct xport__peer *p = rep->peers;
     rep->peers = p->next;
@@ -845,7 +931,20 @@ static void rep_close(struct xport__rep *rep)
     xport__close_fid(ctx, &rep->av->fid);
   if (rep->name[0] && ctx->prof && ctx->prof->release_name)
     ctx->prof->release_name(rep->name, rep->lock);
+  XPORT__LIST_UNLINK(ctx->reps, rep, next, prev);
   free(rep);
+}
+
+/* A listener's endpoint closes with its listener and its last
+ * connection, a retired one with its last live connection. */
+static int rep_maybe_close(struct xport__rep *rep)
+{
+  xport_ctx_t *ctx = rep->ctx;
+  if (rep->closing || rep->lst || rep == ctx->cep || rep == ctx->probe ||
+      rep->nconns != rep->ndead)
+    return 0;
+  rep_close(rep);
+  return 1;
 }
 
 /* Opens an RDM endpoint; info (may be NULL) carries a source address. */
@@ -859,6 +958,7 @@ static int rep_open(xport_ctx_t *ctx, struct fi_info *info, const char *name,
     return -XPORT_ENOMEM;
   rep->ctx = ctx;
   rep->lock = -1;
+  XPORT__LIST_PUSH(ctx->reps, rep, next, prev);
   const char *step = "fi_endpoint";
   ret = fi_endpoint(ctx->domain, info ? info : ctx->info, &rep->ep, rep);
   if (!ret && (step = "fi_av_open"))
@@ -987,8 +1087,7 @@ void xport__rdm_listener_close(xport_listener_t *lst)
   /* Connections accepted here live on this endpoint: it closes with the
    * last of them (and keeps its name until then). */
   lst->rep->lst = NULL;
-  if (!lst->rep->nconns)
-    rep_close(lst->rep);
+  rep_maybe_close(lst->rep);
   lst->rep = NULL;
 }
 
@@ -1039,8 +1138,9 @@ static void conn_detach(xport_conn_t *conn, int said_bye)
   conn->pidfd = -1;
   conn->peer = NULL;
   conn->rep = NULL;
-  if (!--rep->nconns && !rep->lst && rep != rep->ctx->cep)
-    rep_close(rep);
+  rep->nconns--;
+  rep->ndead -= conn->dead;
+  rep_maybe_close(rep);
 }
 
 static void conn_discard(xport_conn_t *conn)
@@ -1191,17 +1291,122 @@ void xport__rdm_orphan_all(xport_conn_t *conn, int status)
 
 void xport__rdm_close(xport_conn_t *conn)
 {
-  int said_bye = conn->state == XPORT__CONN_CONNECTED &&
-                 ctl_send_conn(conn, CTL_DISC) == 0;
+  xport_ctx_t *ctx = conn->ctx;
+  if (!conn->rep)
+    return; /* lost, and its endpoint closed since */
+  int connected = conn->state == XPORT__CONN_CONNECTED;
+  int said_bye = connected && ctl_send_conn(conn, CTL_DISC) == 0;
   xport__rdm_orphan_all(conn, -XPORT_ECANCELED);
   if (conn->state == XPORT__CONN_CONNECTED || conn->state == XPORT__CONN_DISCONNECTED)
     sink_start(conn);
-  conn_detach(conn, said_bye);
+  if (!conn->nzombies) {
+    conn_detach(conn, said_bye);
+    return;
+  }
+  /* The provider still owns some of its operations, which may still
+   * reach the peer: the peer stays in the address vector, and the
+   * endpoint open, until they end (rdm_reap). A goodbye the provider
+   * pushed back behind them (shm holds every send to a peer while a
+   * segmented transfer to it runs) goes out then. */
+  conn->said_bye = said_bye ? 1 : connected ? -1 : 0;
+  XPORT__LIST_PUSH(ctx->draining, conn, dnext, dprev);
+}
+
+/* Detaches the closed connections whose last operation ended, and closes
+ * the endpoints nothing holds open any more. Not called from inside a CQ
+ * read: closing an endpoint frees requests a batch may still name. */
+static void rdm_reap(xport_ctx_t *ctx)
+{
+  ctx->reap = 0;
+  for (xport_conn_t *c = ctx->draining, *next; c; c = next) {
+    next = c->dnext;
+    if (c->nzombies)
+      continue;
+    XPORT__LIST_UNLINK(ctx->draining, c, dnext, dprev);
+    if (c->said_bye < 0)
+      c->said_bye = !c->dead && ctl_send_conn(c, CTL_DISC) == 0;
+    conn_detach(c, c->said_bye);
+    xport__conn_free_if_done(c);
+    next = ctx->draining; /* a closed endpoint may have taken others along */
+  }
+  for (struct xport__rep *r = ctx->reps, *next; r; r = next) {
+    next = r->next;
+    if (rep_maybe_close(r))
+      next = ctx->reps;
+  }
+}
+
+/* 1 if the peer process behind pidfd is gone. */
+static int pid_gone(int pidfd)
+{
+  struct pollfd p = {.fd = pidfd, .events = POLLIN};
+  return pidfd >= 0 && poll(&p, 1, 0) > 0;
+}
+
+/* Pings the peer of c from the context's probe endpoint: the operation
+ * under probe may hold every send over c's own endpoint pair (shm sends
+ * nothing to a peer while a segmented transfer to it is unfinished). The
+ * peer answers over c itself. 0 once sent. */
+static int probe_send(xport_ctx_t *ctx, xport_conn_t *c)
+{
+  int ret = 0;
+  if (!ctx->probe && (ret = rep_open(ctx, NULL, NULL, &ctx->probe)))
+    return ret;
+  struct xport__peer *p = peer_get(ctx->probe, c->peer->addr, c->peer->addrlen, &ret);
+  if (!p)
+    return ret;
+  p->refs = 1; /* the probe endpoint holds each peer once, until it closes */
+  struct ctl_args a = {.src_id = c->id, .dst_id = c->peer_id, .cookie = c->tag};
+  return ctl_send(ctx->probe, p->fi_addr, CTL_PING, &a);
+}
+
+/* The RMA probe, where a refused one-sided operation neither completes
+ * nor fails (rma_never_fails, shm). An operation unanswered for
+ * XPORT_RMA_TIMEOUT proves nothing by itself: the target may merely be
+ * busy, outside xport. So xport pings the target, and only if the target
+ * answers (it has taken everything sent before the ping off its queue,
+ * which serves all its senders in order) while the operation is still
+ * unanswered, concludes that it was refused. shm then holds back every
+ * later answer to this endpoint: its connections are lost, and the
+ * endpoint retires. 1 if c was lost. */
+static int rma_check(xport_ctx_t *ctx, xport_conn_t *c, long now, int *drained)
+{
+  struct xport__req *r = c->out;
+  if (c->ponged) {
+    if (!*drained) {
+      xport__cq_drain(ctx); /* answers the target gave before its pong */
+      *drained = 1;
+    }
+    while (r && !(r->posted_ms && r->posted_ms < c->ping_at))
+      r = r->cnext;
+    c->ponged = 0;
+    c->ping_at = 0;
+    if (!r || c->state != XPORT__CONN_CONNECTED)
+      return 0;
+    XPORT__WARN("connection %u: the target took a one-sided operation off its queue "
+                "without answering it: it refused the remote key (revoked, forged or out "
+                "of range); the endpoint's later answers are held up behind it, so its "
+                "connections are dropped", c->id);
+    for (xport_conn_t *o = ctx->conns; o; o = o->next)
+      if (o != c && o->rep == c->rep)
+        conn_lost(o, -XPORT_ECONNRESET, 1);
+    conn_lost(c, -XPORT_EACCES, 1);
+    return 1;
+  }
+  if (c->ping_at)
+    return 0; /* asked; the target has not been inside libfabric since */
+  while (r && !(r->posted_ms && now - r->posted_ms > ctx->rma_timeout_ms))
+    r = r->cnext;
+  if (r && probe_send(ctx, c) == 0)
+    c->ping_at = now;
+  return 0;
 }
 
 /* Looks for peers that died: on the same node their process is gone;
- * elsewhere (or when asked) their heartbeats stopped. Runs a few times per
- * XPORT_PEER_TIMEOUT. */
+ * elsewhere (or when asked) their heartbeats stopped, and any message
+ * from the peer counts as one. Runs a few times per XPORT_PEER_TIMEOUT;
+ * it also lets go of what closed connections held, once their
+ * operations have ended. */
 void xport__rdm_housekeeping(xport_ctx_t *ctx)
 {
   /* Every time (housekeeping runs when the application found nothing to
@@ -1213,6 +1418,8 @@ void xport__rdm_housekeeping(xport_ctx_t *ctx)
       if (l->rep)
         discard_unused(l->rep);
   }
+  if (ctx->reap)
+    rdm_reap(ctx);
   long now = xport__now_ms();
   if (now - ctx->last_check < ctx->peer_check_ms / 4)
     return;
@@ -1224,26 +1431,19 @@ void xport__rdm_housekeeping(xport_ctx_t *ctx)
   int drained = 0;
   for (xport_conn_t *c = ctx->conns, *next; c; c = next) {
     next = c->next;
+    if (c->heard) {
+      c->heard = 0;
+      c->last_heard = now;
+    }
+    if (c->state == XPORT__CONN_DISCONNECTED && c->nzombies && !c->dead &&
+        pid_gone(c->pidfd)) {
+      conn_dead(c); /* lost, and now gone: its operations will never end */
+      continue;
+    }
     if (c->state != XPORT__CONN_CONNECTED)
       continue;
-    if (ctx->rma_timeout_ms) {
-      struct xport__req *r = c->out;
-      while (r && !(r->posted_ms && now - r->posted_ms > ctx->rma_timeout_ms))
-        r = r->cnext;
-      if (r) {
-        /* The refused operation stays stuck in the provider and holds up
-         * everything behind it between these two endpoints: every
-         * connection over that pair is lost, not only this one. */
-        XPORT__WARN("connection %u: a one-sided operation got no answer in %ld ms; the "
-                    "target probably refused its key: dropping the connections to that "
-                    "peer endpoint", c->id, ctx->rma_timeout_ms);
-        for (xport_conn_t *o = ctx->conns; o; o = o->next)
-          if (o != c && o->rep == c->rep && o->peer == c->peer)
-            conn_lost(o, -XPORT_ETIMEDOUT);
-        conn_lost(c, -XPORT_ETIMEDOUT);
-        continue;
-      }
-    }
+    if (ctx->rma_timeout_ms && rma_check(ctx, c, now, &drained))
+      continue;
     if (c->keepalive) {
       if (now - c->last_sent >= ctx->peer_check_ms / 3 &&
           ctl_send_conn(c, CTL_KEEPALIVE) == 0)
@@ -1252,34 +1452,40 @@ void xport__rdm_housekeeping(xport_ctx_t *ctx)
         xport__cq_drain(ctx); /* heartbeats may be waiting unread */
         drained = 1;
       }
+      if (c->heard) {
+        c->heard = 0;
+        c->last_heard = now;
+      }
       if (now - c->last_heard > ctx->peer_check_ms) {
-        XPORT__INFO("connection %u: no heartbeat from the peer in %ld ms", c->id,
+        XPORT__INFO("connection %u: nothing heard from the peer in %ld ms", c->id,
                     now - c->last_heard);
-        conn_lost(c, -XPORT_ECONNRESET);
+        conn_lost(c, -XPORT_ECONNRESET, 1);
         continue;
       }
     }
-    if (c->pidfd < 0)
-      continue;
-    struct pollfd p = {.fd = c->pidfd, .events = POLLIN};
-    if (poll(&p, 1, 0) <= 0)
+    if (!pid_gone(c->pidfd))
       continue;
     XPORT__INFO("connection %u: the peer process is gone", c->id);
     if (ctx->prof && ctx->prof->peer_gone)
       ctx->prof->peer_gone(c->peer->addr, c->peer->addrlen);
-    conn_lost(c, -XPORT_ECONNRESET);
+    conn_lost(c, -XPORT_ECONNRESET, 1);
   }
+  /* Closed connections waiting for their operations: a peer that dies
+   * will never finish them. */
+  for (xport_conn_t *c = ctx->draining; c; c = c->dnext)
+    if (!c->dead && pid_gone(c->pidfd))
+      conn_dead(c);
+  if (ctx->reap)
+    rdm_reap(ctx);
 }
 
+/* Every connection is closed: close every endpoint, retired or held open
+ * by operations still in flight, which ends those operations. */
 void xport__rdm_fini(xport_ctx_t *ctx)
 {
   ctx->rdm_closing = 1; /* nobody waits on the CQ any more */
-  if (ctx->cep)
-    rep_close(ctx->cep);
+  while (ctx->reps) /* the retired (retire_eps) ones included */
+    rep_close(ctx->reps);
   ctx->cep = NULL;
-  while (ctx->retired) {
-    struct xport__rep *rep = ctx->retired;
-    ctx->retired = rep->next_retired;
-    rep_close(rep);
-  }
+  ctx->retired = NULL;
 }

@@ -20,7 +20,9 @@ enum {
   XPORT__CTL_CONNACK,     /* listener -> client: tag = the server's receive tag */
   XPORT__CTL_CONNREJ,     /* listener -> client: refused (backlog full, closing) */
   XPORT__CTL_DISC,        /* either way: goodbye, or the answer to one */
-  XPORT__CTL_KEEPALIVE    /* either way: heartbeat */
+  XPORT__CTL_KEEPALIVE,   /* either way: heartbeat */
+  XPORT__CTL_PING,        /* either way: answer with a PONG (the RMA probe, rdm.c) */
+  XPORT__CTL_PONG
 };
 
 struct xport__ctl {

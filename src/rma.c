@@ -221,6 +221,10 @@ static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t 
   if (XPORT__UNLIKELY(with_imm && ctx->native_wimm < 0))
     return -XPORT_ENOSYS;
   if (with_imm && !ctx->native_wimm) {
+    /* Both halves fit, or neither is posted. */
+    ret = xport__post_room(conn, XPORT_OP_WRITE, len ? 2 : 1);
+    if (XPORT__UNLIKELY(ret))
+      return (int)ret;
     /* Emulation for providers whose write-with-immediate consumes no
      * receive (tcp, shm, rxm): the write, then an empty message carrying
      * the value, marked by a tag bit (RDM) or the upper half of its CQ

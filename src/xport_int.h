@@ -23,7 +23,7 @@
 #define XPORT__IOV_MAX 4     /* iov entries xport itself tracks per post */
 #define XPORT__CQ_BATCH 32   /* CQ entries read per fi_cq_read */
 #define XPORT__MAX_CANDS 64
-#define XPORT__EQ_EVERY 64   /* empty polls between two EQ reads (or RDM checks) */
+#define XPORT__EQ_EVERY 64   /* polls between two EQ reads (or RDM checks), busy or idle */
 #define XPORT__BACKLOG_DEFAULT 128 /* listen backlog (XPORT_LISTEN_BACKLOG) */
 #define XPORT__EAGER_MAX (UINT64_C(1) << 20) /* XPORT_EAGER_SIZE is clamped to it */
 #define XPORT__CTL_SLOT 512 /* the least bounce slot: one RDM control message */
@@ -79,9 +79,11 @@ struct xport__profile {
   const char *explicit_only;
   /* 1: reports FI_PROGRESS_AUTO but moves nothing unless its CQ is read. */
   int manual_progress;
-  /* 1: a send slot is freed only by a completion (hardware queues), so an
-   * injected send must still be completed by the provider (FI_INJECT
-   * flag) rather than finished by xport on the spot (fi_inject). */
+  /* 1: an injected send must still be completed by the provider (FI_INJECT
+   * flag) rather than finished by xport on the spot (fi_inject): a send
+   * slot is freed only by a completion (hardware queues), or the provider
+   * queues injected sends without bound (tcp, rxm), so that only their
+   * completions can bound them (xport's tx_depth). */
   int inject_needs_completion;
   /* Maps a failed completion's error to xport's code where the provider
    * reports something generic (may be NULL): 0 keeps the usual mapping. */
@@ -93,6 +95,10 @@ struct xport__profile {
    * region) never completes, nor does any error come (shm). xport then
    * gives such operations a deadline (XPORT_RMA_TIMEOUT). */
   int rma_never_fails;
+  /* 0, or the most operations one connection may have outstanding where
+   * the provider's own queue takes fewer than its tx size says (shm: two
+   * of its 1024 command slots per one-sided operation). */
+  size_t max_tx_depth;
   /* mr_mode bits to drop before opening the domain where the provider
    * merely allows them (shm checks keys only with offsets). */
   uint64_t clear_mr_mode;
@@ -124,6 +130,15 @@ struct xport__profile {
    * into the CQ, during the call (rxm). xport then discards unexpected
    * messages under tags no connection receives. */
   int peek_discard;
+  /* 1: once a peer's process is gone, the provider can no longer touch
+   * the buffers of operations to it (everything to that peer went through
+   * connections that died with it), though it may never report them
+   * (rxm: a rendezvous send waits for ever): xport completes them then,
+   * and keeps their requests until the provider or the endpoint ends
+   * them. 0: only the provider's report or the endpoint's close does
+   * (shm copies through the dead peer's shared memory), and xport retires
+   * the endpoint. */
+  int dead_peer_lets_go;
   /* What to tell the user when the provider refuses to open an endpoint
    * (fi_enable: EINVAL) for reasons of its own (may be NULL). */
   const char *enable_hint;
@@ -237,9 +252,10 @@ struct xport__req {
   struct fid_mr *tmp[XPORT__IOV_MAX];
   size_t uiovcnt;                 /* user's receive iov, for copy-out */
   xport_iov_t uiov[XPORT__IOV_MAX];
-  /* RDM only: a request whose completion xport reported itself (the
-   * connection died or closed) while the provider still owns it. It goes
-   * back to the pool once both the user and the provider are done. */
+  /* RDM only: 1 for a request orphaned by its connection's close or loss
+   * while the provider still owns it (on ctx->zombies, status set). The
+   * user sees it only once the provider lets go: its completion, a
+   * confirmed cancel, or its endpoint's close. */
   unsigned zombie;
   struct xport__rep *rep;         /* control requests: their endpoint */
   struct xport__peer *peer;       /* control sends that hold a peer (refusals) */
@@ -261,9 +277,9 @@ struct xport__detail {
 };
 #define XPORT__PAIR_WAIT 1u /* the silent half is outstanding */
 #define XPORT__PAIR_HELD 2u /* this half finished and waits for it */
-#define XPORT__Z_SYNTH 1u
-#define XPORT__Z_USER 2u
-#define XPORT__Z_PROV 4u
+#define XPORT__Z_ORPHAN 1u    /* zombie: the provider still owns it */
+#define XPORT__Z_SHOWN 2u     /* ... yet queued for the user (zombie_show) */
+#define XPORT__Z_DELIVERED 4u /* ... and delivered */
 
 struct xport__req_chunk {
   struct xport__req_chunk *next;
@@ -296,7 +312,14 @@ struct xport__rep {
   struct fid_ep *ep;
   struct fid_av *av;
   xport_listener_t *lst;          /* NULL for the context's own */
-  size_t nconns;                  /* connections using this endpoint */
+  size_t nconns;                  /* connections attached to this endpoint */
+  size_t ndead;                   /* of which the peer is known dead */
+  /* Withdrawn: no new connection uses it; it closes once every
+   * connection still attached is closed or dead, which releases what its
+   * dead peers' operations hold (shm never completes them). */
+  int withdrawn;
+  int closing;
+  struct xport__rep *next, *prev; /* ctx->reps */
   struct xport__peer *peers;
   struct xport__req *ctl_out;     /* control messages in flight */
   struct xport__req *ctl_rx[XPORT__CTL_RX];
@@ -326,12 +349,22 @@ struct xport_conn {
   int pidfd;                      /* the peer's process, same node only */
   int keepalive;                  /* heartbeats: the peer's process cannot be watched */
   long last_heard, last_sent;     /* heartbeats, xport__now_ms() */
+  unsigned heard;                 /* a message arrived since the last check */
+  long ping_at;                   /* RMA probe sent (rdm.c), or 0 */
+  int ponged;                     /* ... and answered */
+  size_t nzombies;                /* orphaned, still owned by the provider */
+  int dead;                       /* RDM: the peer cannot complete anything */
+  int said_bye;                   /* RDM: closed, a goodbye went out (-1: owed) */
+  struct xport_conn *dnext, *dprev; /* RDM: ctx->draining */
   enum xport__conn_state state;
   int fail_code;                 /* why FAILED */
   /* The user closed it: what the provider cancels from now on is
    * ECANCELED; before, a cancellation means the connection broke. */
   int closing;
   size_t nreqs;                  /* posted and not yet delivered */
+  /* Posted and not yet reported by the provider, against caps.tx_depth
+   * (sends, writes, reads) and caps.rx_depth (receives). */
+  size_t ntx, nrx;
   struct xport__req *out;        /* outstanding (posted) requests */
   int ev_queued;                 /* disconnect event waiting in ctx->evq */
   int ev_status;
@@ -408,13 +441,23 @@ struct xport_ctx {
    * needs the flag for it, else 0: the flags of every write. */
   uint64_t write_flags;
   long last_check;
-  struct xport__req *zombies; /* RDM: reported, still owned by the provider */
+  struct xport__req *zombies; /* RDM: orphaned, still owned by the provider */
+  int reap;                   /* RDM: a zombie finished; housekeeping detaches */
+  struct xport__rep *reps;    /* RDM: every endpoint open */
+  struct xport__rep *probe;   /* RDM: sends the RMA probe's pings (rdm.c) */
+  /* RDM: closed connections whose operations the provider still owns;
+   * they keep their peer in the address vector until those finish. */
+  struct xport_conn *draining;
   size_t eager_size;  /* copy through bounce buffers up to this size */
   size_t bounce_size; /* a bounce slot: eager_size, or a control message if larger */
   int directed;       /* RDM: FI_DIRECTED_RECV, receives name their source */
   int source;         /* RDM: FI_SOURCE, completions name their sender */
   int multi_recv;     /* RDM: FI_MULTI_RECV, for control receives */
   size_t ctl_dropped; /* RDM: control messages that failed validation */
+  /* Operations the provider holds, each owing one CQ entry, and the most
+   * allowed: the CQ's size less room for xport's control traffic. A CQ
+   * that overflows breaks every queue pair on it (verbs). */
+  size_t nposted, max_posted;
 
   int epfd;           /* joins the CQ and EQ wait fds; -1 without */
   int cq_fd, eq_fd;   /* their wait fds, or -1 */
@@ -468,6 +511,9 @@ int xport__post_begin(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov,
                       size_t iovcnt, void *user_ctx, struct iovec *fiov, void **desc,
                       size_t *cnt, struct xport__req **req_p);
 int xport__post_end(xport_conn_t *conn, struct xport__req *req, ssize_t ret);
+/* 0 if n more operations of op's direction fit conn's depth and the
+ * context's CQ, else -XPORT_EAGAIN. */
+int xport__post_room(const xport_conn_t *conn, xport_op_t op, size_t n);
 
 /* cq.c */
 struct xport__req *xport__req_get(xport_ctx_t *ctx);
@@ -475,12 +521,17 @@ struct xport__req *xport__req_get(xport_ctx_t *ctx);
 void xport__req_complete(xport_ctx_t *ctx, struct xport__req *req, int status);
 /* Queues the completion of a request the provider never took (inject). */
 void xport__req_done_now(xport_ctx_t *ctx, struct xport__req *req);
-/* Queues a completion for a request the provider still owns (RDM). */
+/* Orphans a request the provider still owns (RDM): it completes with
+ * status once the provider lets go of it. */
 void xport__req_orphan(xport_ctx_t *ctx, struct xport__req *req, int status);
 /* Drops every finished, undelivered request (the context is going). */
 void xport__done_discard(xport_ctx_t *ctx);
 /* Releases a request's library-owned memory (bounce, registrations). */
 void xport__req_free_mem(xport_ctx_t *ctx, struct xport__req *req);
+/* The peer of conn is dead and the provider can no longer touch what its
+ * orphaned requests hold (dead_peer_lets_go): the user sees them now;
+ * the requests themselves wait for the provider or the endpoint. */
+void xport__zombie_show(xport_ctx_t *ctx, xport_conn_t *conn);
 /* After an endpoint closed: its zombies will never be reported. */
 void xport__zombie_reclaim(xport_ctx_t *ctx, struct xport__rep *rep);
 /* Reads the CQ until it is empty, queueing what the user must see. */

@@ -1,0 +1,656 @@
+/* Lifecycles outside the happy path, run on every provider present: an
+ * operation's completion means the provider is done with its buffer (a
+ * close with a large send or read in flight), liveness checks that busy
+ * traffic does not starve, one-sided deadlines that do not fail a target
+ * that is merely busy, and queue depths that say what xport enforces.
+ *
+ * The two processes step in order through pipes: the server stops calling
+ * xport at a chosen point, so that what the provider still owns is still
+ * unfinished when the client looks. */
+#include "harness.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define T_MS 20000
+#define BIG ((size_t)16 << 20)
+
+static long now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+/* Pipes between the test process (client) and the forked server. */
+struct steps {
+  int c2s[2], s2c[2];
+};
+
+static void steps_open(struct steps *st)
+{
+  XT_CHECK(pipe(st->c2s) == 0 && pipe(st->s2c) == 0, "pipe");
+}
+
+static void steps_close(struct steps *st)
+{
+  close(st->c2s[0]);
+  close(st->c2s[1]);
+  close(st->s2c[0]);
+  close(st->s2c[1]);
+}
+
+static void step_put(int fd, char what)
+{
+  XT_CHECK(write(fd, &what, 1) == 1, "pipe write: %s", strerror(errno));
+}
+
+/* Waits for the other process's step without calling xport. */
+static char step_get(int fd)
+{
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  char what = 0;
+  XT_CHECK(poll(&p, 1, T_MS) == 1, "the other process never took its step");
+  XT_CHECK(read(fd, &what, 1) == 1, "pipe read");
+  return what;
+}
+
+/* Waits for the other process's step while polling ctx (which must stay
+ * quiet: any completion fails the test). */
+static char step_get_polling(xport_ctx_t *ctx, int fd)
+{
+  long end = now_ms() + T_MS;
+  for (;;) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    xport_completion_t c;
+    int n = xport_poll(ctx, &c, 1);
+    XT_CHECK(n == 0, "unexpected completion: op %d status %s (a second completion?)", c.op,
+             n > 0 ? xport_strerror(c.status) : xport_strerror(n));
+    if (poll(&p, 1, 1) == 1) {
+      char what = 0;
+      XT_CHECK(read(fd, &what, 1) == 1, "pipe read");
+      return what;
+    }
+    XT_CHECK(now_ms() < end, "the other process never took its step");
+  }
+}
+
+static void expect(xport_ctx_t *ctx, xport_completion_t *c, xport_op_t op, int status)
+{
+  XT_CHECK(xt_next(ctx, c, T_MS) == 0, "no completion of op %d on %s", op, xt_config());
+  XT_CHECK(c->op == op, "op %d, expected %d (status %s)", c->op, op, xport_strerror(c->status));
+  XT_CHECK(c->status == status, "op %d: status %s, expected %s", op, xport_strerror(c->status),
+           xport_strerror(status));
+}
+
+/* After the user's close, the operation completes exactly once, with
+ * ECANCELED (or 0 where the provider finished it), and only when the
+ * provider has let go of the buffer. Waits a
+ * little for it; returns 'R' if it came at once, 'W' if it came later
+ * (after the server was told to move on). */
+static char closed_op_completes(xport_ctx_t *ctx, xport_op_t op, struct steps *st)
+{
+  xport_completion_t c;
+  char path = 'R';
+  if (xt_next(ctx, &c, 1000) != 0) {
+    /* Still the provider's: the server may now let it finish. */
+    path = 'W';
+    step_put(st->c2s[1], 'W');
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "the closed connection's operation never ended");
+  } else {
+    step_put(st->c2s[1], 'R');
+  }
+  XT_CHECK(c.op == op && (c.status == -XPORT_ECANCELED || c.status == 0),
+           "op %d status %s, expected %d ECANCELED", c.op, xport_strerror(c.status), op);
+  return path;
+}
+
+/* ---- 1. a 16 MiB send, closed at once -------------------------------- */
+
+static int big_recv_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  struct steps *st = arg;
+  xport_completion_t c;
+  char *buf = calloc(1, BIG);
+  XT_CHECK(buf != NULL, "calloc");
+  XT_OK(xport_recv(conn, buf, BIG, NULL, NULL));
+  XT_OK(xport_send(conn, "go", 3, NULL, NULL));
+  expect(ctx, &c, XPORT_OP_SEND, 0);
+  /* Not inside xport until the client has its completion (or has waited
+   * for it): whatever the provider still has to copy is copied later. */
+  step_get(st->c2s[0]);
+  int got_recv = 0, gone = 0;
+  while (!got_recv || !gone) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "server: recv %d, disconnect %d", got_recv, gone);
+    if (c.op == XPORT_OP_DISCONNECT) {
+      gone = 1;
+      continue;
+    }
+    XT_CHECK(c.op == XPORT_OP_RECV, "server: op %d", c.op);
+    got_recv = 1;
+    if (c.status == 0) {
+      /* Delivered: every byte must be the original, never the refill. */
+      XT_CHECK(c.len == BIG, "received %zu bytes", c.len);
+      size_t bad = xt_verify(buf, BIG, 1);
+      XT_CHECK(bad == BIG, "byte %zu of the message is not what was sent: the sender's "
+               "buffer was refilled while the provider still owned it", bad);
+    }
+  }
+  free(buf);
+  return 0;
+}
+
+static int big_send_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  struct steps *st = arg;
+  xport_completion_t c;
+  char go[4];
+  char *buf = malloc(BIG);
+  XT_CHECK(buf != NULL, "malloc");
+  XT_OK(xport_recv(conn, go, sizeof go, NULL, NULL));
+  expect(ctx, &c, XPORT_OP_RECV, 0);
+  xt_fill(buf, BIG, 1);
+  XT_OK(xport_send(conn, buf, BIG, NULL, NULL));
+  XT_OK(xport_conn_close(conn));
+  closed_op_completes(ctx, XPORT_OP_SEND, st);
+  xt_fill(buf, BIG, 2); /* the buffer is the application's again */
+  XT_CHECK(xt_next(ctx, &c, 300) == -XPORT_ETIMEDOUT, "a second completion: op %d", c.op);
+  free(buf);
+  return XT_CLOSED;
+}
+
+START_TEST(close_with_big_send_in_flight)
+{
+  struct steps st;
+  steps_open(&st);
+  xt_pair(big_recv_server, big_send_client, &st);
+  steps_close(&st);
+}
+END_TEST
+
+/* ---- 1. a 16 MiB read, closed at once -------------------------------- */
+
+static void send_key(xport_ctx_t *ctx, xport_conn_t *conn, xport_mr_t *mr, size_t len)
+{
+  uint8_t key[XPORT_RKEY_MAX_SIZE];
+  xport_completion_t c;
+  int n = xport_rkey_pack(mr, 0, len, key, sizeof key);
+  XT_CHECK(n > 0, "pack: %s", xport_strerror(n));
+  XT_OK(xport_send(conn, key, (size_t)n, NULL, NULL));
+  expect(ctx, &c, XPORT_OP_SEND, 0);
+}
+
+static xport_rkey_t *get_key(xport_ctx_t *ctx, xport_conn_t *conn)
+{
+  uint8_t key[XPORT_RKEY_MAX_SIZE];
+  xport_completion_t c;
+  xport_rkey_t *rk;
+  XT_OK(xport_recv(conn, key, sizeof key, NULL, NULL));
+  expect(ctx, &c, XPORT_OP_RECV, 0);
+  XT_OK(xport_rkey_unpack(conn, key, c.len, &rk));
+  return rk;
+}
+
+static int read_target_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  struct steps *st = arg;
+  xport_completion_t c;
+  xport_mr_t *mr;
+  char *reg = malloc(BIG);
+  XT_CHECK(reg != NULL, "malloc");
+  xt_fill(reg, BIG, 3);
+  XT_OK(xport_mr_reg(ctx, reg, BIG, XPORT_ACCESS_REMOTE_READ, &mr));
+  send_key(ctx, conn, mr, BIG);
+  step_get(st->c2s[0]);
+  /* The disconnect comes after the read on the wire: once it is here,
+   * the read has been served, or never will be. */
+  expect(ctx, &c, XPORT_OP_DISCONNECT, -XPORT_ECONNRESET);
+  step_put(st->s2c[1], 'D');
+  /* Still progressing (tcp moves nothing otherwise) until the client has
+   * its completion and has checked its buffer. */
+  step_get_polling(ctx, st->c2s[0]);
+  XT_OK(xport_conn_close(conn));
+  XT_OK(xport_mr_dereg(mr));
+  free(reg);
+  return XT_CLOSED;
+}
+
+static int big_read_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  struct steps *st = arg;
+  xport_completion_t c;
+  char *buf = calloc(1, BIG);
+  XT_CHECK(buf != NULL, "calloc");
+  xport_rkey_t *rk = get_key(ctx, conn);
+  XT_OK(xport_read(conn, buf, BIG, NULL, rk, 0, NULL));
+  XT_OK(xport_conn_close(conn));
+  closed_op_completes(ctx, XPORT_OP_READ, st);
+  xt_fill(buf, BIG, 9); /* the buffer is the application's again */
+  XT_CHECK(step_get_polling(ctx, st->s2c[0]) == 'D', "server step");
+  size_t bad = xt_verify(buf, BIG, 9);
+  XT_CHECK(bad == BIG, "byte %zu was written after the read completed", bad);
+  step_put(st->c2s[1], 'V');
+  XT_CHECK(xt_next(ctx, &c, 300) == -XPORT_ETIMEDOUT, "a second completion: op %d", c.op);
+  xport_rkey_release(rk);
+  free(buf);
+  return XT_CLOSED;
+}
+
+START_TEST(close_with_big_read_in_flight)
+{
+  struct steps st;
+  steps_open(&st);
+  xt_pair(read_target_server, big_read_client, &st);
+  steps_close(&st);
+}
+END_TEST
+
+/* ---- 1. a dead peer's operations end; the context goes on ------------- */
+
+static int dying_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)ctx;
+  (void)conn;
+  (void)arg;
+  raise(SIGKILL);
+  return 0;
+}
+
+static int echo_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  char buf[64];
+  xport_completion_t c;
+  XT_OK(xport_recv(conn, buf, sizeof buf, NULL, NULL));
+  expect(ctx, &c, XPORT_OP_RECV, 0);
+  XT_OK(xport_send(conn, buf, c.len, NULL, NULL));
+  expect(ctx, &c, XPORT_OP_SEND, 0);
+  expect(ctx, &c, XPORT_OP_DISCONNECT, -XPORT_ECONNRESET);
+  return 0;
+}
+
+START_TEST(dead_peer_ops_end_and_context_goes_on)
+{
+  /* The server dies by SIGKILL right after accepting; a large send and a
+   * receive are outstanding on the connection. shm never finishes such a
+   * send: xport retires the endpoint it was posted on, which ends it. */
+  char addr[128], rbuf[64];
+  xport_conn_t *conn;
+  xport_completion_t c;
+  char *big = malloc(BIG);
+  XT_CHECK(big != NULL, "malloc");
+  xt_fill(big, BIG, 4);
+  pid_t pid = xt_spawn_pair_server(dying_server, NULL, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  int rc = xport_recv(conn, rbuf, sizeof rbuf, NULL, NULL);
+  XT_CHECK(rc == 0 || rc == -XPORT_ENOTCONN, "recv: %s", xport_strerror(rc));
+  int want = rc == 0;
+  rc = xport_send(conn, big, BIG, NULL, NULL);
+  XT_CHECK(rc == 0 || rc == -XPORT_ENOTCONN, "send: %s", xport_strerror(rc));
+  want += rc == 0;
+  XT_CHECK(xt_reap(pid) == 128 + SIGKILL, "server did not die by SIGKILL");
+  for (int got = 0, gone = 0; got < want || !gone;) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "%d of %d operations ended, disconnect %d", got, want,
+             gone);
+    if (c.op == XPORT_OP_DISCONNECT) {
+      gone = 1;
+      continue;
+    }
+    XT_CHECK(c.status != 0, "op %d succeeded towards a dead peer", c.op);
+    got++;
+  }
+  XT_OK(xport_conn_close(conn));
+  XT_CHECK(xt_next(ctx, &c, 300) == -XPORT_ETIMEDOUT, "a second completion: op %d", c.op);
+  /* New connections from the same context still work. */
+  pid = xt_spawn_pair_server(echo_server, NULL, addr, sizeof addr);
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  char msg[32], back[64];
+  xt_fill(msg, sizeof msg, 6);
+  XT_OK(xport_recv(conn, back, sizeof back, NULL, NULL));
+  XT_OK(xport_send(conn, msg, sizeof msg, NULL, NULL));
+  for (int i = 0; i < 2; i++) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "echo: timeout");
+    XT_CHECK(c.status == 0, "echo: op %d %s", c.op, xport_strerror(c.status));
+  }
+  XT_CHECK(xt_verify(back, sizeof msg, 6) == sizeof msg, "echo bytes differ");
+  XT_OK(xport_conn_close(conn));
+  xport_ctx_destroy(ctx);
+  XT_CHECK(xt_reap(pid) == 0, "echo server failed");
+  free(big);
+}
+END_TEST
+
+/* ---- 4. liveness under continuous traffic ----------------------------- */
+
+#define FLOOD_MSG 64
+#define FLOOD_WIN 64
+#define FLOOD_END 0xffffffffu
+
+/* A slow receiver: its CQ always has entries waiting. */
+static int flood_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  static char bufs[FLOOD_WIN][FLOOD_MSG];
+  static char work[256 << 10];
+  xport_completion_t c;
+  uint32_t expect_seq = 0;
+  for (int i = 0; i < FLOOD_WIN; i++)
+    XT_OK(xport_recv(conn, bufs[i], FLOOD_MSG, NULL, bufs[i]));
+  for (;;) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "server: flood stalled at %u", expect_seq);
+    XT_CHECK(c.op == XPORT_OP_RECV, "server: op %d status %s: a busy peer was dropped", c.op,
+             xport_strerror(c.status));
+    XT_CHECK(c.status == 0, "server: receive %u: %s", expect_seq, xport_strerror(c.status));
+    uint32_t seq;
+    memcpy(&seq, c.user_ctx, sizeof seq);
+    if (seq == FLOOD_END)
+      break;
+    XT_CHECK(seq == expect_seq, "message %u arrived as %u", expect_seq, seq);
+    XT_CHECK(xt_verify((char *)c.user_ctx + 4, FLOOD_MSG - 4, seq) == FLOOD_MSG - 4,
+             "message %u: bytes differ", seq);
+    expect_seq++;
+    memset(work, (int)seq, sizeof work); /* the application's own work */
+    XT_OK(xport_recv(conn, c.user_ctx, FLOOD_MSG, NULL, c.user_ctx));
+  }
+  XT_OK(xport_send(conn, &expect_seq, sizeof expect_seq, NULL, NULL));
+  expect(ctx, &c, XPORT_OP_SEND, 0);
+  return 0;
+}
+
+static int flood_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  long *ms = arg;
+  static char msgs[FLOOD_WIN][FLOOD_MSG];
+  xport_completion_t comps[16];
+  uint32_t seq = 0, got = 0;
+  int inflight = 0, slot = 0;
+  XT_OK(xport_recv(conn, &got, sizeof got, NULL, &got));
+  long end = now_ms() + *ms;
+  for (int done = 0; !done;) {
+    int last = now_ms() >= end;
+    while (inflight < FLOOD_WIN) {
+      char *m = msgs[slot];
+      uint32_t s = last ? FLOOD_END : seq;
+      memcpy(m, &s, 4);
+      xt_fill(m + 4, FLOOD_MSG - 4, s);
+      int rc = xport_send(conn, m, FLOOD_MSG, NULL, m);
+      if (rc == -XPORT_EAGAIN)
+        break;
+      XT_OK(rc);
+      inflight++;
+      slot = (slot + 1) % FLOOD_WIN;
+      if (last) {
+        done = 1;
+        break;
+      }
+      seq++;
+    }
+    int n = xport_poll(ctx, comps, 16);
+    XT_CHECK(n >= 0, "poll: %s", xport_strerror(n));
+    for (int i = 0; i < n; i++) {
+      XT_CHECK(comps[i].op == XPORT_OP_SEND && comps[i].status == 0,
+               "client: op %d status %s after %u messages: a busy peer was declared lost",
+               comps[i].op, xport_strerror(comps[i].status), seq);
+      inflight--;
+    }
+  }
+  /* The count the server saw comes back; the sends still in flight end. */
+  xport_completion_t c;
+  for (int have = 0; !have || inflight > 0;) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "client: the end of the flood never came");
+    if (c.op == XPORT_OP_SEND) {
+      XT_CHECK(c.status == 0, "send: %s", xport_strerror(c.status));
+      inflight--;
+      continue;
+    }
+    XT_CHECK(c.op == XPORT_OP_RECV && c.status == 0, "client: op %d %s", c.op,
+             xport_strerror(c.status));
+    have = 1;
+  }
+  XT_CHECK(got == seq, "server saw %u messages of %u", got, seq);
+  return 0;
+}
+
+START_TEST(busy_peer_stays_alive)
+{
+  /* Heartbeats forced, a short timeout, and a flood lasting many timeouts:
+   * a peer busy with traffic is alive, and must be seen so. */
+  long ms = 4 * 1500;
+  setenv("XPORT_KEEPALIVE", "1", 1);
+  setenv("XPORT_PEER_TIMEOUT", "1500", 1);
+  xt_pair(flood_server, flood_client, &ms);
+}
+END_TEST
+
+/* ---- 4. a busy target is not a refusal --------------------------------- */
+
+static int busy_target_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  struct steps *st = arg;
+  xport_completion_t c;
+  xport_mr_t *mr;
+  char *reg = malloc(4096), done[4];
+  XT_CHECK(reg != NULL, "malloc");
+  xt_fill(reg, 4096, 5);
+  XT_OK(xport_mr_reg(ctx, reg, 4096, XPORT_ACCESS_REMOTE_READ, &mr));
+  XT_OK(xport_recv(conn, done, sizeof done, NULL, NULL));
+  send_key(ctx, conn, mr, 4096);
+  /* Computing, outside xport, for many RMA deadlines. */
+  step_get(st->c2s[0]);
+  expect(ctx, &c, XPORT_OP_RECV, 0);
+  XT_OK(xport_mr_dereg(mr));
+  free(reg);
+  return 0;
+}
+
+static int busy_target_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  struct steps *st = arg;
+  xport_completion_t c;
+  char buf[4096];
+  memset(buf, 0, sizeof buf);
+  xport_rkey_t *rk = get_key(ctx, conn);
+  XT_OK(xport_read(conn, buf, sizeof buf, NULL, rk, 0, NULL));
+  /* Ten deadlines pass while the target does not call xport. */
+  long end = now_ms() + 10 * 300;
+  while (now_ms() < end) {
+    int n = xport_poll(ctx, &c, 1);
+    XT_CHECK(n >= 0, "poll: %s", xport_strerror(n));
+    XT_CHECK(n == 0 || (c.op == XPORT_OP_READ && c.status == 0),
+             "op %d failed with %s while the target was busy", c.op, xport_strerror(c.status));
+    if (n)
+      break; /* a provider that progresses by itself */
+    struct timespec ts = {0, 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  step_put(st->c2s[1], 'W');
+  if (now_ms() >= end)
+    expect(ctx, &c, XPORT_OP_READ, 0);
+  XT_CHECK(xt_verify(buf, sizeof buf, 5) == sizeof buf, "read bytes differ");
+  XT_OK(xport_send(conn, "ok", 3, NULL, NULL));
+  expect(ctx, &c, XPORT_OP_SEND, 0);
+  xport_rkey_release(rk);
+  return 0;
+}
+
+START_TEST(busy_target_is_no_refusal)
+{
+  struct steps st;
+  setenv("XPORT_RMA_TIMEOUT", "300", 1);
+  steps_open(&st);
+  xt_pair(busy_target_server, busy_target_client, &st);
+  steps_close(&st);
+}
+END_TEST
+
+/* ---- 4. the depths the capability record states ----------------------- */
+
+#define SLOT 16
+
+static int depth_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  xport_completion_t c;
+  xport_caps_t caps;
+  xport_mr_t *mr;
+  XT_OK(xport_ctx_query(ctx, &caps));
+  size_t regsize = caps.tx_depth * SLOT;
+  char *reg = calloc(1, regsize), *bufs = calloc(caps.rx_depth + 1, SLOT);
+  char *seen = calloc(caps.rx_depth, 1);
+  XT_CHECK(reg && bufs && seen, "calloc");
+  XT_OK(xport_mr_reg(ctx, reg, regsize, XPORT_ACCESS_REMOTE_WRITE, &mr));
+  send_key(ctx, conn, mr, regsize);
+  /* Receives until xport says no: exactly rx_depth of them. */
+  size_t posted = 0;
+  int rc;
+  while ((rc = xport_recv(conn, bufs + posted * SLOT, SLOT, NULL, bufs + posted * SLOT)) == 0)
+    XT_CHECK(++posted <= caps.rx_depth, "more than rx_depth (%zu) receives accepted",
+             caps.rx_depth);
+  XT_CHECK(rc == -XPORT_EAGAIN, "receive %zu: %s", posted, xport_strerror(rc));
+  XT_CHECK(posted == caps.rx_depth, "EAGAIN after %zu receives; rx_depth says %zu", posted,
+           caps.rx_depth);
+  XT_OK(xport_send(conn, "go", 3, NULL, NULL));
+  size_t got = 0, sent = 0;
+  while (got < posted || !sent) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "server: %zu of %zu messages", got, posted);
+    if (c.op == XPORT_OP_SEND) {
+      XT_CHECK(c.status == 0, "send: %s", xport_strerror(c.status));
+      sent = 1;
+      continue;
+    }
+    XT_CHECK(c.op == XPORT_OP_RECV && c.status == 0 && c.len == SLOT, "server: op %d %s", c.op,
+             xport_strerror(c.status));
+    uint32_t seq;
+    memcpy(&seq, c.user_ctx, 4);
+    XT_CHECK(seq < posted && !seen[seq], "message %u twice or out of range", seq);
+    XT_CHECK(xt_verify((char *)c.user_ctx + 4, SLOT - 4, seq) == SLOT - 4, "message %u", seq);
+    seen[seq] = 1;
+    got++;
+  }
+  /* The client's writes, one per slot, all landed. */
+  for (size_t i = 0; i < caps.tx_depth; i++)
+    XT_CHECK(xt_verify(reg + i * SLOT, SLOT, (unsigned)i + 1000) == SLOT, "write %zu", i);
+  /* Closing now would end the client's sends not yet completed there. */
+  char fin[8];
+  XT_OK(xport_recv(conn, fin, sizeof fin, NULL, fin));
+  XT_OK(xport_send(conn, "done", 5, NULL, NULL));
+  for (int i = 0; i < 2; i++) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "server: the client's last word never came");
+    XT_CHECK(c.status == 0, "server: op %d: %s", c.op, xport_strerror(c.status));
+  }
+  XT_OK(xport_mr_dereg(mr));
+  free(reg);
+  free(bufs);
+  free(seen);
+  return 0;
+}
+
+static int depth_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  xport_completion_t comps[32];
+  xport_caps_t caps;
+  char go[4], done[8];
+  XT_OK(xport_ctx_query(ctx, &caps));
+  xport_rkey_t *rk = get_key(ctx, conn);
+  XT_OK(xport_recv(conn, go, sizeof go, NULL, go));
+  XT_OK(xport_recv(conn, done, sizeof done, NULL, done));
+  char *src = malloc(caps.tx_depth * SLOT), *msgs = malloc(caps.rx_depth * SLOT);
+  XT_CHECK(src && msgs, "malloc");
+  /* Writes until xport says no, without polling: exactly tx_depth. */
+  size_t posted = 0;
+  int rc = 0;
+  for (;;) {
+    if (posted < caps.tx_depth)
+      xt_fill(src + posted * SLOT, SLOT, (unsigned)posted + 1000);
+    rc = posted < caps.tx_depth
+             ? xport_write(conn, src + posted * SLOT, SLOT, NULL, rk, posted * SLOT, NULL)
+             : xport_write(conn, src, SLOT, NULL, rk, 0, NULL);
+    if (rc)
+      break;
+    XT_CHECK(++posted <= caps.tx_depth, "more than tx_depth (%zu) writes accepted",
+             caps.tx_depth);
+  }
+  XT_CHECK(rc == -XPORT_EAGAIN, "write %zu: %s", posted, xport_strerror(rc));
+  XT_CHECK(posted == caps.tx_depth, "EAGAIN after %zu writes; tx_depth says %zu", posted,
+           caps.tx_depth);
+  /* Everything completes once polled; then as many messages as the
+   * server has receives, posted as fast as xport takes them. */
+  size_t writes = 0, sends = 0, sent = 0, got_go = 0, got_done = 0;
+  while (writes < posted || sends < caps.rx_depth || !got_go) {
+    while (got_go && sent < caps.rx_depth) {
+      char *m = msgs + sent * SLOT;
+      uint32_t seq = (uint32_t)sent;
+      memcpy(m, &seq, 4);
+      xt_fill(m + 4, SLOT - 4, seq);
+      rc = xport_send(conn, m, SLOT, NULL, NULL);
+      if (rc == -XPORT_EAGAIN)
+        break;
+      XT_OK(rc);
+      sent++;
+    }
+    int n = xport_poll(ctx, comps, 32);
+    XT_CHECK(n >= 0, "poll: %s", xport_strerror(n));
+    if (!n)
+      xport_wait(ctx, 10);
+    for (int i = 0; i < n; i++) {
+      XT_CHECK(comps[i].status == 0, "op %d: %s", comps[i].op, xport_strerror(comps[i].status));
+      if (comps[i].op == XPORT_OP_WRITE)
+        writes++;
+      else if (comps[i].op == XPORT_OP_SEND)
+        sends++;
+      else if (comps[i].op == XPORT_OP_RECV && comps[i].user_ctx == go)
+        got_go = 1;
+      else if (comps[i].op == XPORT_OP_RECV && comps[i].user_ctx == done)
+        got_done = 1; /* the server had all; our send completions may lag */
+      else
+        XT_CHECK(0, "op %d", comps[i].op);
+    }
+  }
+  xport_completion_t c;
+  if (!got_done) {
+    expect(ctx, &c, XPORT_OP_RECV, 0);
+    XT_CHECK(c.user_ctx == done, "the server's last word");
+  }
+  XT_CHECK(!strcmp(done, "done"), "the server's last word");
+  XT_OK(xport_send(conn, "fin", 4, NULL, NULL));
+  expect(ctx, &c, XPORT_OP_SEND, 0);
+  xport_rkey_release(rk);
+  free(src);
+  free(msgs);
+  return 0;
+}
+
+START_TEST(depth_is_what_caps_say)
+{
+  xt_pair(depth_server, depth_client, NULL);
+}
+END_TEST
+
+static Suite *life_suite(void)
+{
+  Suite *s = suite_create("life");
+  TCase *own = tcase_create("Ownership");
+  tcase_set_timeout(own, 90);
+  tcase_add_test(own, close_with_big_send_in_flight);
+  tcase_add_test(own, close_with_big_read_in_flight);
+  tcase_add_test(own, dead_peer_ops_end_and_context_goes_on);
+  suite_add_tcase(s, own);
+  TCase *live = tcase_create("Liveness");
+  tcase_set_timeout(live, 90);
+  tcase_add_test(live, busy_peer_stays_alive);
+  tcase_add_test(live, busy_target_is_no_refusal);
+  tcase_add_test(live, depth_is_what_caps_say);
+  suite_add_tcase(s, live);
+  return s;
+}
+
+int main(void)
+{
+  return xt_main("check_life", life_suite, 1);
+}
