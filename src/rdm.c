@@ -1008,6 +1008,25 @@ static int rep_open(xport_ctx_t *ctx, struct fi_info *info, const char *name,
 
 /* ---- listen, connect, accept, close ----------------------------------- */
 
+/* An address vector holds the address format of its domain (rxm: an IPv4
+ * domain refuses IPv6 addresses, and the reverse), and every connection
+ * of the context goes through one domain: a listener or a peer of the
+ * other family could never be reached. Say so at once, not as EINVAL
+ * from the first send. */
+static int format_ok(xport_ctx_t *ctx, const struct fi_info *info, const char *host)
+{
+  uint32_t have = ctx->info->addr_format, want = info->addr_format;
+  if (have == want || (have != FI_SOCKADDR_IN && have != FI_SOCKADDR_IN6) ||
+      (want != FI_SOCKADDR_IN && want != FI_SOCKADDR_IN6))
+    return 0;
+  XPORT__WARN("%s: %s is an %s address, but this context's domain (%s) speaks %s only; "
+              "use an %s address, or a provider with connected endpoints (tcp)",
+              ctx->caps.provider, host, want == FI_SOCKADDR_IN6 ? "IPv6" : "IPv4",
+              ctx->info->domain_attr->name, have == FI_SOCKADDR_IN6 ? "IPv6" : "IPv4",
+              have == FI_SOCKADDR_IN6 ? "IPv6" : "IPv4");
+  return -XPORT_EADDRNOTAVAIL;
+}
+
 int xport__rdm_listen(xport_listener_t *lst, const char *host, const char *port)
 {
   xport_ctx_t *ctx = lst->ctx;
@@ -1049,7 +1068,9 @@ int xport__rdm_listen(xport_listener_t *lst, const char *host, const char *port)
     ret = xport__resolve(ctx, host, port, FI_SOURCE, &info);
     if (ret)
       return ret;
-    ret = rep_open(ctx, info, NULL, &rep);
+    ret = format_ok(ctx, info, host);
+    if (!ret)
+      ret = rep_open(ctx, info, NULL, &rep);
     fi_freeinfo(info);
     if (ret)
       return ret;
@@ -1191,9 +1212,9 @@ int xport__rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
     if (ret)
       return ret;
     alen = info->dest_addrlen;
-    if (alen > sizeof addr) {
+    if ((ret = format_ok(ctx, info, host)) || alen > sizeof addr) {
       fi_freeinfo(info);
-      return -XPORT_EADDRNOTAVAIL;
+      return ret ? ret : -XPORT_EADDRNOTAVAIL;
     }
     memcpy(addr, info->dest_addr, alen);
     fi_freeinfo(info);

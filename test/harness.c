@@ -244,6 +244,12 @@ int xt_reap(pid_t pid)
 
 pid_t xt_spawn_server(xt_listen_fn fn, void *arg, char *addr, size_t len)
 {
+  return xt_spawn_server_on(xt_listen_addr(), fn, arg, addr, len);
+}
+
+pid_t xt_spawn_server_on(const char *listen_addr, xt_listen_fn fn, void *arg, char *addr,
+                         size_t len)
+{
   int p[2];
   XT_CHECK(pipe(p) == 0, "pipe");
   fflush(NULL);
@@ -256,7 +262,7 @@ pid_t xt_spawn_server(xt_listen_fn fn, void *arg, char *addr, size_t len)
     xport_ctx_t *ctx = xt_ctx();
     xport_listener_t *lst;
     char a[128];
-    XT_OK(xport_listen(ctx, xt_listen_addr(), &lst));
+    XT_OK(xport_listen(ctx, listen_addr, &lst));
     XT_OK(xport_listener_addr(lst, a, sizeof a));
     XT_CHECK(write(p[1], a, strlen(a) + 1) > 0, "write");
     close(p[1]);

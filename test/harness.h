@@ -54,6 +54,9 @@ void xt_pair(xt_side_fn server, xt_side_fn client, void *arg);
 /* Forks a server that runs fn(ctx, listener-address-is-sent) itself. */
 typedef void (*xt_listen_fn)(xport_ctx_t *ctx, xport_listener_t *lst, void *arg);
 pid_t xt_spawn_server(xt_listen_fn fn, void *arg, char *addr, size_t len);
+/* The same, listening on listen_addr instead of xt_listen_addr(). */
+pid_t xt_spawn_server_on(const char *listen_addr, xt_listen_fn fn, void *arg, char *addr,
+                         size_t len);
 /* Waits for a spawned server and returns its exit status (or 128+signal). */
 int xt_reap(pid_t pid);
 
