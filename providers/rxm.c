@@ -23,6 +23,30 @@
  * under unused tags. */
 #include "xport_int.h"
 
+#include <stdlib.h>
+
+/* A message larger than its receive must cost that receive (FI_ETRUNC)
+ * and nothing else; in rxm (libfabric 1.17) two of its protocols do not
+ * manage that:
+ * - over tcp, rxm hands a tagged message's posted buffer straight to the
+ *   tcp endpoint underneath ("dynamic receive buffers"); a message larger
+ *   than the buffer fails the tcp stream in mid-message, and the tcp
+ *   connection between the two rxm endpoints is dead: rxm neither reports
+ *   it nor makes a new one, so every xport connection between those two
+ *   endpoints stops (posts return EAGAIN, connects time out);
+ * - segmented messages (SAR, between the eager and the rendezvous sizes,
+ *   used once dynamic buffers are off) finish the receive at the first
+ *   segment that does not fit, and the segments after it crash rxm.
+ * With both off, a message up to rxm's buffer size (16 KiB) lands in
+ * rxm's bounce buffer and is truncated in the copy, and a larger one goes
+ * by rendezvous, which truncates cleanly too. The cost is one copy of
+ * small messages. A user who sets these variables keeps the choice. */
+static void rxm_preinit(void)
+{
+  setenv("FI_OFI_RXM_ENABLE_DYN_RBUF", "0", 0);
+  setenv("FI_OFI_RXM_SAR_LIMIT", "0", 0);
+}
+
 const struct xport__profile xport__profile_tcp_rxm = {
   .name = "tcp;ofi_rxm",
   .rank = 30,
@@ -30,6 +54,7 @@ const struct xport__profile xport__profile_tcp_rxm = {
   /* fi_tinject is accepted without bound (a million and more while the
    * peer had taken a tenth): only completions can hold senders back. */
   .inject_needs_completion = 1,
+  .preinit = rxm_preinit,
   .close_needs_quiet = 1,
   .retire_eps = 1,
   .unexpected_unbounded = 1,
@@ -42,6 +67,7 @@ const struct xport__profile xport__profile_verbs_rxm = {
   .rank = 15,
   .manual_progress = 1,
   .inject_needs_completion = 1,
+  .preinit = rxm_preinit,
   .close_needs_quiet = 1,
   .retire_eps = 1,
   .unexpected_unbounded = 1,
