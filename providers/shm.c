@@ -1,11 +1,14 @@
 /* shm: processes of one node, FI_EP_RDM only. Endpoints are files in
  * /dev/shm named after the endpoint; xport names a listener's endpoint
- * "xport-PORT" after the address it was given, and guards the name
- * with a lock file, because starting a second endpoint under a live name
- * unlinks the owner's file (libfabric 1.17). */
+ * "xport-PORT" after the address it was given, and every other endpoint
+ * "xport-PID-RANDOM", and guards each name with a lock file held for the
+ * owner's life: starting a second endpoint under a live name unlinks the
+ * owner's file (libfabric 1.17), and a killed process leaves its files,
+ * which the lock tells from a live owner's (shm_sweep). */
 #define _GNU_SOURCE /* process_vm_readv */
 #include "xport_int.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
@@ -126,6 +129,55 @@ static int shm_name_alive(const char *name)
   return alive;
 }
 
+/* "xport-PID-RANDOM": the pid is for people reading /dev/shm; whether
+ * the owner lives is told by its lock (claim_name), which works across PID
+ * namespaces and never mistakes a reused pid for the owner. */
+static int shm_anon_name(char *name, size_t len)
+{
+  int n = snprintf(name, len, "xport-%ld-%016llx", (long)getpid(),
+                   (unsigned long long)xport__random_key(8));
+  return n > 0 && (size_t)n < len ? 0 : -XPORT_EINVAL;
+}
+
+/* Every xport endpoint file has a lock file whose lock its owner holds
+ * for as long as it lives: a lock that can be taken means the owner is
+ * gone, and both files go (the order shm_release_name keeps). Files of
+ * other programs and of other users (whose lock files we cannot open)
+ * are never touched. */
+static void shm_sweep(void)
+{
+  DIR *d = opendir(SHM_DIR);
+  struct dirent *e;
+  int removed = 0;
+  if (!d)
+    return;
+  while ((e = readdir(d))) {
+    size_t n = strlen(e->d_name);
+    if (strncmp(e->d_name, "xport-", 6) || n < 6 + 5 || strcmp(e->d_name + n - 5, ".lock") ||
+        n - 5 >= XPORT__ADDR_MAX)
+      continue;
+    char name[XPORT__ADDR_MAX], path[512], ep[512];
+    memcpy(name, e->d_name, n - 5);
+    name[n - 5] = '\0';
+    lock_path(name, path, sizeof path);
+    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+      continue;
+    struct stat a, b;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &a) == 0 && stat(path, &b) == 0 &&
+        a.st_ino == b.st_ino && a.st_uid == geteuid()) {
+      snprintf(ep, sizeof ep, SHM_DIR "%s", name);
+      unlink(ep);
+      unlink(path); /* while holding the lock, as shm_release_name does */
+      removed++;
+    }
+    close(fd);
+  }
+  closedir(d);
+  if (removed)
+    XPORT__INFO("shm: removed the files of %d endpoints whose processes are gone", removed);
+}
+
 /* A dead peer's endpoint file stays in /dev/shm: remove it, when its
  * owner is really gone. */
 static void shm_peer_gone(const void *addr, size_t len)
@@ -206,5 +258,7 @@ const struct xport__profile xport__profile_shm = {
   .claim_name = shm_claim_name,
   .release_name = shm_release_name,
   .name_alive = shm_name_alive,
+  .anon_name = shm_anon_name,
+  .sweep = shm_sweep,
   .peer_gone = shm_peer_gone,
 };

@@ -538,6 +538,9 @@ XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p
   ret = probe(ctx, &s);
   if (ret)
     goto fail;
+  /* Processes killed earlier may have left their endpoints' files. */
+  if (ctx->prof && ctx->prof->sweep)
+    ctx->prof->sweep();
   uint64_t mm = ctx->info->domain_attr->mr_mode;
   ctx->id = xport__random_key(8);
   ctx->need_local_mr = s.strict || (mm & FI_MR_LOCAL);

@@ -1006,6 +1006,27 @@ static int rep_open(xport_ctx_t *ctx, struct fi_info *info, const char *name,
   return 0;
 }
 
+/* Opens the context's endpoint for outgoing connections; where the
+ * provider names endpoints, under a name of xport's own (anon_name). */
+static int cep_open(xport_ctx_t *ctx)
+{
+  const struct xport__profile *prof = ctx->prof;
+  char name[XPORT__ADDR_MAX];
+  int lock = -1, ret;
+  if (!prof || !prof->anon_name)
+    return rep_open(ctx, NULL, NULL, &ctx->cep);
+  if ((ret = prof->anon_name(name, sizeof name)) || (ret = prof->claim_name(name, &lock)))
+    return ret;
+  ret = rep_open(ctx, NULL, name, &ctx->cep);
+  if (ret) {
+    prof->release_name(name, lock);
+    return ret;
+  }
+  snprintf(ctx->cep->name, sizeof ctx->cep->name, "%s", name);
+  ctx->cep->lock = lock;
+  return 0;
+}
+
 /* ---- listen, connect, accept, close ----------------------------------- */
 
 /* An address vector holds the address format of its domain (rxm: an IPv4
@@ -1219,7 +1240,7 @@ int xport__rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
     memcpy(addr, info->dest_addr, alen);
     fi_freeinfo(info);
   }
-  if (!ctx->cep && (ret = rep_open(ctx, NULL, NULL, &ctx->cep)))
+  if (!ctx->cep && (ret = cep_open(ctx)))
     return ret;
   struct xport__peer *peer = peer_get(ctx->cep, addr, alen, &ret);
   if (!peer)

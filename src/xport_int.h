@@ -153,6 +153,15 @@ struct xport__profile {
   void (*release_name)(const char *name, int lock);
   /* 1 if a live endpoint owns the name. */
   int (*name_alive)(const char *name);
+  /* A fresh name for an endpoint that is no listener's (may be NULL: the
+   * provider's default name), taken with claim_name like a listener's, so
+   * that what a killed process leaves behind is known as xport's and
+   * removed by sweep, never mistaken for another program's. */
+  int (*anon_name)(char *name, size_t len);
+  /* Removes what endpoints of dead owners left behind under xport's
+   * names; a live owner's are left alone (may be NULL). Runs when a
+   * context opens. */
+  void (*sweep)(void);
   /* Cleans up what a dead peer at this address left behind (may be NULL). */
   void (*peer_gone)(const void *addr, size_t len);
 };

@@ -4,7 +4,10 @@
 #include "harness.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -741,6 +744,100 @@ static int dying_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   return 0;
 }
 
+/* ---- files a killed process leaves (shm) ----------------------------- */
+
+/* Entries of /dev/shm named "xport-PID-...". */
+static int shm_files_of(pid_t pid)
+{
+  char pre[32];
+  int n = 0, l = snprintf(pre, sizeof pre, "xport-%d-", (int)pid);
+  DIR *d = opendir("/dev/shm");
+  for (struct dirent *e; d && (e = readdir(d));)
+    n += !strncmp(e->d_name, pre, (size_t)l);
+  if (d)
+    closedir(d);
+  return n;
+}
+
+static int shm_exists(const char *fmt, int v)
+{
+  char path[256];
+  snprintf(path, sizeof path, fmt, v);
+  return access(path, F_OK) == 0;
+}
+
+/* Opens the context's own endpoint too (a connect to its own listener,
+ * which nobody accepts), says so, and waits to be killed. */
+static void files_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  int *fds = arg;
+  char a[128];
+  xport_conn_t *conn;
+  XT_OK(xport_listener_addr(lst, a, sizeof a));
+  XT_CHECK(xport_connect(ctx, a, 1, &conn) == -XPORT_ETIMEDOUT, "connect to itself");
+  XT_CHECK(write(fds[1], "r", 1) == 1, "write");
+  for (;;)
+    pause();
+}
+
+static pid_t files_spawn(int *port_p)
+{
+  int fds[2];
+  char addr[128], r;
+  XT_CHECK(pipe(fds) == 0, "pipe");
+  pid_t pid = xt_spawn_server(files_server, fds, addr, sizeof addr);
+  close(fds[1]);
+  struct pollfd p = {.fd = fds[0], .events = POLLIN};
+  XT_CHECK(poll(&p, 1, 20000) == 1 && read(fds[0], &r, 1) == 1, "server not ready");
+  close(fds[0]);
+  *port_p = atoi(strrchr(addr, ':') + 1);
+  return pid;
+}
+
+/* A process killed while it had shm endpoints leaves their files: the next
+ * context removes those, and only those: a live owner's stay, and so does
+ * another program's file, even one named after the dead process. */
+START_TEST(dead_endpoint_files_swept)
+{
+  if (strcmp(xt_config(), "shm")) {
+    printf("dead_endpoint_files_swept on %s: skipped, its endpoints leave no files\n",
+           xt_config());
+    return;
+  }
+  int pdead, plive;
+  pid_t dead = files_spawn(&pdead), live = files_spawn(&plive);
+  XT_CHECK(shm_files_of(dead) == 2 && shm_exists("/dev/shm/xport-%d", pdead),
+           "the endpoints' files are not named xport-PID-* and xport-PORT (%d found)",
+           shm_files_of(dead));
+  kill(dead, SIGKILL);
+  XT_CHECK(xt_reap(dead) == 128 + SIGKILL, "not killed");
+  XT_CHECK(shm_files_of(dead) == 2, "nothing left to clean up: the test shows nothing");
+  char foreign[64];
+  snprintf(foreign, sizeof foreign, "/dev/shm/%d:0:0", (int)dead);
+  int fd = open(foreign, O_CREAT | O_WRONLY | O_EXCL, 0600);
+  XT_CHECK(fd >= 0, "cannot create %s", foreign);
+  close(fd);
+
+  xport_ctx_t *ctx = xt_ctx();
+  int left = shm_files_of(dead), lst_left = shm_exists("/dev/shm/xport-%d", pdead) +
+                                           shm_exists("/dev/shm/xport-%d.lock", pdead);
+  int live_kept = shm_files_of(live) == 2 && shm_exists("/dev/shm/xport-%d", plive) &&
+                  shm_exists("/dev/shm/xport-%d.lock", plive);
+  int foreign_kept = access(foreign, F_OK) == 0;
+  unlink(foreign);
+  kill(live, SIGKILL);
+  xt_reap(live);
+  xport_ctx_destroy(ctx);
+  XT_CHECK(left == 0 && lst_left == 0, "the dead process's files stay (%d, %d)", left, lst_left);
+  XT_CHECK(live_kept, "a live owner's files were removed");
+  XT_CHECK(foreign_kept, "another program's file was removed");
+  ctx = xt_ctx(); /* and now the other one's */
+  xport_ctx_destroy(ctx);
+  XT_CHECK(shm_files_of(live) == 0 && !shm_exists("/dev/shm/xport-%d", plive),
+           "the second killed process's files stay");
+}
+END_TEST
+
 START_TEST(peer_killed)
 {
   /* The server dies by SIGKILL right after accepting. */
@@ -1344,6 +1441,7 @@ static Suite *make_suite(void)
   tcase_add_test(fail, close_with_outstanding);
   tcase_add_test(fail, peer_closes);
   tcase_add_test(fail, peer_killed);
+  tcase_add_test(fail, dead_endpoint_files_swept);
   tcase_add_test(fail, peer_hangs_keepalive);
   tcase_add_test(fail, connect_refused);
   tcase_add_test(fail, accept_timeout);
