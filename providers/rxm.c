@@ -41,10 +41,19 @@
  * rxm's bounce buffer and is truncated in the copy, and a larger one goes
  * by rendezvous, which truncates cleanly too. The cost is one copy of
  * small messages. A user who sets these variables keeps the choice. */
+/* Memory: over tcp an rxm endpoint preposts a shared receive queue of
+ * 4,096 buffers of 16 KiB (68 MiB resident per endpoint, and a context
+ * with a listener has two); buffers come in pools of 1,024, so 1,024 of
+ * them (17 MiB, shared by every peer of the endpoint) cost a quarter and
+ * suffice where receives are posted before the peer sends, as xport asks.
+ * Not bounded here: the send buffer pool (17 MiB, at the first send) and
+ * the tcp completion ring (12 MiB of address space, made resident as it
+ * is first written: about 300 bytes per connection opened, up to that). */
 static void rxm_preinit(void)
 {
   setenv("FI_OFI_RXM_ENABLE_DYN_RBUF", "0", 0);
   setenv("FI_OFI_RXM_SAR_LIMIT", "0", 0);
+  setenv("FI_OFI_RXM_MSG_RX_SIZE", "1024", 0);
 }
 
 const struct xport__profile xport__profile_tcp_rxm = {
