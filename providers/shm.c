@@ -252,6 +252,7 @@ const struct xport__profile xport__profile_shm = {
   /* A peer's command queue has 1024 slots, and a one-sided operation
    * takes two (libfabric 1.17, smr_generic_rma). */
   .max_tx_depth = 512,
+  .truncation_hangs = 1,
   /* With virtual addresses and CMA shm checks no key or bound. */
   .clear_mr_mode = FI_MR_VIRT_ADDR,
   .listen_name = shm_listen_name,

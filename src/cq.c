@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -157,13 +158,24 @@ static inline ssize_t cq_read(xport_ctx_t *ctx, struct fi_cq_tagged_entry *ents,
   return fi_cq_read(ctx->cq, ents, n);
 }
 
+/* Gives back the pages a truncated message wrote into the sink. */
+static void sink_trim(xport_ctx_t *ctx, size_t used)
+{
+  size_t page = 4096, n = used < ctx->sink_len ? used : ctx->sink_len;
+  madvise(ctx->sink, (n + page - 1) / page * page, MADV_DONTNEED);
+}
+
 /* What a successful CQ entry says of its request: bytes, immediate data,
  * and which operation it turned out to be (a receive consumed by a
  * write-with-immediate, natively or by xport's emulation). */
 static inline void entry_result(xport_ctx_t *ctx, struct xport__req *req,
                                 const struct fi_cq_data_entry *e, size_t len)
 {
-  req->status = 0;
+  /* Longer than posted: the rest went to the sink (truncation_hangs). */
+  int status = XPORT__UNLIKELY(len > req->len) ? -XPORT_ETRUNC : 0;
+  if (XPORT__UNLIKELY(status))
+    sink_trim(ctx, len - req->len);
+  req->status = status;
   req->len = len;
   req->flags = 0;
   req->imm = 0;

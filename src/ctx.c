@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
@@ -234,6 +235,30 @@ static void close_fids(xport_ctx_t *ctx)
   ctx->cq_fd = ctx->eq_fd = -1;
   ctx->domain = NULL;
   ctx->fabric = NULL;
+  if (ctx->sink)
+    munmap(ctx->sink, ctx->sink_len);
+  ctx->sink = NULL;
+}
+
+/* truncation_hangs: reserves the sink, as large as the address space
+ * allows up to 64 GiB, which then bounds messages. */
+static int sink_open(xport_ctx_t *ctx)
+{
+  if (ctx->caps.max_iov < 2)
+    return -XPORT_ENOSYS; /* no room for it; no such provider yet */
+  for (size_t len = (size_t)64 << 30; len >= (size_t)16 << 20; len /= 2) {
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p != MAP_FAILED) {
+      ctx->sink = p;
+      ctx->sink_len = len;
+      ctx->caps.max_iov--;
+      if (ctx->caps.max_msg_size > len)
+        ctx->caps.max_msg_size = len;
+      return 0;
+    }
+  }
+  return -XPORT_ENOMEM;
 }
 
 /* Opens fabric, domain, EQ and CQ for one candidate; 0 or -FI_E*. */
@@ -588,6 +613,8 @@ XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p
   if (ret)
     goto fail;
   fill_caps(ctx, &s);
+  if (ctx->prof && ctx->prof->truncation_hangs && (ret = sink_open(ctx)))
+    goto fail;
   ctx->caps.write_imm = ctx->native_wimm > 0    ? XPORT_SUPPORT_NATIVE
                         : ctx->native_wimm == 0 ? XPORT_SUPPORT_EMULATED
                                                 : XPORT_SUPPORT_NONE;

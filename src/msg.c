@@ -230,6 +230,14 @@ static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_
       } else {
         ret = fi_tsendv(conn->ep, fiov, desc, cnt, conn->dest, conn->tag, &req->fictx);
       }
+    } else if (XPORT__UNLIKELY(conn->ctx->sink != NULL)) {
+      /* Room behind the caller's buffer for the rest of a longer message
+       * (truncation_hangs); the completion then says ETRUNC. */
+      fiov[cnt].iov_base = conn->ctx->sink;
+      fiov[cnt].iov_len = conn->ctx->sink_len;
+      desc[cnt] = NULL;
+      ret = fi_trecvv(conn->ep, fiov, desc, cnt + 1, conn->rx_src, conn->rx_tag,
+                      XPORT__WIMM_TAG, &req->fictx);
     } else if (cnt == 1) {
       /* Ignoring the write_imm bit lets an emulated write_imm's message
        * consume a receive like any other (the portable rule). */

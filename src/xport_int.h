@@ -99,6 +99,12 @@ struct xport__profile {
    * the provider's own queue takes fewer than its tx size says (shm: two
    * of its 1024 command slots per one-sided operation). */
   size_t max_tx_depth;
+  /* 1: a message larger than its receive never completes (shm in
+   * libfabric 1.17: the cross-memory copy spins for ever, the segmented
+   * one stalls). xport then gives every receive room for any message, a
+   * sink behind the caller's buffer, and reports the truncation itself;
+   * this costs one iov element (max_iov) and bounds max_msg_size. */
+  int truncation_hangs;
   /* mr_mode bits to drop before opening the domain where the provider
    * merely allows them (shm checks keys only with offsets). */
   uint64_t clear_mr_mode;
@@ -467,6 +473,10 @@ struct xport_ctx {
    * allowed: the CQ's size less room for xport's control traffic. A CQ
    * that overflows breaks every queue pair on it (verbs). */
   size_t nposted, max_posted;
+  /* truncation_hangs: address space (reserved, not committed) that takes
+   * what does not fit a receive; never read. */
+  void *sink;
+  size_t sink_len;
 
   int epfd;           /* joins the CQ and EQ wait fds; -1 without */
   int cq_fd, eq_fd;   /* their wait fds, or -1 */
