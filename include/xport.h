@@ -209,7 +209,7 @@ typedef struct xport_rkey xport_rkey_t;
 #define XPORT_RKEY_MAX_SIZE 128 /* a packed key never exceeds this */
 
 /* Returns the packed size (a count) on success. */
-XPORT_API int xport_rkey_pack(const xport_mr_t *mr, size_t offset, size_t len,
+XPORT_API int xport_rkey_pack(xport_mr_t *mr, size_t offset, size_t len,
                               void *buf, size_t buflen);
 XPORT_API int xport_rkey_unpack(xport_conn_t *conn, const void *buf, size_t len,
                                 xport_rkey_t **rkey_p);

@@ -37,6 +37,12 @@ int xport__reg(xport_ctx_t *ctx, void *buf, size_t len, uint64_t fi_access,
   return 0;
 }
 
+static uint64_t remote_access(unsigned access)
+{
+  return (access & XPORT_ACCESS_REMOTE_READ ? FI_REMOTE_READ : 0) |
+         (access & XPORT_ACCESS_REMOTE_WRITE ? FI_REMOTE_WRITE : 0);
+}
+
 static int xport_mr_reg__locked(xport_ctx_t *ctx, void *buf, size_t len,
                            unsigned access, xport_mr_t **mr_p)
 {
@@ -50,10 +56,7 @@ static int xport_mr_reg__locked(xport_ctx_t *ctx, void *buf, size_t len,
     return -XPORT_EINVAL;
   if (access & XPORT_ACCESS_LOCAL)
     fa |= FI_SEND | FI_RECV | FI_READ | FI_WRITE;
-  if (access & XPORT_ACCESS_REMOTE_READ)
-    fa |= FI_REMOTE_READ;
-  if (access & XPORT_ACCESS_REMOTE_WRITE)
-    fa |= FI_REMOTE_WRITE;
+  fa |= remote_access(access);
   mr = calloc(1, sizeof *mr);
   if (!mr)
     return -XPORT_ENOMEM;
@@ -75,11 +78,56 @@ static int xport_mr_reg__locked(xport_ctx_t *ctx, void *buf, size_t len,
   return 0;
 }
 
+int xport__mr_span(xport_mr_t *mr, size_t offset, size_t len, struct fid_mr **fmr_p)
+{
+  if (offset == 0 && len == mr->len) {
+    *fmr_p = mr->mr;
+    return 0;
+  }
+  struct xport__span *s;
+  for (s = mr->spans; s; s = s->next)
+    if (s->offset == offset && s->len == len) {
+      *fmr_p = s->mr;
+      return 0;
+    }
+  /* Bounded: a loop of packs must not take the provider's registrations
+   * (verbs: the device's) without limit. */
+  if (mr->nspans >= XPORT__SPANS_MAX) {
+    XPORT__WARN("a region holds %d packed sub-ranges already, each a registration of its "
+                "own: pack wider ranges, or register the pieces", XPORT__SPANS_MAX);
+    return -XPORT_ENOMEM;
+  }
+  if (!(s = calloc(1, sizeof *s)))
+    return -XPORT_ENOMEM;
+  int ret = xport__reg(mr->ctx, mr->base + offset, len, remote_access(mr->access), &s->mr);
+  if (ret) {
+    free(s);
+    return ret;
+  }
+  s->offset = offset;
+  s->len = len;
+  s->next = mr->spans;
+  mr->spans = s;
+  mr->nspans++;
+  *fmr_p = s->mr;
+  return 0;
+}
+
 static int xport_mr_dereg__locked(xport_mr_t *mr)
 {
   if (!mr)
     return 0;
   xport_ctx_t *ctx = mr->ctx;
+  /* Every key packed from the region dies here: its sub-ranges first. */
+  while (mr->spans) {
+    struct xport__span *s = mr->spans;
+    int ret = fi_close(&s->mr->fid);
+    if (ret)
+      return xport__err_from_fi(ret);
+    mr->spans = s->next;
+    mr->nspans--;
+    free(s);
+  }
   int ret = fi_close(&mr->mr->fid);
   if (ret)
     return xport__err_from_fi(ret);

@@ -55,31 +55,39 @@ static uint32_t fnv1a(const uint8_t *p, size_t n)
   return h;
 }
 
-XPORT_API int xport_rkey_pack(const xport_mr_t *mr, size_t offset, size_t len, void *buf,
-                              size_t buflen)
+/* The key names a registration of exactly the packed range (mem.c), so
+ * the exporter's provider refuses a key whose bytes were widened, forged
+ * or outlived its region: nothing the peer does to the blob reaches
+ * memory the exporter did not pack. The checksum only catches accidents. */
+static int rkey_pack_locked(xport_mr_t *mr, size_t offset, size_t len, void *buf,
+                            size_t buflen)
 {
   uint8_t raw[RK_RAW_MAX];
   size_t klen = 8;
   uint64_t addr;
+  struct fid_mr *fmr;
 
-  if (!mr || !buf || !len)
-    return -XPORT_EINVAL;
-  if (offset > mr->len || len > mr->len - offset)
-    return -XPORT_ERANGE;
-  if (!(mr->access & (XPORT_ACCESS_REMOTE_READ | XPORT_ACCESS_REMOTE_WRITE)))
-    return -XPORT_EACCES;
   xport_ctx_t *ctx = mr->ctx;
+  size_t total = RK_HDR + (ctx->raw_keys ? 0 : klen) + 4;
+  if (!ctx->raw_keys && buflen < total)
+    return -XPORT_ERANGE; /* known before registering anything */
+  int ret = xport__mr_span(mr, offset, len, &fmr);
+  if (ret)
+    return ret;
   if (ctx->raw_keys) {
     uint64_t base = 0;
     klen = sizeof raw;
-    int ret = fi_mr_raw_attr(mr->mr, &base, raw, &klen, 0);
+    ret = fi_mr_raw_attr(fmr, &base, raw, &klen, 0);
     if (ret)
       return ret == -FI_ETOOSMALL ? -XPORT_ENOSYS : xport__err_from_fi(ret);
   } else {
-    put64(raw, fi_mr_key(mr->mr));
+    put64(raw, fi_mr_key(fmr));
   }
-  addr = ctx->virt_addr ? (uint64_t)(uintptr_t)(mr->base + offset) : (uint64_t)offset;
-  size_t total = RK_HDR + klen + 4;
+  /* Virtual address of the range's start, or its offset in the
+   * registration the key names (0 for a range of its own). */
+  addr = ctx->virt_addr ? (uint64_t)(uintptr_t)(mr->base + offset)
+                        : fmr == mr->mr ? (uint64_t)offset : 0;
+  total = RK_HDR + klen + 4;
   if (buflen < total)
     return -XPORT_ERANGE;
 
@@ -98,6 +106,21 @@ XPORT_API int xport_rkey_pack(const xport_mr_t *mr, size_t offset, size_t len, v
   memcpy(p + RK_HDR, raw, klen);
   put32(p + RK_HDR + klen, fnv1a(p, RK_HDR + klen));
   return (int)total;
+}
+
+XPORT_API int xport_rkey_pack(xport_mr_t *mr, size_t offset, size_t len, void *buf,
+                              size_t buflen)
+{
+  if (!mr || !buf || !len)
+    return -XPORT_EINVAL;
+  if (offset > mr->len || len > mr->len - offset)
+    return -XPORT_ERANGE;
+  if (!(mr->access & (XPORT_ACCESS_REMOTE_READ | XPORT_ACCESS_REMOTE_WRITE)))
+    return -XPORT_EACCES;
+  XPORT__LOCK(mr->ctx);
+  int ret = rkey_pack_locked(mr, offset, len, buf, buflen);
+  XPORT__UNLOCK(mr->ctx);
+  return ret;
 }
 
 static int xport_rkey_unpack__locked(xport_conn_t *conn, const void *buf, size_t len,

@@ -222,6 +222,18 @@ const char *xport__err_hint(int code);
 
 /* ---- objects --------------------------------------------------------- */
 
+/* A registration of exactly one packed range of a region, with the
+ * region's remote rights: the exporter's provider then refuses whatever
+ * lies outside it, whatever the key's bytes say (rma.c). Closed with its
+ * region, which revokes every key packed from it. */
+struct xport__span {
+  struct xport__span *next;
+  struct fid_mr *mr;
+  size_t offset, len;
+};
+/* Distinct packed ranges one region may hold (each one a registration). */
+#define XPORT__SPANS_MAX 1024
+
 struct xport_mr {
   xport_ctx_t *ctx;
   struct fid_mr *mr;
@@ -229,6 +241,8 @@ struct xport_mr {
   char *base;
   size_t len;
   unsigned access;
+  struct xport__span *spans;    /* packed sub-ranges */
+  size_t nspans;
   struct xport_mr *next, *prev; /* ctx->mrs */
 };
 
@@ -521,6 +535,10 @@ struct xport__bounce *xport__bounce_get(xport_ctx_t *ctx);
 void xport__bounce_put(xport_ctx_t *ctx, struct xport__bounce *b);
 void xport__bounce_fini(xport_ctx_t *ctx);
 uint64_t xport__random_key(size_t key_size);
+/* The registration that covers exactly [offset, offset + len) of mr:
+ * the region's own for the whole of it, else one made for that range
+ * (kept until mr is deregistered). */
+int xport__mr_span(xport_mr_t *mr, size_t offset, size_t len, struct fid_mr **fmr_p);
 
 /* msg.c: the post path shared by messages and RMA. begin validates,
  * takes a request and gives every element a descriptor (fiov, desc,
