@@ -69,6 +69,10 @@ const struct xport__profile xport__profile_tcp_rxm = {
   .unexpected_unbounded = 1,
   .peek_discard = 1,
   .dead_peer_lets_go = 1,
+  /* A write whose key the target refuses completes once sent, while the
+   * target drops the tcp connection and rxm re-makes it silently: the
+   * messages around it are lost on a connection that looks fine. */
+  .dc_default = 1,
 };
 
 const struct xport__profile xport__profile_verbs_rxm = {

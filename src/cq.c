@@ -406,6 +406,9 @@ static int read_error(xport_ctx_t *ctx, struct xport__req **req_p)
   }
   size_t len = status == -XPORT_ETRUNC ? err.len : 0;
   req_finish(ctx, req, status, len);
+  if (ctx->rdm && (req->op == XPORT_OP_WRITE || req->op == XPORT_OP_READ ||
+                   req->op == XPORT__OP_SILENT))
+    xport__rdm_rma_failed(req->conn, status);
   req->status = status;
   req->len = len;
   req->flags = 0;

@@ -22,6 +22,7 @@ struct settings {
   int progress_thread;
   int wait_fd;
   int delivery_complete;
+  int delivery_complete_set; /* by the attribute or the environment */
 };
 
 static int pick_switch(xport_switch_t v, enum xport__env_id id, int def)
@@ -46,6 +47,8 @@ static void resolve_settings(const xport_ctx_attr_t *attr, struct settings *s)
   s->progress_thread = pick_switch(attr->progress_thread, XPORT__ENV_PROGRESS_THREAD, 0);
   s->wait_fd = pick_switch(attr->wait_fd, XPORT__ENV_WAIT_FD, 1);
   s->delivery_complete = pick_switch(attr->delivery_complete, XPORT__ENV_DELIVERY_COMPLETE, 0);
+  s->delivery_complete_set = attr->delivery_complete != XPORT_UNSET ||
+                             xport__env_str(XPORT__ENV_DELIVERY_COMPLETE);
 }
 
 /* Position of prov in a comma-separated list, or -1. */
@@ -590,6 +593,8 @@ XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p
   if (ctx->prof && ctx->prof->rma_never_fails)
     ctx->rma_timeout_ms = (long)xport__env_size(XPORT__ENV_RMA_TIMEOUT, 5000);
   ctx->eager_size = xport__env_size(XPORT__ENV_EAGER_SIZE, 8192);
+  if (!s.delivery_complete_set && ctx->prof && ctx->prof->dc_default)
+    s.delivery_complete = 1;
   if (s.delivery_complete && !(ctx->prof && ctx->prof->writes_acked))
     ctx->write_flags = FI_DELIVERY_COMPLETE;
   if (ctx->eager_size > XPORT__EAGER_MAX) {

@@ -818,8 +818,16 @@ void xport__rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
     XPORT__LIST_UNLINK(rep->ctl_out, req, cnext, cprev);
     if (status) {
       xport_conn_t *conn = find_conn(ctx, req->imm);
+      const struct xport__ctl *m = (const struct xport__ctl *)req->bounce->buf;
       if (conn && conn->rep == rep && conn->state == XPORT__CONN_CONNECTING)
         conn_lost(conn, status == -XPORT_ECANCELED ? -XPORT_ECONNREFUSED : status, 0);
+      /* A goodbye lost with the provider's connection that broke under it
+       * (rxm: the peer dropped it over a refused key) goes again, once,
+       * over the new one the provider makes, so the peer's side ends too. */
+      else if (conn && conn->rep == rep && conn->state == XPORT__CONN_DISCONNECTED &&
+               m->type == CTL_DISC && status == -XPORT_ENOTCONN && !req->flags &&
+               ctl_send_conn(conn, CTL_DISC) == 0)
+        rep->ctl_out->flags = 1; /* sent again: not a third time */
     }
     if (req->peer)
       peer_put(rep, req->peer);
@@ -1253,11 +1261,20 @@ int xport__rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
   /* A listener that is not there makes some providers push back for
    * ever (rxm) rather than fail: retry until the deadline. */
   struct ctl_args a = {.src_id = conn->id, .tag = conn->rx_tag};
-  while ((ret = ctl_send(ctx->cep, peer->fi_addr, CTL_CONNREQ, &a)) == -XPORT_EAGAIN &&
-         (ret = wait_progress(ctx, deadline)) == 0)
-    ;
-  while (!ret && conn->state == XPORT__CONN_CONNECTING)
-    ret = wait_progress(ctx, deadline);
+  for (;;) {
+    while ((ret = ctl_send(ctx->cep, peer->fi_addr, CTL_CONNREQ, &a)) == -XPORT_EAGAIN &&
+           (ret = wait_progress(ctx, deadline)) == 0)
+      ;
+    while (!ret && conn->state == XPORT__CONN_CONNECTING)
+      ret = wait_progress(ctx, deadline);
+    /* The request went down with the provider's own connection to that
+     * peer, which the peer had just dropped (rxm, after a refused key):
+     * the provider makes a new one on the next send, so ask again. */
+    if (ret || conn->state != XPORT__CONN_FAILED || conn->fail_code != -XPORT_ENOTCONN)
+      break;
+    conn->state = XPORT__CONN_CONNECTING;
+    conn->fail_code = 0;
+  }
   /* Connected and already lost is still a connection: its disconnect
    * event is queued for the application. */
   if (!ret && conn->state != XPORT__CONN_CONNECTED && conn->state != XPORT__CONN_DISCONNECTED)
@@ -1329,6 +1346,21 @@ void xport__rdm_orphan_all(xport_conn_t *conn, int status)
     req->rep = conn->rep;
     xport__req_orphan(ctx, req, status);
   }
+}
+
+/* A one-sided operation failed. Under rxm that means its connection to
+ * the peer broke (the target refused a key and dropped it) and was, or
+ * will be, re-made without a word: messages around the operation are
+ * lost while later ones would arrive. So the connection ends here, as a
+ * MSG provider ends it, and the peer is told to end its side. */
+void xport__rdm_rma_failed(xport_conn_t *conn, int status)
+{
+  if (conn->state != XPORT__CONN_CONNECTED)
+    return;
+  XPORT__INFO("connection %u: a one-sided operation failed (%s); the target may have "
+              "refused its key: the connection ends", conn->id, xport_strerror(status));
+  ctl_send_conn(conn, CTL_DISC);
+  conn_lost(conn, -XPORT_ECONNRESET, 0);
 }
 
 void xport__rdm_close(xport_conn_t *conn)

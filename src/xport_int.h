@@ -105,6 +105,11 @@ struct xport__profile {
    * sink behind the caller's buffer, and reports the truncation itself;
    * this costs one iov element (max_iov) and bounds max_msg_size. */
   int truncation_hangs;
+  /* 1: delivery-complete is on unless the user turns it off: the
+   * provider drops and re-makes, without a word, a connection whose target
+   * refused a key, so only a write that waits for the target learns that
+   * messages around it were lost (rxm over tcp). */
+  int dc_default;
   /* mr_mode bits to drop before opening the domain where the provider
    * merely allows them (shm checks keys only with offsets). */
   uint64_t clear_mr_mode;
@@ -609,6 +614,8 @@ void xport__rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
                          const struct fi_cq_data_entry *e, fi_addr_t src);
 void xport__rdm_housekeeping(xport_ctx_t *ctx);
 void xport__rdm_fini(xport_ctx_t *ctx);
+/* Ends conn after one of its one-sided operations failed (RDM). */
+void xport__rdm_rma_failed(xport_conn_t *conn, int status);
 /* Completes every outstanding request of conn with status (RDM). */
 void xport__rdm_orphan_all(xport_conn_t *conn, int status);
 

@@ -780,8 +780,11 @@ static void ops_to_killed_target(int delivery_complete, int do_reads, int stop_f
   pid_t pid = xt_spawn_pair_server(doomed_target, NULL, addr, sizeof addr);
   xport_ctx_t *ctx = xt_ctx();
   XT_OK(xport_ctx_query(ctx, &caps));
-  XT_CHECK(caps.delivery_complete == delivery_complete, "caps.delivery_complete %d, asked %d",
-           caps.delivery_complete, delivery_complete);
+  /* tcp;ofi_rxm has it on by default (xport(7), Refused keys). */
+  int dc_default = !strcmp(caps.provider, "tcp;ofi_rxm");
+  XT_CHECK(caps.delivery_complete == (delivery_complete || dc_default),
+           "caps.delivery_complete %d, asked %d", caps.delivery_complete, delivery_complete);
+  delivery_complete = caps.delivery_complete;
   XT_OK(xport_connect(ctx, addr, T_MS, &conn));
   xport_rkey_t *rk = import_key(ctx, conn, NULL, NULL);
   int st;
@@ -968,6 +971,252 @@ START_TEST(ordering_delivery_complete)
   /* The same, with every write's completion meaning it reached the target. */
   setenv("XPORT_DELIVERY_COMPLETE", "1", 1);
   xt_pair(order_target, order_client, NULL);
+}
+END_TEST
+
+/* ---- keys the exporter's provider refuses: widened, forged, revoked ---
+ * The key is for 16 bytes at offset 4096 of the server's region. The
+ * client edits it (checksum made good: the blob is no MAC), unpacks it
+ * (nothing local can tell), aims one operation at bytes the key never
+ * granted, then sends a message on the same connection. The server checks
+ * that its region is unchanged and reports whether that message arrived.
+ * The test's own traffic runs on a second connection, from a context of
+ * its own. What the initiator sees is xport(7)'s "Refused keys". */
+enum { R_WIDEN = 1, R_FORGE, R_REVOKE };
+#define R_REGION (256 * 1024)
+#define R_OFF 4096
+#define R_LEN 16
+#define R_SILENT_MAX 4096 /* shm: writes up to this size complete at post */
+
+struct r_report {
+  uint32_t kind, unchanged, after_seen, after_status;
+  int32_t victim_event;
+};
+
+/* The next completion of op on conn; others of conn's are dropped. */
+static xport_completion_t conn_wait(xport_ctx_t *ctx, xport_conn_t *conn, xport_op_t op)
+{
+  for (;;) {
+    xport_completion_t c;
+    XT_CHECK(xt_next(ctx, &c, T_MS * 3) == 0, "no completion of op %d within %d ms", op,
+             T_MS * 3);
+    if (c.conn == conn && c.op == op)
+      return c;
+  }
+}
+
+static void refused_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  (void)arg;
+  static char reg[R_REGION];
+  xport_conn_t *ctl;
+  xport_mr_t *mr;
+  struct ctl m;
+  xt_fill(reg, sizeof reg, 9);
+  XT_OK(xport_mr_reg(ctx, reg, sizeof reg, XPORT_ACCESS_REMOTE_READ | XPORT_ACCESS_REMOTE_WRITE,
+                     &mr));
+  XT_OK(xport_accept(lst, T_MS, &ctl));
+  /* One receive is always posted on ctl, so nothing there is unexpected. */
+  XT_OK(xport_recv(ctl, &m, sizeof m, NULL, NULL));
+  for (;;) {
+    xport_completion_t c = conn_wait(ctx, ctl, XPORT_OP_RECV);
+    XT_CHECK(c.status == 0, "ctl: %s", xport_strerror(c.status));
+    if (m.kind == K_DONE)
+      break;
+    xport_conn_t *victim;
+    xport_mr_t *kmr = mr;
+    uint8_t key[XPORT_RKEY_MAX_SIZE];
+    char after[16] = "";
+    struct ctl q;
+    int kind = (int)m.seed;
+    XT_OK(xport_accept(lst, T_MS, &victim));
+    XT_OK(xport_recv(victim, after, sizeof after, NULL, NULL));
+    if (kind == R_REVOKE) /* a registration of its own, deregistered below */
+      XT_OK(xport_mr_reg(ctx, reg, sizeof reg,
+                         XPORT_ACCESS_REMOTE_READ | XPORT_ACCESS_REMOTE_WRITE, &kmr));
+    int n = xport_rkey_pack(kmr, R_OFF, R_LEN, key, sizeof key);
+    XT_CHECK(n > 0, "pack: %s", xport_strerror(n));
+    XT_OK(xport_send(victim, key, (size_t)n, NULL, NULL));
+    c = conn_wait(ctx, victim, XPORT_OP_SEND);
+    XT_CHECK(c.status == 0, "key: %s", xport_strerror(c.status));
+    if (kind == R_REVOKE)
+      XT_OK(xport_mr_dereg(kmr));
+    XT_OK(xport_recv(ctl, &q, sizeof q, NULL, NULL)); /* "your verdict, please" */
+    m.kind = K_FILLED; /* the key is out (and revoked) */
+    XT_OK(xport_send(ctl, &m, sizeof m, NULL, NULL));
+    /* Serve until the client asks for the verdict. */
+    struct r_report r = {(uint32_t)kind, 0, 0, 0, 1};
+    for (;;) {
+      XT_CHECK(xt_next(ctx, &c, T_MS * 3) == 0, "server starved");
+      if (c.conn == ctl && c.op == XPORT_OP_RECV) {
+        XT_CHECK(c.status == 0, "ctl: %s", xport_strerror(c.status));
+        break;
+      }
+      if (c.conn == victim && c.op == XPORT_OP_RECV) {
+        r.after_seen = 1 + (c.status == 0 && !strcmp(after, "after"));
+        r.after_status = (uint32_t)-c.status;
+      } else if (c.conn == victim && c.op == XPORT_OP_DISCONNECT) {
+        r.victim_event = c.status;
+      }
+    }
+    r.unchanged = xt_verify(reg, sizeof reg, 9) == sizeof reg;
+    xport_conn_close(victim);
+    /* Its receive, if still posted, completes now (canceled). */
+    if (!r.after_seen)
+      conn_wait(ctx, victim, XPORT_OP_RECV);
+    XT_OK(xport_recv(ctl, &m, sizeof m, NULL, NULL));
+    XT_OK(xport_send(ctl, &r, sizeof r, NULL, NULL));
+  }
+  xport_mr_dereg(mr);
+  xport_conn_close(ctl);
+}
+
+/* Waits for n completions on the test's own connection, all successful. */
+static void ctl_wait(xport_ctx_t *octx, int n)
+{
+  for (int got = 0; got < n; got++) {
+    xport_completion_t c;
+    XT_CHECK(xt_next(octx, &c, T_MS * 3) == 0, "the test's own connection stalled");
+    XT_CHECK(c.status == 0, "the test's own connection: %s", xport_strerror(c.status));
+  }
+}
+
+/* One refused operation on a new connection from ctx, which earlier
+ * cases used too: a context survives a refusal. Returns 1 where the
+ * context's endpoint can no longer reach the server (shm, xport(7)). */
+static int refused_case(xport_ctx_t *ctx, xport_ctx_t *octx, xport_conn_t *ctl,
+                         const char *addr, int kind, xport_op_t op, size_t size)
+{
+  static const char *names[] = {"", "widened", "forged", "revoked"};
+  const char *what = op == XPORT_OP_WRITE ? "write" : "read";
+  static char buf[R_REGION];
+  xport_conn_t *victim;
+  xport_rkey_t *rk;
+  xport_caps_t caps;
+  uint8_t raw[XPORT_RKEY_MAX_SIZE];
+  size_t klen;
+  char ack[sizeof(struct ctl)];
+  struct ctl m = {0, 0, (uint32_t)kind, K_VERIFY};
+  XT_OK(xport_ctx_query(ctx, &caps));
+  XT_OK(xport_recv(ctl, ack, sizeof ack, NULL, NULL));
+  XT_OK(xport_send(ctl, &m, sizeof m, NULL, NULL));
+  XT_OK(xport_connect(ctx, addr, T_MS, &victim));
+  rk = import_key(ctx, victim, raw, &klen);
+  xport_rkey_release(rk);
+  ctl_wait(octx, 2); /* the key is out, and revoked where that is the case */
+  uint64_t a = 0;
+  for (int b = 7; b >= 0; b--)
+    a = a << 8 | raw[24 + b];
+  if (kind == R_WIDEN) { /* the whole region, as a forger would */
+    put64le(raw + 24, a >= R_OFF ? a - R_OFF : a);
+    put64le(raw + 32, R_REGION);
+  } else if (kind == R_FORGE) {
+    for (size_t i = 56; i < klen - 4; i++)
+      raw[i] ^= 0xa5;
+  }
+  reseal(raw, klen);
+  XT_OK(xport_rkey_unpack(victim, raw, klen, &rk));
+  memset(buf, 0x77, size);
+  /* Bytes the key never granted: past its range (widened), or its own. */
+  size_t off = kind == R_WIDEN ? R_LEN : 0;
+  int rc = op == XPORT_OP_WRITE ? xport_write(victim, buf, size, NULL, rk, off, buf)
+                                : xport_read(victim, buf, size, NULL, rk, off, buf);
+  XT_CHECK(rc == 0, "post: %s", xport_strerror(rc));
+  int shm = !strcmp(caps.provider, "shm"), verbs = !strncmp(caps.provider, "verbs", 5);
+  /* A write completes once the transport took it, unless delivery-complete
+   * is on: tcp then drops the connection, shm (up to 4 KiB) says nothing. */
+  int write_ok = op == XPORT_OP_WRITE && !caps.delivery_complete && !verbs &&
+                 (!shm || size <= R_SILENT_MAX);
+  int silent = write_ok && shm;
+  int rc2 = xport_send(victim, "after", 6, NULL, NULL);
+  int op_status = 1, send_status = rc2 ? rc2 : 1, ev = 1;
+  while (op_status == 1 || send_status == 1 || (!silent && ev == 1)) {
+    xport_completion_t c;
+    XT_CHECK(xt_next(ctx, &c, T_MS * 3) == 0,
+             "%s key, %s of %zu on %s: op %d, message %d, event %d after %d ms", names[kind],
+             what, size, xt_config(), op_status, send_status, ev, T_MS * 3);
+    if (c.op == op && c.user_ctx == buf)
+      op_status = c.status;
+    else if (c.op == XPORT_OP_SEND)
+      send_status = c.status;
+    else if (c.op == XPORT_OP_DISCONNECT)
+      ev = c.status;
+  }
+  struct r_report r;
+  XT_OK(xport_recv(ctl, &r, sizeof r, NULL, NULL));
+  XT_OK(xport_send(ctl, &m, sizeof m, NULL, NULL));
+  ctl_wait(octx, 2);
+  XT_CHECK(r.unchanged, "%s key: a %s of %zu changed the target's region on %s", names[kind],
+           what, size, xt_config());
+  /* The operation fails (or, a write without delivery-complete, completes)
+   * and the connection ends; nothing sent after it is delivered. shm
+   * says nothing of a refused write it carried inline (xport(7)). */
+  int want = write_ok ? 0 : shm ? -XPORT_ETIMEDOUT : verbs ? -XPORT_EACCES : -XPORT_ECONNRESET;
+  XT_CHECK(op_status == want, "%s key, %s of %zu on %s (delivery-complete %d): %s, expected %s",
+           names[kind], what, size, xt_config(), caps.delivery_complete,
+           xport_strerror(op_status), xport_strerror(want));
+  if (!silent) {
+    XT_CHECK(ev == -XPORT_ECONNRESET, "%s key on %s: disconnect event %d", names[kind],
+             xt_config(), ev);
+    XT_CHECK(xport_send(victim, "x", 2, NULL, NULL) == -XPORT_ENOTCONN,
+             "a post on the ended connection");
+    if (!shm)
+      XT_CHECK(r.after_seen != 2, "%s key, %s on %s: the message sent after it was delivered",
+               names[kind], what, xt_config());
+  }
+  if (shm && !silent) /* libfabric 1.17's shm never lets go of the refused operation */
+    return 1;
+  return 0;
+  xport_rkey_release(rk);
+  xport_conn_close(victim);
+}
+
+static void refused_keys(int delivery_complete)
+{
+  static const struct {
+    int kind;
+    xport_op_t op;
+    size_t size;
+  } cases[] = {
+    {R_WIDEN, XPORT_OP_WRITE, R_LEN}, {R_WIDEN, XPORT_OP_WRITE, 65536},
+    {R_FORGE, XPORT_OP_WRITE, R_LEN}, {R_REVOKE, XPORT_OP_WRITE, R_LEN},
+    {R_WIDEN, XPORT_OP_READ, R_LEN},  {R_FORGE, XPORT_OP_READ, R_LEN},
+    {R_REVOKE, XPORT_OP_READ, R_LEN},
+  };
+  char addr[128];
+  setenv("XPORT_RMA_TIMEOUT", "1500", 1); /* shm's deadline: short here */
+  pid_t pid = xt_spawn_server(refused_server, NULL, addr, sizeof addr);
+  xport_ctx_t *octx = xt_ctx();
+  if (delivery_complete)
+    setenv("XPORT_DELIVERY_COMPLETE", "1", 1);
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *ctl;
+  XT_OK(xport_connect(octx, addr, T_MS, &ctl));
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    if (refused_case(ctx, octx, ctl, addr, cases[i].kind, cases[i].op, cases[i].size)) {
+      printf("%s: a new context after a refused operation (xport(7), Refused keys)\n",
+             xt_config());
+      xport_ctx_destroy(ctx);
+      ctx = xt_ctx();
+    }
+  }
+  struct ctl done = {0, 0, 0, K_DONE};
+  ctl_send(octx, ctl, &done);
+  xport_conn_close(ctl);
+  xport_ctx_destroy(ctx);
+  xport_ctx_destroy(octx);
+  XT_CHECK(xt_reap(pid) == 0, "server failed");
+}
+
+START_TEST(refused_keys_change_nothing)
+{
+  refused_keys(0);
+}
+END_TEST
+
+START_TEST(refused_keys_delivery_complete)
+{
+  refused_keys(1);
 }
 END_TEST
 
@@ -1190,6 +1439,8 @@ static Suite *make_suite(void)
   tcase_add_test(err, target_killed_writes_default);
   tcase_add_test(err, target_killed_writes_delivery_complete);
   tcase_add_test(err, target_killed_reads);
+  tcase_add_test(err, refused_keys_change_nothing);
+  tcase_add_test(err, refused_keys_delivery_complete);
   suite_add_tcase(s, err);
   return s;
 }
