@@ -3,6 +3,8 @@
  * FI_RX_CQ_DATA, 4-byte immediate data) come from fi_getinfo itself. */
 #include "xport_int.h"
 
+#include <stdlib.h>
+
 /* A receive shorter than the message fails with IBV_WC_LOC_LEN_ERR (or,
  * on rxe, IBV_WC_LOC_QP_OP_ERR), which libfabric 1.17 passes on as a
  * generic FI_EIO. It also moves the queue pair to the error state: the
@@ -17,7 +19,26 @@ static int verbs_cq_error(int fi_err, int prov_errno, int is_recv)
    * provider (xport(7), OUTCOMES). */
   if (prov_errno == 12 /* RETRY_EXC_ERR */ || prov_errno == 13 /* RNR_RETRY_EXC_ERR */)
     return -XPORT_ECONNRESET;
+  /* The target refused the key (revoked, forged, out of range): verbs
+   * names it, where the other providers can only drop the connection. */
+  if (!is_recv && prov_errno == 10 /* IBV_WC_REM_ACCESS_ERR */)
+    return -XPORT_EACCES;
   return 0;
+}
+
+/* libfabric's registration cache (on by default for verbs) registers
+ * every buffer with every remote right, may answer a registration with a
+ * larger cached one, and keeps it registered after fi_close: a key would
+ * outlive its deregistration and exceed its range and rights. Off, unless
+ * the user set it. */
+static void verbs_preinit(void)
+{
+  if (getenv("FI_MR_CACHE_MAX_COUNT")) {
+    XPORT__INFO("FI_MR_CACHE_MAX_COUNT is set: with libfabric's registration cache on, "
+                "verbs keys may outlive xport_mr_dereg and exceed their range");
+    return;
+  }
+  setenv("FI_MR_CACHE_MAX_COUNT", "0", 0);
 }
 
 const struct xport__profile xport__profile_verbs = {
@@ -30,4 +51,5 @@ const struct xport__profile xport__profile_verbs = {
   /* RC: the target's device acknowledges every write before it completes
    * here, yet 1.17 does not list FI_DELIVERY_COMPLETE in its op_flags. */
   .writes_acked = 1,
+  .preinit = verbs_preinit,
 };

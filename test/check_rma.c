@@ -1412,6 +1412,42 @@ START_TEST(registration_rules_and_random_keys)
 }
 END_TEST
 
+/* Each packed sub-range is a registration of its own: packing the same
+ * range again reuses it, the whole region needs none, and a region holds
+ * at most 1024 of them (then ENOMEM, nothing written), so a loop of packs
+ * cannot take the provider's registrations without limit. */
+START_TEST(packed_ranges_bounded)
+{
+  enum { MAX = 1024 };
+  static char mem[MAX + 64];
+  xport_ctx_t *ctx = xt_ctx();
+  xport_mr_t *mr;
+  uint8_t k[XPORT_RKEY_MAX_SIZE], k2[XPORT_RKEY_MAX_SIZE], before[XPORT_RKEY_MAX_SIZE];
+  XT_OK(xport_mr_reg(ctx, mem, sizeof mem, XPORT_ACCESS_REMOTE_READ, &mr));
+  for (int round = 0; round < 2; round++) {
+    int n = 0;
+    for (size_t i = 0; i < MAX; i++) {
+      n = xport_rkey_pack(mr, i, 16, k, sizeof k);
+      XT_CHECK(n > 0, "pack %zu of %d: %s", i, MAX, xport_strerror(n));
+    }
+    /* The same range again: the same key, no new registration. */
+    XT_CHECK(xport_rkey_pack(mr, MAX - 1, 16, k2, sizeof k2) == n && !memcmp(k, k2, (size_t)n),
+             "a range packed twice gave another key");
+    XT_CHECK(xport_rkey_pack(mr, 0, sizeof mem, k2, sizeof k2) > 0, "the whole region");
+    memset(k2, 0xab, sizeof k2);
+    memcpy(before, k2, sizeof k2);
+    XT_CHECK(xport_rkey_pack(mr, MAX, 16, k2, sizeof k2) == -XPORT_ENOMEM,
+             "range %d of one region", MAX + 1);
+    XT_CHECK(!memcmp(k2, before, sizeof k2), "a failed pack wrote its output");
+    /* Deregistration lets them all go; a new region starts afresh. */
+    XT_OK(xport_mr_dereg(mr));
+    XT_OK(xport_mr_reg(ctx, mem, sizeof mem, XPORT_ACCESS_REMOTE_READ, &mr));
+  }
+  XT_OK(xport_mr_dereg(mr));
+  xport_ctx_destroy(ctx);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
   Suite *s = suite_create("rma");
@@ -1423,6 +1459,7 @@ static Suite *make_suite(void)
   tcase_add_test(core, write_with_immediate);
   tcase_add_test(core, write_imm_names_connection);
   tcase_add_test(core, registration_rules_and_random_keys);
+  tcase_add_test(core, packed_ranges_bounded);
   tcase_add_test(core, progress_thread_serves_idle_target);
   suite_add_tcase(s, core);
   TCase *order = tcase_create("Ordering");
