@@ -208,7 +208,9 @@ typedef struct xport_rkey xport_rkey_t;
 
 #define XPORT_RKEY_MAX_SIZE 128 /* a packed key never exceeds this */
 
-/* Returns the packed size (a count) on success. */
+/* Returns the packed size (a count) on success. A sub-range gets a
+ * registration of its own (the exporter's provider enforces it), released
+ * with mr, which revokes every key packed from it. */
 XPORT_API int xport_rkey_pack(xport_mr_t *mr, size_t offset, size_t len,
                               void *buf, size_t buflen);
 XPORT_API int xport_rkey_unpack(xport_conn_t *conn, const void *buf, size_t len,

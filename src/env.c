@@ -57,14 +57,16 @@ static const xport_env_var_t env_table[XPORT__ENV_COUNT] = {
     "that a peer that died or hangs is noticed within XPORT_PEER_TIMEOUT. "
     "auto: only where the peer's process cannot be watched (another node "
     "or another PID namespace); 1: always; 0: never."},
-  [XPORT__ENV_DELIVERY_COMPLETE] = {"XPORT_DELIVERY_COMPLETE", "bool", "0",
+  [XPORT__ENV_DELIVERY_COMPLETE] = {"XPORT_DELIVERY_COMPLETE", "bool", "0 (1 on tcp;ofi_rxm)",
     "1: a one-sided write (xport_write, xport_writev, xport_write_imm) "
     "completes only once its data has reached the target's memory, and "
     "fails if the target dies first, as on verbs RC. 0: on tcp, shm and "
     "the rxm providers a write completes once the transport has taken "
     "its data (the source buffer may be reused), which says nothing about "
     "the target. Costs a round trip per write where the provider must "
-    "acknowledge it (tcp, rxm over tcp, shm)."},
+    "acknowledge it (tcp, rxm over tcp, shm). On by default over "
+    "tcp;ofi_rxm, which otherwise hides a write the target refused (a "
+    "revoked key) and the messages lost with it."},
   [XPORT__ENV_LISTEN_BACKLOG] = {"XPORT_LISTEN_BACKLOG", "size", "128",
     "How many connection requests a listener holds while the application "
     "has not accepted them, as listen(2)'s backlog; requests beyond it, "
