@@ -1164,11 +1164,10 @@ static int refused_case(xport_ctx_t *ctx, xport_ctx_t *octx, xport_conn_t *ctl,
       XT_CHECK(r.after_seen != 2, "%s key, %s on %s: the message sent after it was delivered",
                names[kind], what, xt_config());
   }
-  if (shm && !silent) /* libfabric 1.17's shm never lets go of the refused operation */
-    return 1;
-  return 0;
   xport_rkey_release(rk);
   xport_conn_close(victim);
+  /* libfabric 1.17's shm never lets go of the refused operation. */
+  return shm && !silent;
 }
 
 static void refused_keys(int delivery_complete)
