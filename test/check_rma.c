@@ -1151,7 +1151,7 @@ static int refused_case(xport_ctx_t *ctx, xport_ctx_t *octx, xport_conn_t *ctl,
   /* The operation fails (or, a write without delivery-complete, completes)
    * and the connection ends; nothing sent after it is delivered. shm
    * says nothing of a refused write it carried inline (xport(7)). */
-  int want = write_ok ? 0 : shm ? -XPORT_ETIMEDOUT : verbs ? -XPORT_EACCES : -XPORT_ECONNRESET;
+  int want = write_ok ? 0 : shm || verbs ? -XPORT_EACCES : -XPORT_ECONNRESET;
   XT_CHECK(op_status == want, "%s key, %s of %zu on %s (delivery-complete %d): %s, expected %s",
            names[kind], what, size, xt_config(), caps.delivery_complete,
            xport_strerror(op_status), xport_strerror(want));
