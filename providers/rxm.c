@@ -23,6 +23,7 @@
  * under unused tags. */
 #include "xport_int.h"
 
+#include <dirent.h>
 #include <stdlib.h>
 
 /* A message larger than its receive must cost that receive (FI_ETRUNC)
@@ -49,11 +50,29 @@
  * Not bounded here: the send buffer pool (17 MiB, at the first send) and
  * the tcp completion ring (12 MiB of address space, made resident as it
  * is first written: about 300 bytes per connection opened, up to that). */
+/* The receive size is one variable for rxm over tcp and over verbs, and
+ * over verbs rxm asks the device for a completion queue of that size (plus
+ * the send size) times FI_UNIVERSE_SIZE: 1,024 there is beyond Soft-RoCE's
+ * 32,767 entries and fails every endpoint. So it is set only on a machine
+ * without an RDMA device, where only tcp carries rxm. */
+static int has_rdma_device(void)
+{
+  DIR *d = opendir("/sys/class/infiniband");
+  struct dirent *e;
+  int found = 0;
+  while (d && !found && (e = readdir(d)))
+    found = e->d_name[0] != '.';
+  if (d)
+    closedir(d);
+  return found;
+}
+
 static void rxm_preinit(void)
 {
   setenv("FI_OFI_RXM_ENABLE_DYN_RBUF", "0", 0);
   setenv("FI_OFI_RXM_SAR_LIMIT", "0", 0);
-  setenv("FI_OFI_RXM_MSG_RX_SIZE", "1024", 0);
+  if (!has_rdma_device())
+    setenv("FI_OFI_RXM_MSG_RX_SIZE", "1024", 0);
 }
 
 const struct xport__profile xport__profile_tcp_rxm = {
