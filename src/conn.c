@@ -40,6 +40,18 @@ static int hello_ok(const uint8_t *data, size_t len, uint64_t *ctx_id)
   return 1;
 }
 
+/* Queues a connection request at the tail of its listener's backlog. */
+void xport__connreq_push(xport_listener_t *lst, struct xport__connreq *cr)
+{
+  cr->next = NULL;
+  if (lst->pending_tail)
+    lst->pending_tail->next = cr;
+  else
+    lst->pending = cr;
+  lst->pending_tail = cr;
+  lst->npending++;
+}
+
 void xport__evq_push(xport_ctx_t *ctx, xport_conn_t *conn, int status)
 {
   if (conn->ev_queued)
@@ -132,12 +144,7 @@ static void on_connreq(xport_listener_t *lst, struct fi_info *info,
   cr->info = info;
   cr->peer_ctx_id = peer_id;
   cr->next = NULL;
-  if (lst->pending_tail)
-    lst->pending_tail->next = cr;
-  else
-    lst->pending = cr;
-  lst->pending_tail = cr;
-  lst->npending++;
+  xport__connreq_push(lst, cr);
 }
 
 void xport__eq_dispatch(xport_ctx_t *ctx)

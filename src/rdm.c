@@ -690,12 +690,7 @@ static void on_connreq(struct xport__rep *rep, const struct xport__ctl *m, size_
   }
   memcpy(cr->ctl, m, sizeof *m);
   cr->peer_ctx_id = m->ctx_id;
-  if (lst->pending_tail)
-    lst->pending_tail->next = cr;
-  else
-    lst->pending = cr;
-  lst->pending_tail = cr;
-  lst->npending++;
+  xport__connreq_push(lst, cr);
 }
 
 /* The connection that m (an answer, goodbye or heartbeat) is for, if it

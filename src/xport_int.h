@@ -625,6 +625,7 @@ int xport__resolve(xport_ctx_t *ctx, const char *host, const char *port, uint64_
 void xport__eq_dispatch(xport_ctx_t *ctx);
 void xport__conn_link(xport_conn_t *conn);
 void xport__conn_unlink(xport_conn_t *conn);
+void xport__connreq_push(xport_listener_t *lst, struct xport__connreq *cr);
 void xport__evq_push(xport_ctx_t *ctx, xport_conn_t *conn, int status);
 void xport__evq_remove(xport_ctx_t *ctx, xport_conn_t *conn);
 void xport__conn_free_if_done(xport_conn_t *conn);
