@@ -129,6 +129,21 @@ static int shm_name_alive(const char *name)
   return alive;
 }
 
+static int shm_name_exists(const char *name)
+{
+  char path[512];
+  struct stat st;
+  /* shm's own names carry a scheme that its files do not. */
+  static const char *const schemes[] = {"fi_shm://", "fi_ns://"};
+  for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++)
+    if (!strncmp(name, schemes[i], strlen(schemes[i])))
+      name += strlen(schemes[i]);
+  if (!name[0] || strchr(name, '/') || strlen(name) > 255)
+    return 0;
+  snprintf(path, sizeof path, SHM_DIR "%s", name);
+  return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
 /* "xport-PID-RANDOM": the pid is for people reading /dev/shm; whether
  * the owner lives is told by its lock (claim_name), which works across PID
  * namespaces and never mistakes a reused pid for the owner. */
@@ -259,6 +274,7 @@ const struct xport__profile xport__profile_shm = {
   .claim_name = shm_claim_name,
   .release_name = shm_release_name,
   .name_alive = shm_name_alive,
+  .name_exists = shm_name_exists,
   .anon_name = shm_anon_name,
   .sweep = shm_sweep,
   .peer_gone = shm_peer_gone,

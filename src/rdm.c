@@ -38,6 +38,7 @@
 #define CTL_KEEPALIVE XPORT__CTL_KEEPALIVE
 #define CTL_PING XPORT__CTL_PING
 #define CTL_PONG XPORT__CTL_PONG
+#define CTL_CHALLENGE XPORT__CTL_CHALLENGE
 _Static_assert(XPORT__CTL_ADDR_MAX == XPORT__ADDR_MAX, "address sizes agree");
 _Static_assert(sizeof(size_t) >= sizeof(uint64_t), "a request's len holds a tag (peek)");
 _Static_assert(sizeof(struct xport__ctl) <= XPORT__CTL_SLOT, "a control message fits a slot");
@@ -128,6 +129,15 @@ static int ctl_post_recv(struct xport__rep *rep, struct xport__req *req)
     struct fi_msg msg = {.msg_iov = &iov, .desc = &desc, .iov_count = 1,
                          .addr = FI_ADDR_UNSPEC, .context = &req->fictx};
     ret = fi_recvmsg(rep->ep, &msg, FI_MULTI_RECV);
+  } else if (rep->ctx->sink) {
+    /* A longer message than a control message (a stranger's) must not
+     * truncate this receive, which would never complete (truncation_hangs)
+     * and leave the endpoint without its control path: the rest goes to
+     * the sink, and on_ctl drops it for its length. */
+    struct iovec iov[2] = {{req->bounce->buf, sizeof(struct xport__ctl)},
+                           {rep->ctx->sink, rep->ctx->sink_len}};
+    void *desc[2] = {req->bounce->desc, NULL};
+    ret = fi_recvv(rep->ep, iov, desc, 2, FI_ADDR_UNSPEC, &req->fictx);
   } else {
     ret = fi_recv(rep->ep, req->bounce->buf, sizeof(struct xport__ctl), req->bounce->desc,
                   FI_ADDR_UNSPEC, &req->fictx);
@@ -199,7 +209,8 @@ static void peer_put(struct xport__rep *rep, struct xport__peer *peer);
 struct ctl_args {
   uint32_t src_id, dst_id;
   uint64_t cookie, tag;
-  int once;                   /* one try: a refusal is not worth waiting for */
+  int once;                   /* a few quick tries: an answer to a requester is
+                                 not worth waiting for */
   struct xport__peer *peer;   /* a reference the send holds until it is done */
 };
 
@@ -234,10 +245,10 @@ static int ctl_send(struct xport__rep *rep, fi_addr_t dest, uint32_t type,
   ssize_t ret;
   for (int tries = 0;; tries++) {
     ret = fi_send(rep->ep, m, sizeof *m, req->bounce->desc, dest, &req->fictx);
-    if (ret != -FI_EAGAIN || tries == 2000 || a->once)
+    if (ret != -FI_EAGAIN || tries == (a->once ? 16 : 2000))
       break;
     xport__cq_drain(ctx);
-    if (tries > 10) {
+    if (tries > 10 && !a->once) {
       struct timespec ts = {0, 50 * 1000};
       nanosleep(&ts, NULL);
     }
@@ -608,36 +619,93 @@ static void rma_probe_answered(xport_conn_t *conn)
     conn->ponged = 1;
 }
 
-#define REFUSE_INFLIGHT 4
-#define REFUSE_EVERY_MS 100
-/* A refusal of request m, sent once: a requester that does not read (a
- * flood) is not waited for. The send holds the peer until it is done.
- * Refusals are what a flood makes the server send, and the provider may
- * buffer them without bound (rxm, to a peer that reads slowly): so at most
- * a few are in flight, and one peer is refused at most every
- * REFUSE_EVERY_MS; past that its requests go unanswered, and time out. */
-static void refuse(struct xport__rep *rep, const struct xport__ctl *m)
+/* ---- answers to requests --------------------------------------------- */
+
+/* A challenge token: SipHash-2-4 keyed with the listener's secret over
+ * what the request says (its sender's address first), and a time epoch of
+ * about 16 s, so that a token is good for that request, from that
+ * address, for a while. Fixed layout, whole words: no length ambiguity. */
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                                                   \
+  do {                                                                                             \
+    v0 += v1; v1 = ROTL(v1, 13); v1 ^= v0; v0 = ROTL(v0, 32);                                      \
+    v2 += v3; v3 = ROTL(v3, 16); v3 ^= v2;                                                         \
+    v0 += v3; v3 = ROTL(v3, 21); v3 ^= v0;                                                         \
+    v2 += v1; v1 = ROTL(v1, 17); v1 ^= v2; v2 = ROTL(v2, 32);                                      \
+  } while (0)
+static uint64_t token(const struct xport__rep *rep, const struct xport__ctl *m, long epoch)
 {
-  size_t inflight = 0;
-  for (struct xport__req *r = rep->ctl_out; r && inflight < REFUSE_INFLIGHT; r = r->cnext)
-    inflight++;
-  if (inflight >= REFUSE_INFLIGHT) {
-    ctl_drop(rep->ctx, "refusals backed up", m->type, sizeof *m);
+  uint64_t w[6 + XPORT__CTL_ADDR_MAX / 8] = {(uint64_t)epoch, m->ctx_id,
+                                             m->src_id | (uint64_t)m->pid << 32, m->tag, m->pidns,
+                                             m->addrlen};
+  size_t n = 6 + (m->addrlen + 7) / 8; /* addrlen <= XPORT__ADDR_MAX: on_ctl checked */
+  memcpy(&w[6], m->addr, m->addrlen);
+  uint64_t k0 = rep->secret[0], k1 = rep->secret[1];
+  uint64_t v0 = k0 ^ 0x736f6d6570736575ULL, v1 = k1 ^ 0x646f72616e646f6dULL;
+  uint64_t v2 = k0 ^ 0x6c7967656e657261ULL, v3 = k1 ^ 0x7465646279746573ULL;
+  for (size_t i = 0; i < n; i++) {
+    v3 ^= w[i];
+    SIPROUND;
+    SIPROUND;
+    v0 ^= w[i];
+  }
+  v2 ^= 0xff;
+  SIPROUND;
+  SIPROUND;
+  SIPROUND;
+  SIPROUND;
+  return v0 ^ v1 ^ v2 ^ v3;
+}
+#define TOKEN_EPOCH_MS 16384
+
+static int token_ok(const struct xport__rep *rep, const struct xport__ctl *m)
+{
+  long epoch = xport__now_ms() / TOKEN_EPOCH_MS;
+  return m->cookie && (m->cookie == token(rep, m, epoch) || m->cookie == token(rep, m, epoch - 1));
+}
+
+#define ANSWERS_INFLIGHT 16
+#define REFUSE_EVERY_MS 100
+/* Answers request m with a refusal (CTL_CONNREJ) or a challenge, sent
+ * with a few quick tries: a requester that does not read (a flood), or an
+ * address nobody answers at, is not waited for. The send holds the peer
+ * until it is done. Answers are what a flood makes the server send, to
+ * whatever address the requests name, and the provider may buffer them
+ * without bound (rxm, to a peer that reads slowly): so at most a few are
+ * in flight, and one peer is refused at most every REFUSE_EVERY_MS; past
+ * that its requests go unanswered, and time out. At listener close the
+ * backlog's requests (pending: each from a live address, it answered a
+ * challenge) are all refused. */
+static void answer(struct xport__rep *rep, const struct xport__ctl *m, uint32_t type,
+                   int pending)
+{
+  const struct xport__profile *prof = rep->ctx->prof;
+  if (rep->answering >= ANSWERS_INFLIGHT && !pending) {
+    ctl_drop(rep->ctx, "answers backed up", m->type, sizeof *m);
+    return;
+  }
+  /* A name no endpoint has would go into the address vector (named
+   * providers: shm), where it could later misdirect traffic. */
+  if (prof && prof->name_exists &&
+      (m->addr[m->addrlen - 1] != '\0' || !prof->name_exists((const char *)m->addr))) {
+    ctl_drop(rep->ctx, "request from no endpoint", m->type, sizeof *m);
     return;
   }
   int ret = 0;
   struct xport__peer *peer = peer_get(rep, m->addr, m->addrlen, &ret);
   if (!peer)
     return;
-  /* The last few refused peers stay in the address vector: a flood from
+  /* The last few answered peers stay in the address vector: a flood from
    * one endpoint then costs no address vector churn, which some providers
-   * pay for with a connection each (rxm). */
+   * pay for with a connection each (rxm), and a challenged client's
+   * request comes back to the peer it was answered at. */
   long now = xport__now_ms();
   unsigned slot = XPORT__REFUSED_KEEP;
   for (unsigned i = 0; i < XPORT__REFUSED_KEEP; i++)
     if (rep->refused[i] == peer)
       slot = i;
-  if (slot < XPORT__REFUSED_KEEP && now - rep->refused_ms[slot] < REFUSE_EVERY_MS) {
+  if (type == CTL_CONNREJ && slot < XPORT__REFUSED_KEEP && !pending &&
+      now - rep->refused_ms[slot] < REFUSE_EVERY_MS) {
     peer_put(rep, peer);
     ctl_drop(rep->ctx, "refused a moment ago", m->type, sizeof *m);
     return;
@@ -648,23 +716,37 @@ static void refuse(struct xport__rep *rep, const struct xport__ctl *m)
       peer_put(rep, rep->refused[slot]);
     rep->refused[slot] = peer;
     peer->refs++;
+    rep->refused_ms[slot] = 0;
   }
-  rep->refused_ms[slot] = now;
+  if (type == CTL_CONNREJ)
+    rep->refused_ms[slot] = now;
   struct ctl_args a = {.dst_id = m->src_id, .cookie = m->tag, .once = 1, .peer = peer};
-  if (ctl_send(rep, peer->fi_addr, CTL_CONNREJ, &a))
+  if (type == CTL_CHALLENGE)
+    a.tag = token(rep, m, now / TOKEN_EPOCH_MS);
+  if (ctl_send(rep, peer->fi_addr, type, &a))
     peer_put(rep, peer);
+  else
+    rep->answering++;
 }
 
 static void on_connreq(struct xport__rep *rep, const struct xport__ctl *m, size_t len)
 {
   xport_ctx_t *ctx = rep->ctx;
   xport_listener_t *lst = rep->lst;
-  if (!m->addrlen || m->dst_id || m->cookie || !tag_ok(m->tag)) {
+  if (!m->addrlen || m->dst_id || !tag_ok(m->tag)) {
     ctl_drop(ctx, "malformed request", m->type, len);
     return;
   }
   if (!lst) {
-    refuse(rep, m); /* nobody listens here any more */
+    answer(rep, m, CTL_CONNREJ, 0); /* nobody listens here any more */
+    return;
+  }
+  if (!m->cookie) {
+    answer(rep, m, CTL_CHALLENGE, 0); /* is the requester at the address it names? */
+    return;
+  }
+  if (!token_ok(rep, m)) {
+    ctl_drop(ctx, "wrong or stale token", m->type, len);
     return;
   }
   for (struct xport__connreq *cr = lst->pending; cr; cr = cr->next)
@@ -677,7 +759,7 @@ static void on_connreq(struct xport__rep *rep, const struct xport__ctl *m, size_
       XPORT__INFO("listener %s: backlog of %zu full: refusing requests", lst->addr,
                   lst->backlog);
     lst->refusing = 1; /* logged once per overflow: a flood must not flood the log */
-    refuse(rep, m);
+    answer(rep, m, CTL_CONNREJ, 0);
     return;
   }
   lst->refusing = 0;
@@ -711,7 +793,7 @@ static xport_conn_t *ctl_conn(struct xport__rep *rep, const struct xport__ctl *m
    * the cookie and ids vouch for it, and the answer goes to conn's peer. */
   if (rep->ctx->source && src != conn->dest && m->type != CTL_PING)
     return NULL;
-  if (m->type == CTL_CONNACK || m->type == CTL_CONNREJ) {
+  if (m->type == CTL_CONNACK || m->type == CTL_CONNREJ || m->type == CTL_CHALLENGE) {
     *why = "answer to no request";
     return conn->state == XPORT__CONN_CONNECTING ? conn : NULL;
   }
@@ -738,7 +820,7 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
     on_connreq(rep, m, len);
     return;
   }
-  if (m->type < CTL_CONNACK || m->type > CTL_PONG) {
+  if (m->type < CTL_CONNACK || m->type > CTL_CHALLENGE) {
     ctl_drop(ctx, "unknown type", m->type, len);
     return;
   }
@@ -771,6 +853,20 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
   case CTL_CONNREJ:
     conn_lost(conn, -XPORT_ECONNREFUSED, 0);
     break;
+  case CTL_CHALLENGE: {
+    /* Only the first is answered: a second request with a token could be
+     * queued twice, after the first was accepted. */
+    if (conn->challenged) {
+      ctl_drop(ctx, "repeated challenge", m->type, len);
+      return;
+    }
+    conn->challenged = 1;
+    struct ctl_args a = {.src_id = conn->id, .tag = conn->rx_tag, .cookie = m->tag};
+    int ret = ctl_send(rep, conn->dest, CTL_CONNREQ, &a);
+    if (ret)
+      conn_lost(conn, ret, 0);
+    break;
+  }
   case CTL_KEEPALIVE:
     break; /* heard, above */
   case CTL_PING:
@@ -811,6 +907,9 @@ void xport__rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
   }
   if (req->op == XPORT__OP_CTL_SEND) {
     XPORT__LIST_UNLINK(rep->ctl_out, req, cnext, cprev);
+    uint32_t type = ((const struct xport__ctl *)req->bounce->buf)->type;
+    if (type == CTL_CONNREJ || type == CTL_CHALLENGE)
+      rep->answering--;
     if (status) {
       xport_conn_t *conn = find_conn(ctx, req->imm);
       const struct xport__ctl *m = (const struct xport__ctl *)req->bounce->buf;
@@ -842,7 +941,11 @@ void xport__rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
   } else if (status && status != -XPORT_ECANCELED) {
     ctl_drop(ctx, xport_strerror(status), 0, len);
   }
-  if (ctx->multi_recv && !(e && (e->flags & FI_MULTI_RECV)))
+  /* A message longer than what is left of a multi-receive buffer
+   * truncates into it, and then the provider has let go of the whole
+   * buffer, though the error entry does not say FI_MULTI_RECV (rxm): it is
+   * posted again, or a stranger's long messages would take both away. */
+  if (ctx->multi_recv && !(e && (e->flags & FI_MULTI_RECV)) && status != -XPORT_ETRUNC)
     return;
   if (!rep->ep || status == -XPORT_ECANCELED || ctl_post_recv(rep, req))
     XPORT__DEBUG("control receive not reposted (%s)", xport_strerror(status));
@@ -961,6 +1064,8 @@ static int rep_open(xport_ctx_t *ctx, struct fi_info *info, const char *name,
     return -XPORT_ENOMEM;
   rep->ctx = ctx;
   rep->lock = -1;
+  rep->secret[0] = xport__random_key(8);
+  rep->secret[1] = xport__random_key(8);
   XPORT__LIST_PUSH(ctx->reps, rep, next, prev);
   const char *step = "fi_endpoint";
   ret = fi_endpoint(ctx->domain, info ? info : ctx->info, &rep->ep, rep);
@@ -1123,7 +1228,7 @@ void xport__rdm_listener_close(xport_listener_t *lst)
   while (lst->pending) {
     struct xport__connreq *cr = lst->pending;
     lst->pending = cr->next;
-    refuse(lst->rep, cr->ctl);
+    answer(lst->rep, cr->ctl, CTL_CONNREJ, 1);
     free(cr->ctl);
     free(cr);
   }
@@ -1211,6 +1316,7 @@ static int wait_progress(xport_ctx_t *ctx, long deadline)
   return 0;
 }
 
+#define REQUEST_AGAIN_MS 200
 int xport__rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, long deadline,
                        xport_conn_t **conn_p)
 {
@@ -1254,14 +1360,26 @@ int xport__rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
     return -XPORT_ENOMEM;
   }
   /* A listener that is not there makes some providers push back for
-   * ever (rxm) rather than fail: retry until the deadline. */
+   * ever (rxm) rather than fail: retry until the deadline. The first
+   * request goes again every REQUEST_AGAIN_MS until the listener's
+   * challenge comes (on_ctl answers it): the listener answers first
+   * requests with a few quick tries only. */
   struct ctl_args a = {.src_id = conn->id, .tag = conn->rx_tag};
   for (;;) {
     while ((ret = ctl_send(ctx->cep, peer->fi_addr, CTL_CONNREQ, &a)) == -XPORT_EAGAIN &&
            (ret = wait_progress(ctx, deadline)) == 0)
       ;
-    while (!ret && conn->state == XPORT__CONN_CONNECTING)
+    for (long again = xport__now_ms() + REQUEST_AGAIN_MS;
+         !ret && conn->state == XPORT__CONN_CONNECTING;) {
       ret = wait_progress(ctx, deadline);
+      if (!ret && !conn->challenged && conn->state == XPORT__CONN_CONNECTING &&
+          xport__now_ms() >= again) {
+        again = xport__now_ms() + REQUEST_AGAIN_MS;
+        int r = ctl_send(ctx->cep, peer->fi_addr, CTL_CONNREQ, &a);
+        if (r && r != -XPORT_EAGAIN)
+          ret = r;
+      }
+    }
     /* The request went down with the provider's own connection to that
      * peer, which the peer had just dropped (rxm, after a refused key):
      * the provider makes a new one on the next send, so ask again. */
@@ -1269,6 +1387,7 @@ int xport__rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
       break;
     conn->state = XPORT__CONN_CONNECTING;
     conn->fail_code = 0;
+    conn->challenged = 0;
   }
   /* Connected and already lost is still a connection: its disconnect
    * event is queued for the application. */

@@ -5,14 +5,21 @@
  * Control messages travel untagged (fi_send/fi_recv), data tagged: the
  * two never meet in one matching queue. Every message but a request
  * carries a cookie, the receiving connection's own receive tag: 62
- * random bits that only the two ends of that connection know. */
+ * random bits that only the two ends of that connection know.
+ *
+ * A request is queued only once its sender has shown that it receives at
+ * the address it names: the listener answers a first request with a
+ * challenge, a token keyed with the listener's secret over the request,
+ * and queues the request that comes back with that token (a stranger
+ * cannot fill the backlog with other endpoints' addresses, nor make the
+ * listener accept for them). */
 #ifndef XPORT_RDM_WIRE_H
 #define XPORT_RDM_WIRE_H
 
 #include <stdint.h>
 
 #define XPORT__CTL_MAGIC 0x58505254434c3031ULL /* "XPRTCL01" */
-#define XPORT__CTL_VERSION 3
+#define XPORT__CTL_VERSION 4
 #define XPORT__CTL_ADDR_MAX 256
 
 enum {
@@ -22,7 +29,8 @@ enum {
   XPORT__CTL_DISC,        /* either way: goodbye, or the answer to one */
   XPORT__CTL_KEEPALIVE,   /* either way: heartbeat */
   XPORT__CTL_PING,        /* either way: answer with a PONG (the RMA probe, rdm.c) */
-  XPORT__CTL_PONG
+  XPORT__CTL_PONG,
+  XPORT__CTL_CHALLENGE    /* listener -> client: tag = the token to ask again with */
 };
 
 struct xport__ctl {
@@ -32,7 +40,8 @@ struct xport__ctl {
   uint64_t ctx_id;   /* the sender's context */
   uint32_t src_id;   /* the sender's connection id */
   uint32_t dst_id;   /* the receiver's connection id (0 in a request) */
-  uint64_t cookie;   /* the receiver's receive tag (0 in a request) */
+  uint64_t cookie;   /* the receiver's receive tag; in a request, 0 or the
+                        listener's challenge token */
   uint64_t tag;      /* CONNREQ, CONNACK: the sender's receive tag */
   uint32_t pid;      /* the sender's process */
   uint32_t addrlen;

@@ -164,6 +164,9 @@ struct xport__profile {
   void (*release_name)(const char *name, int lock);
   /* 1 if a live endpoint owns the name. */
   int (*name_alive)(const char *name);
+  /* 1 if an endpoint of that name exists now, xport's or not (a name a
+   * request says it sends from, before anything is sent there). */
+  int (*name_exists)(const char *name);
   /* A fresh name for an endpoint that is no listener's (may be NULL: the
    * provider's default name), taken with claim_name like a listener's, so
    * that what a killed process leaves behind is known as xport's and
@@ -340,7 +343,7 @@ struct xport__peer {
 /* An RDM endpoint shared by many connections: the context's one for
  * outgoing connections, or a listener's. */
 #define XPORT__CTL_RX 8
-#define XPORT__REFUSED_KEEP 4
+#define XPORT__REFUSED_KEEP 16
 struct xport__rep {
   xport_ctx_t *ctx;
   struct fid_ep *ep;
@@ -357,9 +360,12 @@ struct xport__rep {
   struct xport__peer *peers;
   struct xport__req *ctl_out;     /* control messages in flight */
   struct xport__req *ctl_rx[XPORT__CTL_RX];
-  struct xport__peer *refused[XPORT__REFUSED_KEEP]; /* kept in the AV (rdm.c) */
+  /* Requesters lately refused or challenged, kept in the AV (rdm.c). */
+  struct xport__peer *refused[XPORT__REFUSED_KEEP];
   long refused_ms[XPORT__REFUSED_KEEP];             /* when each was last refused */
   unsigned refused_next;
+  size_t answering;               /* refusals and challenges in flight */
+  uint64_t secret[2];             /* keys the challenge tokens (listeners) */
   char name[XPORT__ADDR_MAX];     /* claimed name (named providers) */
   int lock;
   size_t addrlen;
@@ -392,6 +398,7 @@ struct xport_conn {
   struct xport_conn *dnext, *dprev; /* RDM: ctx->draining */
   enum xport__conn_state state;
   int fail_code;                 /* why FAILED */
+  int challenged;                /* RDM connect: answered the listener's challenge */
   /* The user closed it: what the provider cancels from now on is
    * ECANCELED; before, a cancellation means the connection broke. */
   int closing;
