@@ -666,7 +666,8 @@ static int token_ok(const struct xport__rep *rep, const struct xport__ctl *m)
 
 #define ANSWERS_INFLIGHT 16
 #define REFUSE_EVERY_MS 100
-/* Answers request m with a refusal (CTL_CONNREJ) or a challenge, sent
+/* Answers request m with a refusal (CTL_CONNREJ) or a challenge, or
+ * (type 0) only keeps its address in the address vector; answers are sent
  * with a few quick tries: a requester that does not read (a flood), or an
  * address nobody answers at, is not waited for. The send holds the peer
  * until it is done. Answers are what a flood makes the server send, to
@@ -710,6 +711,14 @@ static void answer(struct xport__rep *rep, const struct xport__ctl *m, uint32_t 
     ctl_drop(rep->ctx, "refused a moment ago", m->type, sizeof *m);
     return;
   }
+  /* An address where answers fail (nobody there, or a bogus one: each try
+   * may cost the provider a connection attempt) is answered again only
+   * after a while. */
+  if (!pending && now < peer->quiet_until) {
+    peer_put(rep, peer);
+    ctl_drop(rep->ctx, "answers to that address fail", m->type, sizeof *m);
+    return;
+  }
   if (slot == XPORT__REFUSED_KEEP) {
     slot = rep->refused_next++ % XPORT__REFUSED_KEEP;
     if (rep->refused[slot])
@@ -720,35 +729,73 @@ static void answer(struct xport__rep *rep, const struct xport__ctl *m, uint32_t 
   }
   if (type == CTL_CONNREJ)
     rep->refused_ms[slot] = now;
+  if (!type) {
+    peer_put(rep, peer);
+    return;
+  }
   struct ctl_args a = {.dst_id = m->src_id, .cookie = m->tag, .once = 1, .peer = peer};
   if (type == CTL_CHALLENGE)
     a.tag = token(rep, m, now / TOKEN_EPOCH_MS);
-  if (ctl_send(rep, peer->fi_addr, type, &a))
+  if (ctl_send(rep, peer->fi_addr, type, &a)) {
+    peer->quiet_until = now + REFUSE_EVERY_MS;
     peer_put(rep, peer);
-  else
+  } else {
     rep->answering++;
+  }
 }
 
-static void on_connreq(struct xport__rep *rep, const struct xport__ctl *m, size_t len)
+/* 1 if the completion of request m named its sender (src), as the
+ * address the request names. */
+static int from_named(struct xport__rep *rep, const struct xport__ctl *m, fi_addr_t src)
+{
+  if (src == FI_ADDR_NOTAVAIL || src == FI_ADDR_UNSPEC)
+    return 0;
+  for (struct xport__peer *p = rep->peers; p; p = p->next)
+    if (p->fi_addr == src)
+      return p->addrlen == m->addrlen && !memcmp(p->addr, m->addr, m->addrlen);
+  return 0;
+}
+
+/* A request is queued once its sender has shown it receives at the
+ * address it names. Where sending to an address the provider has no
+ * connection to costs a connection attempt (answer_needs_source: rxm,
+ * which keeps megabytes of each failed one), nothing is sent to an
+ * address a request names until a request has come from it: the first
+ * only puts that address into the address vector, and the client's next
+ * (it asks again until answered) then arrives named as from there, which
+ * is the proof. Elsewhere the listener challenges the address instead. */
+static void on_connreq(struct xport__rep *rep, const struct xport__ctl *m, size_t len,
+                       fi_addr_t src)
 {
   xport_ctx_t *ctx = rep->ctx;
   xport_listener_t *lst = rep->lst;
+  int by_source = ctx->prof && ctx->prof->answer_needs_source && ctx->source;
   if (!m->addrlen || m->dst_id || !tag_ok(m->tag)) {
     ctl_drop(ctx, "malformed request", m->type, len);
+    return;
+  }
+  if (by_source && !from_named(rep, m, src)) {
+    answer(rep, m, 0, 0);
+    ctl_drop(ctx, "not (yet) from the address it names", m->type, len);
     return;
   }
   if (!lst) {
     answer(rep, m, CTL_CONNREJ, 0); /* nobody listens here any more */
     return;
   }
-  if (!m->cookie) {
+  if (!by_source && !m->cookie) {
     answer(rep, m, CTL_CHALLENGE, 0); /* is the requester at the address it names? */
     return;
   }
-  if (!token_ok(rep, m)) {
+  if (!by_source && !token_ok(rep, m)) {
     ctl_drop(ctx, "wrong or stale token", m->type, len);
     return;
   }
+  for (unsigned i = 0; i < XPORT__SEEN_KEEP; i++)
+    if (rep->seen[i].ctx_id == m->ctx_id && rep->seen[i].src_id == m->src_id) {
+      ctl_drop(ctx, "repeated request", m->type, len);
+      return;
+    }
   for (struct xport__connreq *cr = lst->pending; cr; cr = cr->next)
     if (cr->ctl->ctx_id == m->ctx_id && cr->ctl->src_id == m->src_id) {
       ctl_drop(ctx, "repeated request", m->type, len);
@@ -772,6 +819,9 @@ static void on_connreq(struct xport__rep *rep, const struct xport__ctl *m, size_
   }
   memcpy(cr->ctl, m, sizeof *m);
   cr->peer_ctx_id = m->ctx_id;
+  unsigned at = rep->seen_next++ % XPORT__SEEN_KEEP;
+  rep->seen[at].ctx_id = m->ctx_id;
+  rep->seen[at].src_id = m->src_id;
   xport__connreq_push(lst, cr);
 }
 
@@ -817,7 +867,7 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
     return;
   }
   if (m->type == CTL_CONNREQ) {
-    on_connreq(rep, m, len);
+    on_connreq(rep, m, len, src);
     return;
   }
   if (m->type < CTL_CONNACK || m->type > CTL_CHALLENGE) {
@@ -908,8 +958,11 @@ void xport__rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
   if (req->op == XPORT__OP_CTL_SEND) {
     XPORT__LIST_UNLINK(rep->ctl_out, req, cnext, cprev);
     uint32_t type = ((const struct xport__ctl *)req->bounce->buf)->type;
-    if (type == CTL_CONNREJ || type == CTL_CHALLENGE)
+    if (type == CTL_CONNREJ || type == CTL_CHALLENGE) {
       rep->answering--;
+      if (status && req->peer)
+        req->peer->quiet_until = xport__now_ms() + REFUSE_EVERY_MS;
+    }
     if (status) {
       xport_conn_t *conn = find_conn(ctx, req->imm);
       const struct xport__ctl *m = (const struct xport__ctl *)req->bounce->buf;
@@ -1361,20 +1414,21 @@ int xport__rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
   }
   /* A listener that is not there makes some providers push back for
    * ever (rxm) rather than fail: retry until the deadline. The first
-   * request goes again every REQUEST_AGAIN_MS until the listener's
-   * challenge comes (on_ctl answers it): the listener answers first
-   * requests with a few quick tries only. */
+   * request goes again, after 1, 2, 4 ... up to REQUEST_AGAIN_MS, until the
+   * listener answers (on_connreq: it may want a request from where the
+   * request says; its challenge, which on_ctl answers, may be lost). */
   struct ctl_args a = {.src_id = conn->id, .tag = conn->rx_tag};
   for (;;) {
     while ((ret = ctl_send(ctx->cep, peer->fi_addr, CTL_CONNREQ, &a)) == -XPORT_EAGAIN &&
            (ret = wait_progress(ctx, deadline)) == 0)
       ;
-    for (long again = xport__now_ms() + REQUEST_AGAIN_MS;
+    for (long gap = 1, again = xport__now_ms() + gap;
          !ret && conn->state == XPORT__CONN_CONNECTING;) {
       ret = wait_progress(ctx, deadline);
       if (!ret && !conn->challenged && conn->state == XPORT__CONN_CONNECTING &&
           xport__now_ms() >= again) {
-        again = xport__now_ms() + REQUEST_AGAIN_MS;
+        gap = gap * 2 < REQUEST_AGAIN_MS ? gap * 2 : REQUEST_AGAIN_MS;
+        again = xport__now_ms() + gap;
         int r = ctl_send(ctx->cep, peer->fi_addr, CTL_CONNREQ, &a);
         if (r && r != -XPORT_EAGAIN)
           ret = r;

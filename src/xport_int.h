@@ -110,6 +110,11 @@ struct xport__profile {
    * refused a key, so only a write that waits for the target learns that
    * messages around it were lost (rxm over tcp). */
   int dc_default;
+  /* 1: a send to an address the provider has no connection to costs a
+   * connection attempt, and memory it keeps (rxm 1.17: megabytes for each
+   * attempt that fails): a listener sends nothing to the address a request
+   * names until a request has come from there (rdm.c, on_connreq). */
+  int answer_needs_source;
   /* mr_mode bits to drop before opening the domain where the provider
    * merely allows them (shm checks keys only with offsets). */
   uint64_t clear_mr_mode;
@@ -336,6 +341,7 @@ struct xport__peer {
   struct xport__peer *next;
   fi_addr_t fi_addr;
   size_t refs;
+  long quiet_until;   /* an answer to it failed: answer none before (ms) */
   size_t addrlen;
   uint8_t addr[XPORT__ADDR_MAX];
 };
@@ -344,6 +350,7 @@ struct xport__peer {
  * outgoing connections, or a listener's. */
 #define XPORT__CTL_RX 8
 #define XPORT__REFUSED_KEEP 16
+#define XPORT__SEEN_KEEP 256
 struct xport__rep {
   xport_ctx_t *ctx;
   struct fid_ep *ep;
@@ -365,6 +372,11 @@ struct xport__rep {
   long refused_ms[XPORT__REFUSED_KEEP];             /* when each was last refused */
   unsigned refused_next;
   size_t answering;               /* refusals and challenges in flight */
+  /* The last requests queued, by (context id, connection id): a client
+   * asks again until answered, and a copy that comes after its request
+   * was accepted must not be queued again (rdm.c, on_connreq). */
+  struct { uint64_t ctx_id; uint32_t src_id; } seen[XPORT__SEEN_KEEP];
+  unsigned seen_next;
   uint64_t secret[2];             /* keys the challenge tokens (listeners) */
   char name[XPORT__ADDR_MAX];     /* claimed name (named providers) */
   int lock;
