@@ -48,6 +48,12 @@ struct side {
   const char *provider;
   int json, csv, quiet;
   int sleep; /* --sleep: block in xport_wait between polls */
+  /* Consumed receives that came while next_op waited for something else
+   * (the peer's write_imm can overtake our own write's completion, which
+   * waits for the target with delivery-complete on): kept for the next
+   * next_op that wants them. */
+  xport_completion_t early[16];
+  unsigned early_head, early_n;
 };
 
 static void die(const char *fmt, ...)
@@ -94,11 +100,27 @@ static int same(const char *b, size_t len, uint64_t seed)
   return 1;
 }
 
+static int consumes_recv(xport_op_t op)
+{
+  return op == XPORT_OP_RECV || op == XPORT_OP_REMOTE_WRITE_IMM;
+}
+
 /* Polls until a completion of op arrives; others (already accounted
- * for by the caller's protocol) are passed over. */
+ * for by the caller's protocol) are passed over, but for consumed
+ * receives, which the protocol waits for later (struct side, early). */
 static xport_completion_t next_op(struct side *s, xport_op_t op)
 {
   xport_completion_t c;
+  for (unsigned k = 0; k < s->early_n; k++) {
+    unsigned at = (s->early_head + k) % 16;
+    if (s->early[at].op != op)
+      continue;
+    c = s->early[at];
+    for (; k + 1 < s->early_n; k++) /* close the gap, keeping the order */
+      s->early[(s->early_head + k) % 16] = s->early[(s->early_head + k + 1) % 16];
+    s->early_n--;
+    return c;
+  }
   for (;;) {
     int n = xport_poll(s->ctx, &c, 1);
     ok(n, "xport_poll");
@@ -112,6 +134,11 @@ static xport_completion_t next_op(struct side *s, xport_op_t op)
           xport_strerror(c.status), c.hint ? ": " : "", c.hint ? c.hint : "");
     if (c.op == op)
       return c;
+    if (consumes_recv(c.op)) {
+      if (s->early_n == 16)
+        die("more than 16 receives completed early");
+      s->early[(s->early_head + s->early_n++) % 16] = c;
+    }
   }
 }
 
