@@ -385,8 +385,14 @@ static int sink_post(struct xport__sink *k)
 {
   struct xport__req *req = k->req;
   xport_ctx_t *ctx = k->rep->ctx;
-  ssize_t ret = fi_trecv(k->rep->ep, req->bounce->buf, ctx->bounce_size, req->bounce->desc,
-                         FI_ADDR_UNSPEC, k->tag, XPORT__WIMM_TAG, &req->fictx);
+  /* A stale message may be of any size, and one that truncates the
+   * receive never lets it complete (truncation_hangs: shm's copy spins in
+   * fi_trecv itself, and the peer, sending to us, spins behind it): the
+   * rest goes to the context's sink. */
+  struct iovec iov[2] = {{req->bounce->buf, ctx->bounce_size}, {ctx->sink, ctx->sink_len}};
+  void *desc[2] = {req->bounce->desc, NULL};
+  ssize_t ret = fi_trecvv(k->rep->ep, iov, desc, ctx->sink ? 2 : 1, FI_ADDR_UNSPEC, k->tag,
+                          XPORT__WIMM_TAG, &req->fictx);
   return ret ? xport__err_from_fi((int)ret) : 0;
 }
 
@@ -405,6 +411,12 @@ static void sink_start(xport_conn_t *conn)
 {
   xport_ctx_t *ctx = conn->ctx;
   struct xport__sink *k;
+  /* Where the provider discards unexpected messages (peek_discard), a
+   * closed connection's are discarded with the strangers' (its tag is no
+   * longer live): a receive would take a rendezvous message, and rxm then
+   * reads it from the peer, which may be gone (rxm crashed doing so). */
+  if (ctx->prof && ctx->prof->peek_discard)
+    return;
   if (ctx->nsinks >= SINK_MAX || !conn->rep->ep || !(k = calloc(1, sizeof *k)))
     return;
   *k = (struct xport__sink){.rep = conn->rep, .tag = conn->rx_tag,

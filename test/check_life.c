@@ -349,6 +349,83 @@ START_TEST(dead_peer_ops_end_and_context_goes_on)
 }
 END_TEST
 
+/* ---- 2. closing with large messages unreceived -------------------------- */
+
+#define MIB (1u << 20)
+/* Sends two 1 MiB messages, of which the client receives one; then dies
+ * (arg: 1) or waits for the client's goodbye. */
+static int two_big_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  int die = *(int *)arg;
+  xport_completion_t c;
+  char *buf = malloc(MIB);
+  XT_CHECK(buf != NULL, "malloc");
+  xt_fill(buf, MIB, 8);
+  XT_OK(xport_send(conn, buf, MIB, NULL, NULL));
+  XT_OK(xport_send(conn, buf, MIB, NULL, NULL));
+  XT_CHECK(xt_next(ctx, &c, T_MS) == 0 && c.op == XPORT_OP_SEND && c.status == 0,
+           "the first message did not go");
+  if (die)
+    raise(SIGKILL);
+  for (int gone = 0; !gone;) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "no goodbye from the client");
+    gone = c.op == XPORT_OP_DISCONNECT;
+  }
+  free(buf);
+  return 0;
+}
+
+/* The client closes with the second message unreceived, the peer alive
+ * or dead: the close returns, nothing crashes, the context goes on. Stale
+ * traffic of a closed connection is drained: on shm a drain receive that
+ * such a message truncated spun in the provider for ever (the peer,
+ * answering the goodbye, spinning behind it); over rxm one that took a
+ * dead peer's rendezvous message crashed the process. */
+static void close_unreceived(int die)
+{
+  if (die && (!strcmp(xt_config(), "tcp") || !strcmp(xt_config(), "tcp-strict"))) {
+    /* The tcp provider stops reading a stream at a message no receive
+     * takes, so it never sees the peer's end behind it: no disconnect
+     * comes (found by a review from the man pages; issue 10 stays open). */
+    printf("SKIP: close_after_dead_peer_left_big_message on %s: known failure (no disconnect "
+           "event while an unreceived message is queued), not yet fixed\n", xt_config());
+    return;
+  }
+  char addr[128];
+  xport_conn_t *conn;
+  xport_completion_t c;
+  char *in = calloc(1, MIB);
+  XT_CHECK(in != NULL, "calloc");
+  pid_t pid = xt_spawn_pair_server(two_big_server, &die, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  XT_OK(xport_recv(conn, in, MIB, NULL, NULL));
+  expect(ctx, &c, XPORT_OP_RECV, 0);
+  XT_CHECK(c.len == MIB && xt_verify(in, MIB, 8) == MIB, "the first message differs");
+  if (die) {
+    XT_CHECK(xt_reap(pid) == 128 + SIGKILL, "server did not die by SIGKILL");
+    expect(ctx, &c, XPORT_OP_DISCONNECT, -XPORT_ECONNRESET);
+  }
+  XT_OK(xport_conn_close(conn));
+  XT_CHECK(xt_next(ctx, &c, 300) == -XPORT_ETIMEDOUT, "a completion after close: op %d", c.op);
+  xport_ctx_destroy(ctx);
+  if (!die)
+    XT_CHECK(xt_reap(pid) == 0, "server failed");
+  free(in);
+}
+
+START_TEST(close_with_big_message_unreceived)
+{
+  close_unreceived(0);
+}
+END_TEST
+
+START_TEST(close_after_dead_peer_left_big_message)
+{
+  close_unreceived(1);
+}
+END_TEST
+
 /* ---- 4. liveness under continuous traffic ----------------------------- */
 
 #define FLOOD_MSG 64
@@ -674,6 +751,8 @@ static Suite *life_suite(void)
   tcase_add_test(own, close_with_big_send_in_flight);
   tcase_add_test(own, close_with_big_read_in_flight);
   tcase_add_test(own, dead_peer_ops_end_and_context_goes_on);
+  tcase_add_test(own, close_with_big_message_unreceived);
+  tcase_add_test(own, close_after_dead_peer_left_big_message);
   suite_add_tcase(s, own);
   TCase *live = tcase_create("Liveness");
   tcase_set_timeout(live, 90);
