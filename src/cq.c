@@ -178,6 +178,7 @@ static inline void entry_result(xport_ctx_t *ctx, struct xport__req *req,
   if (XPORT__UNLIKELY(len > req->len) && !(e->flags & FI_REMOTE_WRITE)) {
     status = -XPORT_ETRUNC;
     sink_trim(ctx, len - req->len);
+    len = req->len; /* a truncated receive reports its buffer's length */
   }
   req->status = status;
   req->len = len;
@@ -408,7 +409,9 @@ static int read_error(xport_ctx_t *ctx, struct xport__req **req_p)
     internal_entry(ctx, req, status, &e, FI_ADDR_NOTAVAIL);
     return 1;
   }
-  size_t len = status == -XPORT_ETRUNC ? err.len : 0;
+  /* A truncated receive reports its buffer's length, on every provider
+   * (which report the message's, or nothing). */
+  size_t len = status == -XPORT_ETRUNC && req->op == XPORT_OP_RECV ? req->len : 0;
   req_finish(ctx, req, status, len);
   if (ctx->rdm && (req->op == XPORT_OP_WRITE || req->op == XPORT_OP_READ ||
                    req->op == XPORT__OP_SILENT))

@@ -414,6 +414,8 @@ static int trunc_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
            "truncated receive: op %d status %s (%s)", c.op, xport_strerror(c.status),
            c.detail ? c.detail : "");
   XT_CHECK(c.user_ctx == small && c.hint != NULL, "context or hint missing");
+  XT_CHECK(c.len == sizeof small, "a truncated receive reports %zu bytes, not its buffer's %zu",
+           c.len, sizeof small);
   return 0;
 }
 
