@@ -1549,8 +1549,11 @@ void xport__rdm_close(xport_conn_t *conn)
   if (!conn->rep)
     return; /* lost, and its endpoint closed since */
   int connected = conn->state == XPORT__CONN_CONNECTED;
-  int said_bye = connected && ctl_send_conn(conn, CTL_DISC) == 0;
   xport__rdm_orphan_all(conn, -XPORT_ECANCELED);
+  /* The goodbye follows the operations the provider still has (the peer
+   * must see a send's message before the end of the connection: rxm
+   * carried a goodbye past a rendezvous send's data). */
+  int said_bye = connected && !conn->nzombies && ctl_send_conn(conn, CTL_DISC) == 0;
   if (conn->state == XPORT__CONN_CONNECTED || conn->state == XPORT__CONN_DISCONNECTED)
     sink_start(conn);
   if (!conn->nzombies) {
@@ -1559,9 +1562,9 @@ void xport__rdm_close(xport_conn_t *conn)
   }
   /* The provider still owns some of its operations, which may still
    * reach the peer: the peer stays in the address vector, and the
-   * endpoint open, until they end (rdm_reap). A goodbye the provider
-   * pushed back behind them (shm holds every send to a peer while a
-   * segmented transfer to it runs) goes out then. */
+   * endpoint open, until they end (rdm_reap). The goodbye goes out then:
+   * a send the peer has not taken yet keeps the connection open at the
+   * peer until it takes it, as a tcp stream does. */
   conn->said_bye = said_bye ? 1 : connected ? -1 : 0;
   XPORT__LIST_PUSH(ctx->draining, conn, dnext, dprev);
 }

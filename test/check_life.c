@@ -147,6 +147,8 @@ static int big_recv_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
     }
     XT_CHECK(c.op == XPORT_OP_RECV, "server: op %d", c.op);
     got_recv = 1;
+    /* The goodbye follows the sender's operations (xport_conn_close(3)). */
+    XT_CHECK(!(gone && c.status == 0), "the message arrived after the disconnect event");
     if (c.status == 0) {
       /* Delivered: every byte must be the original, never the refill. */
       XT_CHECK(c.len == BIG, "received %zu bytes", c.len);
