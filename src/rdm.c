@@ -12,8 +12,9 @@
  *   each is checked before it acts: its length, format, sender, ids, the
  *   cookie only the two ends know, and the connection's state; one that
  *   fails is counted (ctx->ctl_dropped) and dropped;
- * - requests wait in a bounded backlog; beyond it, and at listener close,
- *   they are refused.
+ * - a request is queued only once its sender has shown it receives at the
+ *   address it names (a challenge, or its source: on_connreq), and waits
+ *   in a bounded backlog; beyond it, and at listener close, it is refused.
  * A listener's endpoint is named after its host:port where the provider
  * names endpoints (shm), or bound to it (rxm). */
 #include "xport_int.h"
@@ -693,7 +694,7 @@ static void answer(struct xport__rep *rep, const struct xport__ctl *m, uint32_t 
                    int pending)
 {
   const struct xport__profile *prof = rep->ctx->prof;
-  if (rep->answering >= ANSWERS_INFLIGHT && !pending) {
+  if (type && rep->answering >= ANSWERS_INFLIGHT && !pending) {
     ctl_drop(rep->ctx, "answers backed up", m->type, sizeof *m);
     return;
   }
@@ -726,7 +727,7 @@ static void answer(struct xport__rep *rep, const struct xport__ctl *m, uint32_t 
   /* An address where answers fail (nobody there, or a bogus one: each try
    * may cost the provider a connection attempt) is answered again only
    * after a while. */
-  if (!pending && now < peer->quiet_until) {
+  if (type && !pending && now < peer->quiet_until) {
     peer_put(rep, peer);
     ctl_drop(rep->ctx, "answers to that address fail", m->type, sizeof *m);
     return;
