@@ -62,14 +62,6 @@ static size_t heap_in_use(void)
 static int rdm_config(const char *test)
 {
   const char *c = xt_config();
-  if (!strcmp(c, "verbs;ofi_rxm")) {
-    /* Seen in the Soft-RoCE guest, the first run of this suite there: the
-     * stranger's process exits early. Known failures, reported as such
-     * rather than run red (issue 11 stays open). */
-    printf("SKIP: %s on %s: known failure in the Soft-RoCE guest (the raw-libfabric stranger "
-           "exits early), not yet fixed\n", test, c);
-    return 0;
-  }
   if (!strcmp(c, "shm") || strstr(c, "ofi_rxm"))
     return 1;
   printf("SKIP: %s on %s: connections there have endpoints of their own (FI_EP_MSG); "
@@ -272,6 +264,11 @@ static int st_send(struct stranger *s, int tagged, uint64_t tag, size_t len)
 
 static void st_close(struct stranger *s)
 {
+  /* rxm over verbs (libfabric 1.17) crashes closing an endpoint whose
+   * connections the peer just dropped (providers/rxm.c): there the
+   * stranger's endpoint goes with its process, which ends with the test. */
+  if (!strcmp(xt_config(), "verbs;ofi_rxm"))
+    return;
   fi_close(&s->ep->fid);
   fi_close(&s->mr->fid);
   fi_close(&s->av->fid);

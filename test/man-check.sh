@@ -42,6 +42,20 @@ for page in "$top_srcdir"/man/man3/*.3; do
   else pass=$((pass + 1)); fi
 done
 
+# Every variable xport_info -e lists has an entry of its own in
+# xport_env(7): a .TP line, then the variable's name.
+env_page="$top_srcdir/man/man7/xport_env.7"
+vars=$("$top_builddir/tools/xport_info" -e 2>/dev/null | sed -n 's/^# \(XPORT_[A-Z_]*\):.*/\1/p')
+[ -n "$vars" ] || { echo "FAIL: xport_info -e listed no variables"; fail=$((fail + 1)); }
+for var in $vars; do
+  if awk -v v="$var" 'prev == ".TP" && $1 == ".BR" && $2 == v { found = 1 } { prev = $0 }
+                      END { exit !found }' "$env_page"; then
+    pass=$((pass + 1))
+  else
+    echo "FAIL: $var has no entry of its own (.TP, then .BR $var) in xport_env(7)"; fail=$((fail + 1))
+  fi
+done
+
 # Pages documented on another function's page are generated copies of it
 # (man/make-aliases.sh): current, and opening with man -l from the top of
 # the tree (as README says) and from anywhere else.
