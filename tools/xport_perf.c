@@ -53,7 +53,7 @@ struct side {
    * waits for the target with delivery-complete on): kept for the next
    * next_op that wants them. */
   xport_completion_t early[16];
-  unsigned early_head, early_n;
+  unsigned early_n;
 };
 
 static void die(const char *fmt, ...)
@@ -112,12 +112,11 @@ static xport_completion_t next_op(struct side *s, xport_op_t op)
 {
   xport_completion_t c;
   for (unsigned k = 0; k < s->early_n; k++) {
-    unsigned at = (s->early_head + k) % 16;
-    if (s->early[at].op != op)
+    if (s->early[k].op != op)
       continue;
-    c = s->early[at];
-    for (; k + 1 < s->early_n; k++) /* close the gap, keeping the order */
-      s->early[(s->early_head + k) % 16] = s->early[(s->early_head + k + 1) % 16];
+    c = s->early[k];
+    /* close the gap, keeping the order */
+    memmove(&s->early[k], &s->early[k + 1], (s->early_n - k - 1) * sizeof c);
     s->early_n--;
     return c;
   }
@@ -135,9 +134,9 @@ static xport_completion_t next_op(struct side *s, xport_op_t op)
     if (c.op == op)
       return c;
     if (consumes_recv(c.op)) {
-      if (s->early_n == 16)
-        die("more than 16 receives completed early");
-      s->early[(s->early_head + s->early_n++) % 16] = c;
+      if (s->early_n == sizeof s->early / sizeof s->early[0])
+        die("more than %u receives completed early", s->early_n);
+      s->early[s->early_n++] = c;
     }
   }
 }
