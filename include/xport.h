@@ -174,6 +174,9 @@ XPORT_API int xport_conn_close(xport_conn_t *conn);
 #define XPORT_ACCESS_LOCAL 0x1u        /* send, receive, local side of RMA */
 #define XPORT_ACCESS_REMOTE_READ 0x2u
 #define XPORT_ACCESS_REMOTE_WRITE 0x4u
+/* 64-bit remote atomics (xport_fetch_add(3)); on native providers the
+ * provider then also accepts remote writes to the range. */
+#define XPORT_ACCESS_REMOTE_ATOMIC 0x8u
 
 XPORT_API int xport_mr_reg(xport_ctx_t *ctx, void *buf, size_t len,
                            unsigned access, xport_mr_t **mr_p);
@@ -237,13 +240,31 @@ XPORT_API int xport_readv(xport_conn_t *conn, const xport_iov_t *iov,
                           size_t iovcnt, const xport_rkey_t *rkey,
                           size_t offset, void *user_ctx);
 
+/* ---- remote atomics ----------------------------------------------------
+ * On the 8-byte-aligned 64-bit word at offset of a key packed with
+ * XPORT_ACCESS_REMOTE_ATOMIC. The word's value before the operation lands
+ * in *result, in host byte order, by the completion (XPORT_OP_ATOMIC);
+ * result belongs to xport until then. Native or emulated per provider
+ * (xport_caps_t.atomics): the target must be polling on some providers. */
+XPORT_API int xport_fetch_add(xport_conn_t *conn, uint64_t *result, uint64_t add,
+                              const xport_rkey_t *rkey, size_t offset, void *user_ctx);
+/* Stores swap if the word equals compare; *result is the old value
+ * either way (equal to compare: the swap happened). */
+XPORT_API int xport_cswap(xport_conn_t *conn, uint64_t *result, uint64_t compare,
+                          uint64_t swap, const xport_rkey_t *rkey, size_t offset,
+                          void *user_ctx);
+/* Adds without fetching. */
+XPORT_API int xport_atomic_add(xport_conn_t *conn, uint64_t add, const xport_rkey_t *rkey,
+                               size_t offset, void *user_ctx);
+
 typedef enum {
   XPORT_OP_SEND = 1,
   XPORT_OP_RECV = 2,
   XPORT_OP_DISCONNECT = 3, /* an event: the connection is gone */
   XPORT_OP_WRITE = 4,      /* xport_write, xport_write_imm, xport_writev */
   XPORT_OP_READ = 5,
-  XPORT_OP_REMOTE_WRITE_IMM = 6 /* a receive consumed by the peer's write_imm */
+  XPORT_OP_REMOTE_WRITE_IMM = 6, /* a receive consumed by the peer's write_imm */
+  XPORT_OP_ATOMIC = 7      /* xport_fetch_add, xport_cswap, xport_atomic_add */
 } xport_op_t;
 
 #define XPORT_COMP_IMM 0x1u /* imm holds immediate data */

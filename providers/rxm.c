@@ -89,6 +89,7 @@ const struct xport__profile xport__profile_tcp_rxm = {
   .peek_discard = 1,
   .dead_peer_lets_go = 1,
   .answer_needs_source = 1,
+  .atomics_unordered = 1,
   /* A write whose key the target refuses completes once sent, while the
    * target drops the tcp connection and rxm re-makes it silently: the
    * messages around it are lost on a connection that looks fine. */
@@ -107,6 +108,7 @@ const struct xport__profile xport__profile_verbs_rxm = {
   .peek_discard = 1,
   .dead_peer_lets_go = 1,
   .answer_needs_source = 1,
+  .atomics_unordered = 1,
   .enable_hint = "rxm asks the device for a completion queue of (receive + send queue "
                  "size) x FI_UNIVERSE_SIZE (default 256) entries, more than some devices "
                  "allow (Soft-RoCE: 32767); set FI_UNIVERSE_SIZE=64, or "

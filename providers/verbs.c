@@ -41,6 +41,16 @@ static void verbs_preinit(void)
   setenv("FI_MR_CACHE_MAX_COUNT", "0", 0);
 }
 
+/* libfabric before 2.2 posts an atomic's operand address where the
+ * device wants its value (verbs_ep.c: compare_add = (uintptr_t)buf), so
+ * that a fetch-add of 5 adds a pointer. fi_query_atomic says yes anyway. */
+static const char *verbs_atomics_untrusted(void)
+{
+  return fi_version() < FI_VERSION(2, 2)
+             ? "libfabric before 2.2 sends the operand's address as its value"
+             : NULL;
+}
+
 const struct xport__profile xport__profile_verbs = {
   .name = "verbs",
   .rank = 10,
@@ -52,4 +62,5 @@ const struct xport__profile xport__profile_verbs = {
    * here, yet 1.17 does not list FI_DELIVERY_COMPLETE in its op_flags. */
   .writes_acked = 1,
   .preinit = verbs_preinit,
+  .atomics_untrusted = verbs_atomics_untrusted,
 };

@@ -14,30 +14,34 @@
 /* What both sides send in the connection's private data. A connection
  * request without it (a port scanner, another program) is rejected. */
 #define HELLO_MAGIC 0x5850525455ULL /* "XPRTU" */
-#define HELLO_VERSION 1
+#define HELLO_VERSION 2
+#define HELLO_WANT_SVC 0x1u /* request: the client would make a service channel */
+#define HELLO_SVC 0x2u      /* request: this is that channel, for cookie */
 struct hello {
   uint64_t magic;
   uint32_t version;
-  uint32_t reserved;
+  uint32_t flags;
   uint64_t ctx_id; /* owner of the remote keys this side will pack */
+  /* accept: nonzero asks the client for a service channel naming it;
+   * a service channel's request: the cookie its accept gave */
+  uint64_t cookie;
 };
+/* How long an accepted connection waits for its service channel, which
+ * its client asks for as soon as it is connected. */
+#define SVC_WAIT_MS 2000
 
 struct cm_buf {
   struct fi_eq_cm_entry e;
   uint8_t data[256];
 };
 
-/* Validates a peer's greeting; 1 with its context id, or 0. */
-static int hello_ok(const uint8_t *data, size_t len, uint64_t *ctx_id)
+/* Validates a peer's greeting; 1 with it in *h, or 0. */
+static int hello_ok(const uint8_t *data, size_t len, struct hello *h)
 {
-  struct hello h;
-  if (len < sizeof h)
+  if (len < sizeof *h)
     return 0;
-  memcpy(&h, data, sizeof h);
-  if (h.magic != HELLO_MAGIC || h.version != HELLO_VERSION)
-    return 0;
-  *ctx_id = h.ctx_id;
-  return 1;
+  memcpy(h, data, sizeof *h);
+  return h->magic == HELLO_MAGIC && h->version == HELLO_VERSION;
 }
 
 /* Queues a connection request at the tail of its listener's backlog. */
@@ -92,6 +96,7 @@ static void conn_release_ep(xport_conn_t *conn, int status)
     return;
   xport__close_fid(ctx, &conn->ep->fid);
   conn->ep = NULL;
+  xport__svc_close(conn);
   xport__cq_drain(ctx);
   while (conn->out)
     xport__req_complete(ctx, conn->out, status);
@@ -111,16 +116,53 @@ static void conn_lost(xport_conn_t *conn, int status)
   }
 }
 
+/* A client's service channel: taken only for the connection being
+ * accepted, which named it by the cookie only that client was told. */
+/* An endpoint of a connection failed or shut down: the connection, or
+ * its service channel while it is being made. */
+static void ep_lost(struct fid *fid, int status)
+{
+  xport_conn_t *conn = fid->context;
+  if (conn->svc && fid == &conn->svc->fid && conn->svc_state == 1) {
+    conn->svc_state = -1;
+    return;
+  }
+  conn_lost(conn, status);
+}
+
+static void on_svc_request(xport_listener_t *lst, struct fi_info *info, const struct hello *h)
+{
+  xport_conn_t *conn = lst->svc_wait;
+  struct hello a = {.magic = HELLO_MAGIC, .version = HELLO_VERSION};
+  int ret = -FI_EINVAL;
+  if (conn && !conn->svc && h->cookie == conn->svc_cookie && h->ctx_id == conn->peer_ctx_id) {
+    a.ctx_id = lst->ctx->id;
+    ret = xport__svc_open(conn, info);
+    if (!ret && (ret = fi_accept(conn->svc, &a, sizeof a)))
+      xport__svc_close(conn);
+  } else {
+    XPORT__WARN("listener %s: rejected a service channel no accepted connection asked for",
+                lst->addr);
+  }
+  if (ret)
+    fi_reject(lst->pep, info->handle, NULL, 0);
+  fi_freeinfo(info);
+}
+
 static void on_connreq(xport_listener_t *lst, struct fi_info *info,
                        const uint8_t *data, size_t dlen)
 {
   struct xport__connreq *cr;
-  uint64_t peer_id;
-  if (!hello_ok(data, dlen, &peer_id)) {
+  struct hello h;
+  if (!hello_ok(data, dlen, &h)) {
     XPORT__WARN("listener %s: rejected a connection request without xport's "
                 "greeting", lst->addr);
     fi_reject(lst->pep, info->handle, NULL, 0);
     fi_freeinfo(info);
+    return;
+  }
+  if (h.flags & HELLO_SVC) {
+    on_svc_request(lst, info, &h);
     return;
   }
   /* Like listen(2), a bounded queue: beyond it, a request is refused at
@@ -142,7 +184,8 @@ static void on_connreq(xport_listener_t *lst, struct fi_info *info,
   }
   lst->refusing = 0;
   cr->info = info;
-  cr->peer_ctx_id = peer_id;
+  cr->peer_ctx_id = h.ctx_id;
+  cr->want_svc = !!(h.flags & HELLO_WANT_SVC);
   cr->next = NULL;
   xport__connreq_push(lst, cr);
 }
@@ -164,7 +207,7 @@ void xport__eq_dispatch(xport_ctx_t *ctx)
       if (fi_eq_readerr(ctx->eq, &err, 0) < 0)
         return;
       if (err.fid && err.fid->fclass == FI_CLASS_EP && err.fid->context)
-        conn_lost(err.fid->context, xport__err_from_fi(err.err ? err.err : FI_EIO));
+        ep_lost(err.fid, xport__err_from_fi(err.err ? err.err : FI_EIO));
       continue;
     }
     if (r < 0) {
@@ -180,9 +223,19 @@ void xport__eq_dispatch(xport_ctx_t *ctx)
       /* The active side learns the server's context id from the accept
        * data; the passive side got the client's with the request. */
       xport_conn_t *conn = buf.e.fid->context;
+      struct hello h;
+      if (conn->svc && buf.e.fid == &conn->svc->fid) {
+        if (conn->svc_state == 1)
+          conn->svc_state = 2;
+        break;
+      }
       if (conn->state != XPORT__CONN_CONNECTING)
         break;
-      if (conn->peer_ctx_id || hello_ok(buf.data, dlen, &conn->peer_ctx_id)) {
+      if (conn->peer_ctx_id) {
+        conn->state = XPORT__CONN_CONNECTED;
+      } else if (hello_ok(buf.data, dlen, &h)) {
+        conn->peer_ctx_id = h.ctx_id;
+        conn->svc_cookie = h.cookie;
         conn->state = XPORT__CONN_CONNECTED;
       } else {
         XPORT__WARN("connection accepted without xport's greeting; dropping it");
@@ -192,7 +245,7 @@ void xport__eq_dispatch(xport_ctx_t *ctx)
       break;
     }
     case FI_SHUTDOWN:
-      conn_lost(buf.e.fid->context, -XPORT_ECONNRESET);
+      ep_lost(buf.e.fid, -XPORT_ECONNRESET);
       break;
     default:
       break;
@@ -456,9 +509,31 @@ static int wait_connected(xport_conn_t *conn, long deadline)
 
 static void conn_discard(xport_conn_t *conn)
 {
+  xport_ctx_t *ctx = conn->ctx;
   if (conn->ep)
     fi_close(&conn->ep->fid);
+  conn->ep = NULL;
+  xport__svc_close(conn);
+  /* Lost while it was being made: its event must not outlive it. */
+  xport__evq_remove(ctx, conn);
   free(conn);
+}
+
+/* Waits for conn's service channel to connect: 0, or why not. */
+static int wait_svc(xport_conn_t *conn, long deadline)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  for (;;) {
+    xport__eq_dispatch(ctx);
+    if (conn->svc_state == 2)
+      return 0;
+    if (conn->svc_state < 0 || conn->state != XPORT__CONN_CONNECTED)
+      return -XPORT_ECONNREFUSED;
+    long left = deadline < 0 ? 100 : deadline - xport__now_ms();
+    if (left <= 0)
+      return -XPORT_ETIMEDOUT;
+    xport__wait_eq(ctx, left < 100 ? (int)left : 100);
+  }
 }
 
 static int xport_connect__locked(xport_ctx_t *ctx, const char *addr, int timeout_ms,
@@ -466,8 +541,10 @@ static int xport_connect__locked(xport_ctx_t *ctx, const char *addr, int timeout
 {
   struct hello h = {.magic = HELLO_MAGIC, .version = HELLO_VERSION};
   struct fi_info *info = NULL;
-  if (ctx)
+  if (ctx) {
     h.ctx_id = ctx->id;
+    h.flags = ctx->atom_emulated ? HELLO_WANT_SVC : 0;
+  }
   xport_conn_t *conn;
   long deadline = timeout_ms < 0 ? -1 : xport__now_ms() + timeout_ms;
   int ret;
@@ -490,12 +567,24 @@ static int xport_connect__locked(xport_ctx_t *ctx, const char *addr, int timeout
   ret = ep_open(conn, info);
   if (!ret)
     ret = fi_connect(conn->ep, info->dest_addr, &h, sizeof h);
-  fi_freeinfo(info);
   if (ret) {
+    fi_freeinfo(info);
     conn_discard(conn);
     return xport__err_from_fi(ret);
   }
   ret = wait_connected(conn, deadline);
+  /* The server asked for the service channel (emulated atomics): made
+   * now, on the same listener, before the connection is the user's. */
+  if (!ret && conn->svc_cookie && ctx->atom_emulated) {
+    h.flags = HELLO_SVC;
+    h.cookie = conn->svc_cookie;
+    ret = xport__svc_open(conn, info);
+    if (!ret && (ret = fi_connect(conn->svc, info->dest_addr, &h, sizeof h)))
+      ret = xport__err_from_fi(ret);
+    if (!ret)
+      ret = wait_svc(conn, deadline);
+  }
+  fi_freeinfo(info);
   if (ret) {
     conn_discard(conn);
     return ret;
@@ -534,6 +623,9 @@ static int xport_accept__locked(xport_listener_t *lst, int timeout_ms, xport_con
     xport_conn_t *conn = conn_new(ctx);
     if (conn)
       conn->peer_ctx_id = cr->peer_ctx_id;
+    if (conn && cr->want_svc && ctx->atom_emulated)
+      conn->svc_cookie = xport__random_key(8);
+    h.cookie = conn ? conn->svc_cookie : 0;
     ret = conn ? ep_open(conn, cr->info) : -FI_ENOMEM;
     if (!ret)
       ret = fi_accept(conn->ep, &h, sizeof h);
@@ -541,10 +633,22 @@ static int xport_accept__locked(xport_listener_t *lst, int timeout_ms, xport_con
       fi_reject(lst->pep, cr->info->handle, NULL, 0);
     fi_freeinfo(cr->info);
     free(cr);
+    /* The channel's request may come in the same EQ read as this
+     * connection's own event: from now on it is expected. */
+    lst->svc_wait = conn && conn->svc_cookie ? conn : NULL;
     if (!ret)
       ret = wait_connected(conn, deadline);
     else
       ret = xport__err_from_fi(ret);
+    if (!ret && conn->svc_cookie) {
+      /* Bounded: a peer that never makes its channel holds up no more
+       * than this of the listener's time. */
+      long svc_deadline = xport__now_ms() + SVC_WAIT_MS;
+      if (deadline >= 0 && deadline < svc_deadline)
+        svc_deadline = deadline;
+      ret = wait_svc(conn, svc_deadline);
+    }
+    lst->svc_wait = NULL;
     if (!ret) {
       xport__conn_link(conn);
       *conn_p = conn;

@@ -34,6 +34,7 @@ struct xport__req *xport__req_get(xport_ctx_t *ctx)
     r = ctx->free_reqs;
   }
   ctx->free_reqs = r->next;
+  r->result = NULL;
   return r;
 }
 
@@ -98,6 +99,12 @@ void xport__req_free_mem(xport_ctx_t *ctx, struct xport__req *req)
   req->ntmp = 0;
 }
 
+/* A fetching atomic's old value goes to the caller's result. */
+static void atom_result(const struct xport__req *req)
+{
+  *req->result = req->bounce ? ((const uint64_t *)(const void *)req->bounce->buf)[2] : req->atom[2];
+}
+
 static void unlink_out(struct xport__req *req)
 {
   xport_conn_t *conn = req->conn;
@@ -115,6 +122,8 @@ static void req_finish(xport_ctx_t *ctx, struct xport__req *req, int status, siz
 {
   if (req->bounce && req->uiovcnt && !status)
     scatter(req, len);
+  if (XPORT__UNLIKELY(req->result != NULL) && !status)
+    atom_result(req);
   xport__req_free_mem(ctx, req);
   unlink_out(req);
   ctx->nposted--;
@@ -232,6 +241,8 @@ static void zombie_done(xport_ctx_t *ctx, struct xport__req *req,
     size_t len = req->op == XPORT_OP_RECV ? e->len : req->len;
     if (req->bounce && req->uiovcnt)
       scatter(req, len);
+    if (req->result)
+      atom_result(req);
     entry_result(ctx, req, e, len);
     z |= XPORT__Z_SHOWN; /* nothing to clear below */
     done_push(ctx, req);
@@ -283,6 +294,8 @@ static void internal_entry(xport_ctx_t *ctx, struct xport__req *req, int status,
 {
   if (req->zombie)
     zombie_done(ctx, req, status ? NULL : e);
+  else if (req->op == XPORT__OP_SVC_SEND || req->op == XPORT__OP_SVC_RECV)
+    xport__svc_internal(ctx, req, status, e);
   else
     xport__rdm_internal(ctx, req, status, e, src);
 }
@@ -315,7 +328,7 @@ static void fill_comp(xport_ctx_t *ctx, xport_completion_t *c, struct xport__req
       req->detail = NULL;
     }
     c->hint = xport__err_hint(req->status);
-    if ((req->op == XPORT_OP_READ || req->op == XPORT_OP_WRITE) &&
+    if ((req->op == XPORT_OP_READ || req->op == XPORT_OP_WRITE || req->op == XPORT_OP_ATOMIC) &&
         (req->status == -XPORT_ECANCELED || req->status == -XPORT_ECONNRESET ||
          req->status == -XPORT_EIO))
       c->hint = "the target may have refused the remote key (revoked, forged or out of "
@@ -414,7 +427,7 @@ static int read_error(xport_ctx_t *ctx, struct xport__req **req_p)
   size_t len = status == -XPORT_ETRUNC && req->op == XPORT_OP_RECV ? req->len : 0;
   req_finish(ctx, req, status, len);
   if (ctx->rdm && (req->op == XPORT_OP_WRITE || req->op == XPORT_OP_READ ||
-                   req->op == XPORT__OP_SILENT))
+                   req->op == XPORT_OP_ATOMIC || req->op == XPORT__OP_SILENT))
     xport__rdm_rma_failed(req->conn, status);
   req->status = status;
   req->len = len;

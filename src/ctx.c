@@ -369,7 +369,18 @@ static void fill_caps(xport_ctx_t *ctx, const struct settings *s)
   c->imm_bits = 32;
   c->wire_imm_bytes = (unsigned)fi->domain_attr->cq_data_size;
   c->rma = (fi->caps & FI_RMA) ? XPORT_SUPPORT_NATIVE : XPORT_SUPPORT_NONE;
-  c->atomics = (fi->caps & FI_ATOMIC) ? XPORT_SUPPORT_NATIVE : XPORT_SUPPORT_NONE;
+  /* Native where the provider has atomics xport may trust; else emulated
+   * over MSG endpoints (atomic.c), which RDM ones cannot carry. */
+  const char *why = ctx->prof && ctx->prof->atomics_untrusted ? ctx->prof->atomics_untrusted()
+                                                               : NULL;
+  if ((fi->caps & FI_ATOMIC) && !why)
+    c->atomics = XPORT_SUPPORT_NATIVE;
+  else if (c->ep_type == XPORT_EP_MSG)
+    c->atomics = XPORT_SUPPORT_EMULATED;
+  else
+    c->atomics = XPORT_SUPPORT_NONE;
+  if (why && (fi->caps & FI_ATOMIC))
+    XPORT__INFO("%s: native atomics not used: %s", c->provider, why);
   if (m & FI_MR_LOCAL)
     c->mr_mode |= XPORT_MR_LOCAL;
   if (m & FI_MR_VIRT_ADDR)
@@ -473,6 +484,39 @@ static int get_candidates(struct fi_info **list_p)
   return 0;
 }
 
+/* The candidate as opened: with FI_ATOMIC where the provider has it
+ * (asked separately, as providers without it, tcp, would not answer a
+ * probe that asked for it), else as found. */
+static struct fi_info *with_atomics(const struct fi_info *fi)
+{
+  const struct xport__profile *prof = xport__profile_find(fi->fabric_attr->prov_name);
+  struct fi_info *h = fi_dupinfo(fi), *got = NULL;
+  if (!h || (fi->caps & FI_ATOMIC))
+    return h;
+  uint64_t tx_order = h->tx_attr->msg_order, rx_order = h->rx_attr->msg_order;
+  h->caps |= FI_ATOMIC;
+  /* Only the order xport needs, or less where the provider's atomics
+   * give no order with the rest (atomics_unordered). */
+  for (int relax = 0; relax < 2; relax++) {
+    if (relax && !(prof && prof->atomics_unordered))
+      break;
+    h->tx_attr->msg_order = h->rx_attr->msg_order = relax ? FI_ORDER_SAS : ORDER_NEEDED;
+    int ret = fi_getinfo(XPORT__FI_VERSION, NULL, NULL, 0, h, &got);
+    if (!ret && got && !strcmp(got->fabric_attr->prov_name, fi->fabric_attr->prov_name)) {
+      fi_freeinfo(got->next); /* the first is the one asked for */
+      got->next = NULL;
+      fi_freeinfo(h);
+      return got;
+    }
+    fi_freeinfo(got);
+    got = NULL;
+  }
+  h->caps &= ~FI_ATOMIC;
+  h->tx_attr->msg_order = tx_order;
+  h->rx_attr->msg_order = rx_order;
+  return h;
+}
+
 static int probe(xport_ctx_t *ctx, const struct settings *s)
 {
   struct fi_info *list = NULL;
@@ -514,7 +558,7 @@ static int probe(xport_ctx_t *ctx, const struct settings *s)
       continue;
     }
     const char *what = "";
-    struct fi_info *fi = fi_dupinfo(ok[i].fi);
+    struct fi_info *fi = with_atomics(ok[i].fi);
     ret = fi ? open_candidate(ctx, fi, s, &what) : -FI_ENOMEM;
     if (ret) {
       char reason[160];
@@ -620,6 +664,7 @@ XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p
   fill_caps(ctx, &s);
   if (ctx->prof && ctx->prof->truncation_hangs && (ret = sink_open(ctx)))
     goto fail;
+  ctx->atom_emulated = ctx->caps.atomics == XPORT_SUPPORT_EMULATED;
   ctx->caps.write_imm = ctx->native_wimm > 0    ? XPORT_SUPPORT_NATIVE
                         : ctx->native_wimm == 0 ? XPORT_SUPPORT_EMULATED
                                                 : XPORT_SUPPORT_NONE;

@@ -37,17 +37,18 @@ int xport__reg(xport_ctx_t *ctx, void *buf, size_t len, uint64_t fi_access,
   return 0;
 }
 
+/* libfabric has no atomic-only right: a native atomic needs the target
+ * to allow remote reads and writes (a fetch reads, every one writes). */
 static uint64_t remote_access(unsigned access)
 {
-  return (access & XPORT_ACCESS_REMOTE_READ ? FI_REMOTE_READ : 0) |
-         (access & XPORT_ACCESS_REMOTE_WRITE ? FI_REMOTE_WRITE : 0);
+  return (access & (XPORT_ACCESS_REMOTE_READ | XPORT_ACCESS_REMOTE_ATOMIC) ? FI_REMOTE_READ : 0) |
+         (access & (XPORT_ACCESS_REMOTE_WRITE | XPORT_ACCESS_REMOTE_ATOMIC) ? FI_REMOTE_WRITE : 0);
 }
 
 static int xport_mr_reg__locked(xport_ctx_t *ctx, void *buf, size_t len,
                            unsigned access, xport_mr_t **mr_p)
 {
-  const unsigned all = XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_READ |
-                       XPORT_ACCESS_REMOTE_WRITE;
+  const unsigned all = XPORT_ACCESS_LOCAL | XPORT__ACCESS_REMOTE;
   uint64_t fa = 0;
   xport_mr_t *mr;
   int ret;
@@ -113,6 +114,33 @@ int xport__mr_span(xport_mr_t *mr, size_t offset, size_t len, struct fid_mr **fm
   return 0;
 }
 
+int xport__mr_by_key(xport_ctx_t *ctx, uint64_t key, char **base_p, size_t *len_p,
+                     unsigned *access_p)
+{
+  for (xport_mr_t *mr = ctx->mrs; mr; mr = mr->next) {
+    if (!(mr->access & XPORT__ACCESS_REMOTE))
+      continue;
+    char *base = NULL;
+    size_t len = 0;
+    if (fi_mr_key(mr->mr) == key) {
+      base = mr->base;
+      len = mr->len;
+    }
+    for (struct xport__span *s = mr->spans; s && !base; s = s->next)
+      if (fi_mr_key(s->mr) == key) {
+        base = mr->base + s->offset;
+        len = s->len;
+      }
+    if (base) {
+      *base_p = base;
+      *len_p = len;
+      *access_p = mr->access;
+      return 0;
+    }
+  }
+  return -XPORT_EACCES;
+}
+
 static int xport_mr_dereg__locked(xport_mr_t *mr)
 {
   if (!mr)
@@ -136,28 +164,31 @@ static int xport_mr_dereg__locked(xport_mr_t *mr)
   return 0;
 }
 
-/* Grows the pool by one registered chunk. */
-static int bounce_grow(xport_ctx_t *ctx)
+/* Grows a pool by one registered chunk of slots of size slot: the copy
+ * buffers (bounce_size), or the small slots (XPORT__SMALL_SLOT). */
+static int bounce_grow(xport_ctx_t *ctx, size_t slot, struct xport__bounce **free_p,
+                       struct xport__bounce_chunk **chunks_p)
 {
   struct xport__bounce_chunk *c = calloc(1, sizeof *c);
   if (!c)
     return -XPORT_ENOMEM;
-  c->mem = aligned_alloc(64, BOUNCE_SLOTS * ctx->bounce_size);
+  c->mem = aligned_alloc(64, BOUNCE_SLOTS * slot);
   c->slots = calloc(BOUNCE_SLOTS, sizeof *c->slots);
   if (!c->mem || !c->slots)
     goto fail;
-  if (xport__reg(ctx, c->mem, BOUNCE_SLOTS * ctx->bounce_size,
-                 FI_SEND | FI_RECV | FI_READ | FI_WRITE, &c->mr))
+  if (xport__reg(ctx, c->mem, BOUNCE_SLOTS * slot, FI_SEND | FI_RECV | FI_READ | FI_WRITE,
+                 &c->mr))
     goto fail;
   void *desc = fi_mr_desc(c->mr);
   for (size_t i = 0; i < BOUNCE_SLOTS; i++) {
-    c->slots[i].buf = c->mem + i * ctx->bounce_size;
+    c->slots[i].buf = c->mem + i * slot;
     c->slots[i].desc = desc;
-    c->slots[i].next = ctx->free_bounce;
-    ctx->free_bounce = &c->slots[i];
+    c->slots[i].small = slot == XPORT__SMALL_SLOT;
+    c->slots[i].next = *free_p;
+    *free_p = &c->slots[i];
   }
-  c->next = ctx->bounce_chunks;
-  ctx->bounce_chunks = c;
+  c->next = *chunks_p;
+  *chunks_p = c;
   return 0;
 fail:
   free(c->mem);
@@ -170,7 +201,7 @@ struct xport__bounce *xport__bounce_get(xport_ctx_t *ctx)
 {
   struct xport__bounce *b = ctx->free_bounce;
   if (XPORT__UNLIKELY(!b)) {
-    if (bounce_grow(ctx))
+    if (bounce_grow(ctx, ctx->bounce_size, &ctx->free_bounce, &ctx->bounce_chunks))
       return NULL;
     b = ctx->free_bounce;
   }
@@ -178,23 +209,43 @@ struct xport__bounce *xport__bounce_get(xport_ctx_t *ctx)
   return b;
 }
 
-void xport__bounce_put(xport_ctx_t *ctx, struct xport__bounce *b)
+struct xport__bounce *xport__small_get(xport_ctx_t *ctx)
 {
-  b->next = ctx->free_bounce;
-  ctx->free_bounce = b;
+  struct xport__bounce *b = ctx->free_small;
+  if (!b) {
+    if (bounce_grow(ctx, XPORT__SMALL_SLOT, &ctx->free_small, &ctx->small_chunks))
+      return NULL;
+    b = ctx->free_small;
+  }
+  ctx->free_small = b->next;
+  return b;
 }
 
-void xport__bounce_fini(xport_ctx_t *ctx)
+void xport__bounce_put(xport_ctx_t *ctx, struct xport__bounce *b)
 {
-  while (ctx->bounce_chunks) {
-    struct xport__bounce_chunk *c = ctx->bounce_chunks;
-    ctx->bounce_chunks = c->next;
+  struct xport__bounce **free_p = XPORT__UNLIKELY(b->small) ? &ctx->free_small
+                                                            : &ctx->free_bounce;
+  b->next = *free_p;
+  *free_p = b;
+}
+
+static void pool_fini(struct xport__bounce_chunk **chunks_p, struct xport__bounce **free_p)
+{
+  while (*chunks_p) {
+    struct xport__bounce_chunk *c = *chunks_p;
+    *chunks_p = c->next;
     fi_close(&c->mr->fid);
     free(c->mem);
     free(c->slots);
     free(c);
   }
-  ctx->free_bounce = NULL;
+  *free_p = NULL;
+}
+
+void xport__bounce_fini(xport_ctx_t *ctx)
+{
+  pool_fini(&ctx->bounce_chunks, &ctx->free_bounce);
+  pool_fini(&ctx->small_chunks, &ctx->free_small);
 }
 
 XPORT_API int xport_mr_reg(xport_ctx_t *ctx, void *buf, size_t len,

@@ -68,6 +68,14 @@ static int rkey_pack_locked(xport_mr_t *mr, size_t offset, size_t len, void *buf
   struct fid_mr *fmr;
 
   xport_ctx_t *ctx = mr->ctx;
+  /* Atomics need an aligned word; the range's start decides it, since
+   * offsets into it are checked against 8 by the initiator. A key that
+   * would grant nothing is refused. */
+  unsigned access = mr->access & XPORT__ACCESS_REMOTE;
+  if ((uintptr_t)(mr->base + offset) % 8)
+    access &= ~XPORT_ACCESS_REMOTE_ATOMIC;
+  if (!access)
+    return -XPORT_EACCES;
   size_t total = RK_HDR + (ctx->raw_keys ? 0 : klen) + 4;
   if (!ctx->raw_keys && buflen < total)
     return -XPORT_ERANGE; /* known before registering anything */
@@ -98,7 +106,9 @@ static int rkey_pack_locked(xport_mr_t *mr, size_t offset, size_t len, void *buf
   put16(p + 6, (uint16_t)((ctx->virt_addr ? RK_F_VIRT : 0) | (ctx->raw_keys ? RK_F_RAW : 0)));
   put16(p + 8, (uint16_t)total);
   put16(p + 10, (uint16_t)klen);
-  put32(p + 12, mr->access & (XPORT_ACCESS_REMOTE_READ | XPORT_ACCESS_REMOTE_WRITE));
+  /* Atomics need an aligned word; the range's start decides it, since
+   * offsets into it are checked against 8 by the initiator. */
+  put32(p + 12, access);
   put64(p + 16, ctx->id);
   put64(p + 24, addr);
   put64(p + 32, len);
@@ -115,7 +125,7 @@ XPORT_API int xport_rkey_pack(xport_mr_t *mr, size_t offset, size_t len, void *b
     return -XPORT_EINVAL;
   if (offset > mr->len || len > mr->len - offset)
     return -XPORT_ERANGE;
-  if (!(mr->access & (XPORT_ACCESS_REMOTE_READ | XPORT_ACCESS_REMOTE_WRITE)))
+  if (!(mr->access & XPORT__ACCESS_REMOTE))
     return -XPORT_EACCES;
   XPORT__LOCK(mr->ctx);
   int ret = rkey_pack_locked(mr, offset, len, buf, buflen);
@@ -153,7 +163,7 @@ static int xport_rkey_unpack__locked(xport_conn_t *conn, const void *buf, size_t
     goto foreign;
   uint64_t addr = get64(p + 24), rlen = get64(p + 32);
   if (!rlen || addr + rlen < addr || !access ||
-      (access & ~(unsigned)(XPORT_ACCESS_REMOTE_READ | XPORT_ACCESS_REMOTE_WRITE)))
+      (access & ~(unsigned)XPORT__ACCESS_REMOTE))
     goto bad;
 
   xport_rkey_t *rk = calloc(1, sizeof *rk);
@@ -197,19 +207,6 @@ XPORT_API int xport_rkey_release(xport_rkey_t *rkey)
   return 0;
 }
 
-/* Checks the remote side of an operation against the unpacked key. */
-static inline int check_remote(const xport_conn_t *conn, const xport_rkey_t *rk,
-                               size_t offset, size_t len, unsigned need)
-{
-  if (XPORT__UNLIKELY(!rk || rk->conn != conn))
-    return -XPORT_EINVAL;
-  if (XPORT__UNLIKELY(offset > rk->len || len > rk->len - offset))
-    return -XPORT_ERANGE;
-  if (XPORT__UNLIKELY(!(rk->access & need)))
-    return -XPORT_EACCES;
-  return 0;
-}
-
 static size_t iov_total(const xport_iov_t *iov, size_t cnt)
 {
   size_t t = 0;
@@ -234,7 +231,7 @@ static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t 
   /* Zero bytes are only meaningful as a notification (write_imm). */
   if (XPORT__UNLIKELY(!len && !with_imm))
     return -XPORT_EINVAL;
-  ret = check_remote(conn, rk, offset, len,
+  ret = xport__check_remote(conn, rk, offset, len,
                      op == XPORT_OP_READ ? XPORT_ACCESS_REMOTE_READ : XPORT_ACCESS_REMOTE_WRITE);
   if (XPORT__UNLIKELY(ret))
     return (int)ret;

@@ -16,6 +16,7 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
+#include <rdma/fi_atomic.h>
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
@@ -56,6 +57,8 @@
 #define XPORT__OP_CTL_RECV 102 /* RDM control receive */
 #define XPORT__OP_SINK 103     /* RDM receive draining a closed connection's tag */
 #define XPORT__OP_PEEK 104     /* RDM look into the unexpected queue (FI_PEEK) */
+#define XPORT__OP_SVC_SEND 105 /* MSG service channel: a message out (atomic.c) */
+#define XPORT__OP_SVC_RECV 106 /* MSG service channel: a receive */
 /* Tag bit of the message that completes an emulated write-with-immediate
  * over RDM: the tag, not the CQ data, carries the marker there, because
  * some RDM providers have only 4 bytes of CQ data (verbs;ofi_rxm). */
@@ -155,6 +158,17 @@ struct xport__profile {
    * (shm copies through the dead peer's shared memory), and xport retires
    * the endpoint. */
   int dead_peer_lets_go;
+  /* Non-NULL when the provider's native atomics must not be used, and
+   * why (may be NULL): xport then emulates them where it can (MSG). */
+  const char *(*atomics_untrusted)(void);
+  /* 1: the provider offers atomics only without ordering them against
+   * other operations, and then declines to promise any order but
+   * send-after-send for everything (rxm 1.17: RXM_ATOMIC_UNSUPPORTED_MSG_ORDER,
+   * since it runs its atomics as messages that its own progress applies,
+   * while RMA and messages still go over one ordered connection as they
+   * do without atomics). xport asks for atomics so, and orders atomics
+   * with nothing on any provider (xport_fetch_add(3)). */
+  int atomics_unordered;
   /* What to tell the user when the provider refuses to open an endpoint
    * (fi_enable: EINVAL) for reasons of its own (may be NULL). */
   const char *enable_hint;
@@ -264,7 +278,9 @@ struct xport__bounce {
   struct xport__bounce *next;
   char *buf;
   void *desc;
+  int small;        /* a small slot (XPORT__SMALL_SLOT bytes), of its own pool */
 };
+#define XPORT__SMALL_SLOT 64
 
 struct xport__bounce_chunk {
   struct xport__bounce_chunk *next;
@@ -308,6 +324,11 @@ struct xport__req {
   unsigned pair;
   int pair_status;
   struct xport__detail *detail;   /* failed: the provider's text, or NULL */
+  /* Atomics: the operand, the compare value and the fetched value where
+   * the provider needs no registered buffers (else in the bounce slot, in
+   * that order), and where the fetched value goes at the completion. */
+  uint64_t atom[3];
+  uint64_t *result;
 };
 
 /* The provider's text of one failed completion. It belongs to its request
@@ -419,6 +440,15 @@ struct xport_conn {
    * (sends, writes, reads) and caps.rx_depth (receives). */
   size_t ntx, nrx;
   struct xport__req *out;        /* outstanding (posted) requests */
+  /* MSG with emulated atomics (atomic.c): the service channel, a second
+   * endpoint to the same peer that carries the requests and answers, so
+   * that they never take the user's receives. */
+  struct fid_ep *svc;
+  int svc_state;                 /* 0 none, 1 connecting, 2 connected, -1 failed */
+  uint64_t svc_cookie;           /* pairs it with this connection at the listener */
+  struct xport__req *svc_out;    /* its receives and messages posted */
+  uint32_t atom_seq;             /* numbers requests; answers name theirs */
+  size_t natom;                  /* emulated atomics awaiting their answer */
   int ev_queued;                 /* disconnect event waiting in ctx->evq */
   int ev_status;
   struct xport_conn *ev_next;
@@ -431,6 +461,7 @@ struct xport__connreq {
   struct xport__connreq *next;
   struct fi_info *info;          /* MSG */
   uint64_t peer_ctx_id;
+  int want_svc;                  /* MSG: the client would make a service channel */
   struct xport__ctl *ctl;        /* RDM: the request as received */
 };
 
@@ -452,6 +483,7 @@ struct xport_listener {
   struct xport__connreq *pending, *pending_tail;
   size_t npending, backlog;       /* requests waiting, and how many may */
   int refusing;                   /* the backlog overflowed (logged once) */
+  xport_conn_t *svc_wait;         /* MSG: accepted, its service channel awaited */
   char addr[96];
   struct xport_listener *next, *prev; /* ctx->listeners */
 };
@@ -477,6 +509,9 @@ struct xport_ctx {
    * impossible (a MSG provider with 4-byte CQ data and no FI_RX_CQ_DATA)
    * and refused with ENOSYS. */
   int native_wimm;
+  /* caps.atomics is EMULATED: MSG connections get a service channel and
+   * the target's xport applies the operations (atomic.c). */
+  int atom_emulated;
   size_t cq_entry_size; /* fi_cq_tagged_entry over RDM, else fi_cq_data_entry */
   int quick_inject;   /* small sends finish at post (fi_inject) */
   int rdm;            /* FI_EP_RDM: connections are xport's own (rdm.c) */
@@ -527,6 +562,8 @@ struct xport_ctx {
 
   struct xport__bounce *free_bounce;
   struct xport__bounce_chunk *bounce_chunks;
+  struct xport__bounce *free_small;   /* service channels' messages */
+  struct xport__bounce_chunk *small_chunks;
 
   struct xport_conn *conns;
   struct xport_listener *listeners;
@@ -550,12 +587,30 @@ struct xport_ctx {
   struct xport__detail *shown; /* details delivered by the last xport_poll */
 };
 
+#define XPORT__ACCESS_REMOTE                                                  \
+  (XPORT_ACCESS_REMOTE_READ | XPORT_ACCESS_REMOTE_WRITE | XPORT_ACCESS_REMOTE_ATOMIC)
+
+/* Checks the remote side of an operation against the unpacked key. */
+static inline int xport__check_remote(const xport_conn_t *conn, const xport_rkey_t *rk,
+                                      size_t offset, size_t len, unsigned need)
+{
+  if (XPORT__UNLIKELY(!rk || rk->conn != conn))
+    return -XPORT_EINVAL;
+  if (XPORT__UNLIKELY(offset > rk->len || len > rk->len - offset))
+    return -XPORT_ERANGE;
+  if (XPORT__UNLIKELY(!(rk->access & need)))
+    return -XPORT_EACCES;
+  return 0;
+}
+
 /* ---- internal entry points between core files ------------------------ */
 
 /* mem.c */
 int xport__reg(xport_ctx_t *ctx, void *buf, size_t len, uint64_t fi_access,
                struct fid_mr **mr_p);
 struct xport__bounce *xport__bounce_get(xport_ctx_t *ctx);
+/* A registered slot of XPORT__SMALL_SLOT bytes; given back by bounce_put. */
+struct xport__bounce *xport__small_get(xport_ctx_t *ctx);
 void xport__bounce_put(xport_ctx_t *ctx, struct xport__bounce *b);
 void xport__bounce_fini(xport_ctx_t *ctx);
 uint64_t xport__random_key(size_t key_size);
@@ -649,6 +704,21 @@ void xport__evq_push(xport_ctx_t *ctx, xport_conn_t *conn, int status);
 void xport__evq_remove(xport_ctx_t *ctx, xport_conn_t *conn);
 void xport__conn_free_if_done(xport_conn_t *conn);
 int xport__wait_eq(xport_ctx_t *ctx, int timeout_ms);
+
+/* atomic.c: remote atomics, and the service channel of MSG connections
+ * that carries emulated ones */
+#define XPORT__SVC_DEPTH 8 /* emulated atomics outstanding per connection */
+/* Opens conn's service endpoint from info and posts its receives. */
+int xport__svc_open(xport_conn_t *conn, struct fi_info *info);
+/* Closes it; its requests end, silently. */
+void xport__svc_close(xport_conn_t *conn);
+/* A completion on a service channel (e: the entry; status 0 on success). */
+void xport__svc_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
+                         const struct fi_cq_data_entry *e);
+/* Finds what a key of this context names: the local range it covers and
+ * the region's rights; 0, or -XPORT_EACCES for no such key. */
+int xport__mr_by_key(xport_ctx_t *ctx, uint64_t key, char **base_p, size_t *len_p,
+                     unsigned *access_p);
 
 /* addr.c */
 int xport__addr_split(const char *addr, char *host, size_t hlen, char *port,
