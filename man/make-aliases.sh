@@ -21,6 +21,8 @@ while read -r alias page; do
     printf '%s\n' "$want" > "$dir/$alias"
   fi
 done <<'LIST'
+xport_atomic_add.3 xport_fetch_add.3
+xport_cswap.3 xport_fetch_add.3
 xport_ctx_destroy.3 xport_ctx_create.3
 xport_listener_addr.3 xport_listen.3
 xport_listener_close.3 xport_listen.3
