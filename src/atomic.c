@@ -198,23 +198,24 @@ static int apply(xport_ctx_t *ctx, const uint8_t *m, uint64_t *old_p)
   return 0;
 }
 
-static void on_request(xport_conn_t *conn, const uint8_t *m)
+/* Answers a request in the receive's own slot: the receive goes back up
+ * once the answer is out (svc_internal). A peer that never takes its
+ * answers thus runs this side's receives dry, and its own channel stalls,
+ * instead of piling answers up here without bound. */
+static void on_request(xport_conn_t *conn, struct xport__req *req)
 {
-  xport_ctx_t *ctx = conn->ctx;
+  uint8_t *m = (uint8_t *)req->bounce->buf;
   uint64_t old = 0;
-  int status = apply(ctx, m, &old);
-  struct xport__req *ans = svc_req(conn, XPORT__OP_SVC_SEND);
-  if (!ans) {
-    XPORT__WARN("connection: no memory to answer an atomic; the connection ends");
-    return; /* the initiator learns it from the connection's end */
-  }
-  uint8_t *a = (uint8_t *)ans->bounce->buf;
-  memset(a, 0, ATOM_ANS_LEN);
-  put32(a, ATOM_ANS_MAGIC);
-  put32(a + 4, (uint32_t)status);
-  put32(a + 8, get32(m + 8));
-  put64(a + 16, old);
-  if (svc_send(conn, ans, ATOM_ANS_LEN))
+  int status = apply(conn->ctx, m, &old);
+  uint32_t seq = get32(m + 8);
+  memset(m, 0, ATOM_ANS_LEN);
+  put32(m, ATOM_ANS_MAGIC);
+  put32(m + 4, (uint32_t)status);
+  put32(m + 8, seq);
+  put64(m + 16, old);
+  req->op = XPORT__OP_SVC_SEND;
+  req->pair = 1; /* a receive, lent */
+  if (svc_send(conn, req, ATOM_ANS_LEN))
     XPORT__WARN("an atomic's answer could not be sent; its initiator waits for the "
                 "connection's end");
 }
@@ -243,21 +244,29 @@ void xport__svc_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
   xport_conn_t *conn = req->conn;
   XPORT__LIST_UNLINK(conn->svc_out, req, cnext, cprev);
   ctx->nposted--;
+  if (req->op == XPORT__OP_SVC_SEND && req->pair && !status && conn->svc) {
+    req->op = XPORT__OP_SVC_RECV; /* an answer went out: its receive again */
+    req->pair = 0;
+    if (svc_post_recv(conn, req))
+      svc_req_free(ctx, req);
+    return;
+  }
   if (req->op == XPORT__OP_SVC_SEND || status || !conn->svc) {
     svc_req_free(ctx, req);
     return;
   }
   /* Data from the peer: checked before it is trusted. */
   const uint8_t *m = (const uint8_t *)req->bounce->buf;
-  if (e->len == ATOM_REQ_LEN && get32(m) == ATOM_REQ_MAGIC)
-    on_request(conn, m);
-  else if (e->len == ATOM_ANS_LEN && get32(m) == ATOM_ANS_MAGIC)
+  if (e->len == ATOM_REQ_LEN && get32(m) == ATOM_REQ_MAGIC) {
+    on_request(conn, req);
+    return;
+  }
+  if (e->len == ATOM_ANS_LEN && get32(m) == ATOM_ANS_MAGIC)
     on_answer(conn, m);
   else
     XPORT__INFO("dropped a malformed message on a service channel (%zu bytes)", e->len);
-  if (conn->svc && svc_post_recv(conn, req) == 0)
-    return;
-  svc_req_free(ctx, req);
+  if (svc_post_recv(conn, req))
+    svc_req_free(ctx, req);
 }
 
 /* ---- posting ------------------------------------------------------------ */

@@ -63,15 +63,19 @@ static void print_text(const xport_caps_t *c, const xport_candidate_t *cands, in
          "  endpoint type:   %s\n  max message:     %zu\n  inject size:     %zu\n"
          "  max iov:         %zu\n  tx/rx depth:     %zu/%zu\n"
          "  immediate data:  %u bits (provider carries %u bytes)\n"
-         "  rma:             %s\n  write_imm:       %s\n  atomics:         %s\n"
+         "  rma:             %s\n  write_imm:       %s\n  atomics:         %s%s\n"
          "  registration:    %s\n"
          "  wait fd:         %s\n  progress:        %s%s\n  strict mode:     %s\n"
          "  write completes: %s\n",
          c->provider, c->fabric, c->domain, c->ep_type == XPORT_EP_RDM ? "rdm" : "msg",
          c->max_msg_size, c->inject_size, c->max_iov, c->tx_depth, c->rx_depth, c->imm_bits,
          c->wire_imm_bytes, support_name(c->rma), support_name(c->write_imm),
-         support_name(c->atomics), mr,
-         c->wait_fd ? "yes" : "no", c->progress == XPORT_PROGRESS_MANUAL ? "manual" : "auto",
+         support_name(c->atomics),
+         c->atomics == XPORT_SUPPORT_EMULATED ? " (applied by the target's xport, over a "
+                                                "service channel per connection)"
+         : c->atomics == XPORT_SUPPORT_NATIVE ? " (the provider's)"
+                                              : "",
+         mr, c->wait_fd ? "yes" : "no", c->progress == XPORT_PROGRESS_MANUAL ? "manual" : "auto",
          c->progress_thread ? " (progress thread on)" : "", c->strict ? "on" : "off",
          c->delivery_complete ? "once delivered to the target (XPORT_DELIVERY_COMPLETE)"
                               : "once the transport took the data (see xport(7), OUTCOMES)");
