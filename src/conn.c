@@ -26,9 +26,9 @@ struct hello {
    * a service channel's request: the cookie its accept gave */
   uint64_t cookie;
 };
-/* How long an accepted connection waits for its service channel, which
- * its client asks for as soon as it is connected. */
-#define SVC_WAIT_MS 2000
+/* How long an accept waits for a request it took to be connected, and
+ * for its service channel, which the client asks for as soon as it is. */
+#define HANDSHAKE_MS 5000
 
 struct cm_buf {
   struct fi_eq_cm_entry e;
@@ -636,18 +636,17 @@ static int xport_accept__locked(xport_listener_t *lst, int timeout_ms, xport_con
     /* The channel's request may come in the same EQ read as this
      * connection's own event: from now on it is expected. */
     lst->svc_wait = conn && conn->svc_cookie ? conn : NULL;
+    /* A request taken is seen through, whatever is left of timeout_ms
+     * (an accept that polls with 0 must not throw requests away), and
+     * no longer: a peer that never completes its handshake or makes its
+     * channel holds up no more than this of the listener's time. */
+    long seen_through = xport__now_ms() + HANDSHAKE_MS;
     if (!ret)
-      ret = wait_connected(conn, deadline);
+      ret = wait_connected(conn, seen_through);
     else
       ret = xport__err_from_fi(ret);
-    if (!ret && conn->svc_cookie) {
-      /* Bounded: a peer that never makes its channel holds up no more
-       * than this of the listener's time. */
-      long svc_deadline = xport__now_ms() + SVC_WAIT_MS;
-      if (deadline >= 0 && deadline < svc_deadline)
-        svc_deadline = deadline;
-      ret = wait_svc(conn, svc_deadline);
-    }
+    if (!ret && conn->svc_cookie)
+      ret = wait_svc(conn, seen_through);
     lst->svc_wait = NULL;
     if (!ret) {
       xport__conn_link(conn);
