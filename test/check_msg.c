@@ -13,6 +13,12 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
 
 #define T_MS 15000
 
@@ -997,6 +1003,189 @@ START_TEST(garbage_from_network)
 }
 END_TEST
 
+/* ---- strangers that speak xport's connection handshake (FI_EP_MSG) ----
+ * A raw libfabric process that sends xport's greeting but does not play
+ * by it: asks for a service channel (emulated atomics) and never makes
+ * it, or makes one for a connection that is not its own. The hello's
+ * layout is src/conn.c's. */
+struct st_hello {
+  uint64_t magic;
+  uint32_t version, flags;
+  uint64_t ctx_id, cookie;
+};
+#define ST_HELLO_MAGIC 0x5850525455ULL
+#define ST_WANT_SVC 0x1u
+#define ST_SVC 0x2u
+
+struct msg_stranger {
+  struct fi_info *info;
+  struct fid_fabric *fab;
+  struct fid_domain *dom;
+  struct fid_eq *eq;
+  struct fid_cq *cq;
+  struct fid_ep *ep;
+};
+
+/* Connects one raw endpoint with hello h; returns the event (FI_CONNECTED
+ * with the accept's hello in *acc, or -1 for a rejection/error). */
+static int msg_stranger_connect(struct msg_stranger *s, const char *addr,
+                                const struct st_hello *h, struct st_hello *acc)
+{
+  char host[128], port[16];
+  const char *colon = strrchr(addr, ':');
+  snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
+  snprintf(port, sizeof port, "%s", colon + 1);
+  char prov[32];
+  snprintf(prov, sizeof prov, "%s", xt_config());
+  prov[strcspn(prov, "-")] = '\0'; /* tcp-strict: tcp */
+  struct fi_info *hints = fi_allocinfo();
+  hints->ep_attr->type = FI_EP_MSG;
+  hints->caps = FI_MSG;
+  hints->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;
+  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  hints->fabric_attr->prov_name = strdup(prov);
+  int rc = fi_getinfo(FI_VERSION(1, 17), host, port, 0, hints, &s->info);
+  fi_freeinfo(hints);
+  XT_CHECK(rc == 0, "stranger fi_getinfo(%s, %s): %s", prov, addr, fi_strerror(-rc));
+  struct fi_eq_attr eq_attr = {.wait_obj = FI_WAIT_UNSPEC};
+  struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_DATA, .size = 64};
+  XT_CHECK(fi_fabric(s->info->fabric_attr, &s->fab, NULL) == 0, "fi_fabric");
+  XT_CHECK(fi_eq_open(s->fab, &eq_attr, &s->eq, NULL) == 0, "fi_eq_open");
+  XT_CHECK(fi_domain(s->fab, s->info, &s->dom, NULL) == 0, "fi_domain");
+  XT_CHECK(fi_cq_open(s->dom, &cq_attr, &s->cq, NULL) == 0, "fi_cq_open");
+  XT_CHECK(fi_endpoint(s->dom, s->info, &s->ep, NULL) == 0, "fi_endpoint");
+  XT_CHECK(fi_ep_bind(s->ep, &s->eq->fid, 0) == 0, "bind eq");
+  XT_CHECK(fi_ep_bind(s->ep, &s->cq->fid, FI_TRANSMIT | FI_RECV) == 0, "bind cq");
+  XT_CHECK(fi_enable(s->ep) == 0, "fi_enable");
+  XT_CHECK(fi_connect(s->ep, s->info->dest_addr, h, sizeof *h) == 0, "fi_connect");
+  for (;;) {
+    struct {
+      struct fi_eq_cm_entry e;
+      uint8_t data[256];
+    } ev;
+    uint32_t event;
+    ssize_t r = fi_eq_sread(s->eq, &event, &ev, sizeof ev, T_MS, 0);
+    if (r == -FI_EAVAIL) {
+      struct fi_eq_err_entry err = {0};
+      fi_eq_readerr(s->eq, &err, 0);
+      return -1;
+    }
+    XT_CHECK(r > 0, "stranger: no connection event within %d ms (%zd)", T_MS, r);
+    if (event != FI_CONNECTED)
+      return -1;
+    if (acc && (size_t)r >= sizeof ev.e + sizeof *acc)
+      memcpy(acc, ev.data, sizeof *acc);
+    return FI_CONNECTED;
+  }
+}
+
+static void msg_stranger_close(struct msg_stranger *s)
+{
+  if (s->ep)
+    fi_close(&s->ep->fid);
+  if (s->cq)
+    fi_close(&s->cq->fid);
+  if (s->dom)
+    fi_close(&s->dom->fid);
+  if (s->eq)
+    fi_close(&s->eq->fid);
+  if (s->fab)
+    fi_close(&s->fab->fid);
+  fi_freeinfo(s->info);
+  memset(s, 0, sizeof *s);
+}
+
+static void handshake_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  (void)arg;
+  xport_conn_t *conn;
+  xport_completion_t c;
+  char buf[16];
+  uint64_t *word = aligned_alloc(64, 64);
+  memset(word, 0, 64);
+  xport_mr_t *mr;
+  uint8_t key[XPORT_RKEY_MAX_SIZE];
+  /* The first connection accept returns is the real client's: the
+   * strangers' requests are skipped or refused on the way. */
+  XT_OK(xport_accept(lst, 4 * T_MS, &conn));
+  XT_OK(xport_recv(conn, buf, sizeof buf, NULL, NULL));
+  expect_comp(ctx, &c, XPORT_OP_RECV, 0);
+  XT_CHECK(!strcmp(buf, "real"), "got '%s'", buf);
+  XT_OK(xport_mr_reg(ctx, word, 64, XPORT_ACCESS_REMOTE_ATOMIC | XPORT_ACCESS_REMOTE_READ, &mr));
+  int klen = xport_rkey_pack(mr, 0, 64, key, sizeof key);
+  XT_OK(klen);
+  XT_OK(xport_recv(conn, buf, sizeof buf, NULL, NULL));
+  XT_OK(xport_send(conn, key, (size_t)klen, NULL, NULL));
+  expect_comp(ctx, &c, XPORT_OP_SEND, 0);
+  expect_comp(ctx, &c, XPORT_OP_RECV, 0); /* "done": its atomics were applied meanwhile */
+  XT_CHECK(word[0] == 42 && word[1] == 0, "word %llu, canary %llu",
+           (unsigned long long)word[0], (unsigned long long)word[1]);
+  XT_OK(xport_send(conn, "ok", 3, NULL, NULL));
+  sends_then_gone(ctx, 1, 1);
+  XT_OK(xport_conn_close(conn));
+  XT_OK(xport_mr_dereg(mr));
+  free(word);
+}
+
+START_TEST(strangers_in_the_handshake)
+{
+  if (strchr(xt_config(), ';') || !strcmp(xt_config(), "shm")) {
+    printf("SKIP: strangers_in_the_handshake on %s: xport's connections there are its own "
+           "(FI_EP_RDM; see check_stranger)\n", xt_config());
+    return;
+  }
+  char addr[128], ack[4];
+  pid_t pid = xt_spawn_server(handshake_server, NULL, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  xport_caps_t caps;
+  XT_OK(xport_ctx_query(ctx, &caps));
+  struct msg_stranger mute = {0}, thief = {0}, thief2 = {0};
+  /* One asks for a service channel, is accepted, and never makes it. */
+  struct st_hello h = {ST_HELLO_MAGIC, 2, ST_WANT_SVC, 0x1234, 0}, acc = {0};
+  int ev = msg_stranger_connect(&mute, addr, &h, &acc);
+  XT_CHECK(ev == FI_CONNECTED, "a greeting stranger was not accepted (event %d)", ev);
+  if (caps.atomics == XPORT_SUPPORT_EMULATED)
+    XT_CHECK(acc.magic == ST_HELLO_MAGIC && acc.cookie, "no service channel asked for");
+  /* Others present service channels for that connection: one with a
+   * guessed cookie, one with the right cookie but another context. */
+  struct st_hello g = {ST_HELLO_MAGIC, 2, ST_SVC, 0x1234, acc.cookie ^ 1};
+  XT_CHECK(msg_stranger_connect(&thief, addr, &g, NULL) == -1, "a guessed cookie was taken");
+  g.cookie = acc.cookie;
+  g.ctx_id = 0x999;
+  XT_CHECK(msg_stranger_connect(&thief2, addr, &g, NULL) == -1,
+           "a service channel of another context was taken");
+  /* The real client gets through, once the mute one's time is up, and
+   * its atomics reach the server's memory. */
+  xport_conn_t *conn;
+  XT_OK(xport_connect(ctx, addr, 4 * T_MS, &conn));
+  uint8_t key[XPORT_RKEY_MAX_SIZE];
+  xport_completion_t c;
+  size_t klen = 0;
+  XT_OK(xport_recv(conn, key, sizeof key, NULL, NULL));
+  XT_OK(xport_send(conn, "real", 5, NULL, NULL));
+  for (int i = 0; i < 2; i++) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0 && c.status == 0, "real/key: %s",
+             xport_strerror(c.status));
+    if (c.op == XPORT_OP_RECV)
+      klen = c.len;
+  }
+  xport_rkey_t *rk;
+  XT_OK(xport_rkey_unpack(conn, key, klen, &rk));
+  uint64_t old = 99;
+  XT_OK(xport_fetch_add(conn, &old, 42, rk, 0, NULL));
+  expect_comp(ctx, &c, XPORT_OP_ATOMIC, 0);
+  XT_CHECK(old == 0, "fetched %llu", (unsigned long long)old);
+  exchange(ctx, conn, "done", ack, sizeof ack, NULL);
+  XT_OK(xport_rkey_release(rk));
+  XT_OK(xport_conn_close(conn));
+  xport_ctx_destroy(ctx);
+  msg_stranger_close(&mute);
+  msg_stranger_close(&thief);
+  msg_stranger_close(&thief2);
+  XT_CHECK(xt_reap(pid) == 0, "server failed");
+}
+END_TEST
+
 START_TEST(listen_addresses)
 {
   xport_ctx_t *ctx = xt_ctx();
@@ -1462,6 +1651,7 @@ static Suite *make_suite(void)
   tcase_add_test(fail, connect_refused);
   tcase_add_test(fail, accept_timeout);
   tcase_add_test(fail, garbage_from_network);
+  tcase_add_test(fail, strangers_in_the_handshake);
   suite_add_tcase(s, fail);
 
   TCase *err = tcase_create("Errors");
