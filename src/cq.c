@@ -533,6 +533,15 @@ static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t 
       xport__rdm_housekeeping(ctx);
     else
       xport__eq_dispatch(ctx);
+    /* A connection lost just now ended its operations: they come before
+     * its disconnect event, as they do where the loss was seen earlier. */
+    while (XPORT__UNLIKELY(ctx->done != NULL) && n < max) {
+      struct xport__req *req = ctx->done;
+      ctx->done = req->next;
+      if (!ctx->done)
+        ctx->done_tail = NULL;
+      n += deliver(ctx, req, &comps[n]);
+    }
   }
   while (XPORT__UNLIKELY(ctx->evq != NULL) && n < max) {
     xport_conn_t *conn = ctx->evq;

@@ -1182,23 +1182,32 @@ static int rep_open(xport_ctx_t *ctx, struct fi_info *info, const char *name,
 
 /* Opens the context's endpoint for outgoing connections; where the
  * provider names endpoints, under a name of xport's own (anon_name). */
-static int cep_open(xport_ctx_t *ctx)
+/* Opens an endpoint that is no listener's (the context's own for
+ * outgoing connections, or the probe's) under a name of xport's where the
+ * provider's endpoints are named, so that sweep knows what a killed
+ * process left behind. */
+static int anon_rep_open(xport_ctx_t *ctx, struct xport__rep **rep_p)
 {
   const struct xport__profile *prof = ctx->prof;
   char name[XPORT__ADDR_MAX];
   int lock = -1, ret;
   if (!prof || !prof->anon_name)
-    return rep_open(ctx, NULL, NULL, &ctx->cep);
+    return rep_open(ctx, NULL, NULL, rep_p);
   if ((ret = prof->anon_name(name, sizeof name)) || (ret = prof->claim_name(name, &lock)))
     return ret;
-  ret = rep_open(ctx, NULL, name, &ctx->cep);
+  ret = rep_open(ctx, NULL, name, rep_p);
   if (ret) {
     prof->release_name(name, lock);
     return ret;
   }
-  snprintf(ctx->cep->name, sizeof ctx->cep->name, "%s", name);
-  ctx->cep->lock = lock;
+  snprintf((*rep_p)->name, sizeof (*rep_p)->name, "%s", name);
+  (*rep_p)->lock = lock;
   return 0;
+}
+
+static int cep_open(xport_ctx_t *ctx)
+{
+  return anon_rep_open(ctx, &ctx->cep);
 }
 
 /* ---- listen, connect, accept, close ----------------------------------- */
@@ -1608,7 +1617,7 @@ static int pid_gone(int pidfd)
 static int probe_send(xport_ctx_t *ctx, xport_conn_t *c)
 {
   int ret = 0;
-  if (!ctx->probe && (ret = rep_open(ctx, NULL, NULL, &ctx->probe)))
+  if (!ctx->probe && (ret = anon_rep_open(ctx, &ctx->probe)))
     return ret;
   struct xport__peer *p = peer_get(ctx->probe, c->peer->addr, c->peer->addrlen, &ret);
   if (!p)

@@ -1,7 +1,9 @@
 #!/bin/sh
 # xport_info and xport_perf on every provider configuration present:
 # xport_info --json parses and names the provider asked for; xport_perf
-# --loopback --check passes every test at a few sizes.
+# --loopback --check passes every test at a few sizes, and the atomic
+# tests where the provider has atomics (elsewhere: skipped, once
+# xport_perf is seen to refuse them with status 2).
 set -u
 top_builddir=${top_builddir:-.}
 info="$top_builddir/tools/xport_info"
@@ -60,9 +62,37 @@ for k in keys:
 ' $t $size '$prov'"
     done
   done
+  atomics=$("$info" -p "$prov" --json 2>/dev/null | "$PYTHON" -c '
+import json, sys
+print(json.load(sys.stdin)["chosen"].get("atomics", "none"))' 2>/dev/null)
+  if [ "$atomics" = none ] || [ -z "$atomics" ]; then
+    echo "SKIP: xport_perf atomic tests on $cfg: no atomics (xport_info: atomics ${atomics:-unknown})"
+    skip=$((skip + 1))
+    check "xport_perf refuses fadd_lat on $cfg" sh -c "
+out=\$(\"$perf\" --loopback --check -p '$prov' -t fadd_lat -n 10 2>&1); rc=\$?
+[ \$rc -eq 2 ] && printf '%s' \"\$out\" | grep -q 'no remote atomics' || { echo \"rc \$rc: \$out\"; exit 1; }"
+  else
+    for t in fadd_lat cswap_lat fadd_bw; do
+      check "xport_perf $t on $cfg ($atomics)" sh -c "\"$perf\" --loopback --check -p '$prov' -t $t -n 200 --warmup 10 -w 8 --json | \"$PYTHON\" -c '
+import json, sys
+lines = [json.loads(l) for l in sys.stdin if l.strip()]
+assert len(lines) == 1, lines
+r = lines[0]
+assert r[\"test\"] == sys.argv[1] and r[\"size\"] == 8 and r[\"iters\"] == 200 and r[\"check\"] == \"ok\", r
+assert r[\"provider\"] == sys.argv[2], r
+if sys.argv[1].endswith(\"_lat\"):
+    keys = (\"lat_us_min\", \"lat_us_median\", \"lat_us_mean\", \"lat_us_p99\", \"lat_us_max\")
+    assert r[\"lat_round_trip\"] is True, r
+else:
+    keys = (\"bw_MBps\", \"msg_rate\", \"mops\")
+for k in keys:
+    assert r[k] > 0, (k, r)
+' $t '$prov'"
+    done
+  fi
   check "xport_perf -a on $cfg" sh -c "\"$perf\" --loopback --check -p '$prov' -t write_bw -a -n 4 --warmup 1 -w 4 --csv | grep -c ',ok$' | grep -qx 24"
 done
-echo "tools: $pass passed, $fail failed"
+echo "tools: $pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ] || exit 1
 [ "$pass" -gt 0 ] || exit 77
 exit 0
