@@ -120,40 +120,60 @@ static int consumes_recv(xport_op_t op)
   return op == XPORT_OP_RECV || op == XPORT_OP_REMOTE_WRITE_IMM;
 }
 
-/* Polls until a completion of op arrives; others (already accounted
- * for by the caller's protocol) are passed over, but for consumed
- * receives, which the protocol waits for later (struct side, early). */
-static xport_completion_t next_op(struct side *s, xport_op_t op)
+/* Polls once: 1 with a completion of op in *c; others (already
+ * accounted for by the caller's protocol) are passed over, but for
+ * consumed receives, which the protocol waits for later (struct side,
+ * early). */
+static int poll_op(struct side *s, xport_op_t op, xport_completion_t *c)
 {
-  xport_completion_t c;
   for (unsigned k = 0; k < s->early_n; k++) {
     if (s->early[k].op != op)
       continue;
-    c = s->early[k];
+    *c = s->early[k];
     /* close the gap, keeping the order */
-    memmove(&s->early[k], &s->early[k + 1], (s->early_n - k - 1) * sizeof c);
+    memmove(&s->early[k], &s->early[k + 1], (s->early_n - k - 1) * sizeof *c);
     s->early_n--;
-    return c;
+    return 1;
   }
-  for (;;) {
-    int n = xport_poll(s->ctx, &c, 1);
-    ok(n, "xport_poll");
-    if (!n) {
-      if (s->sleep)
-        xport_wait(s->ctx, 1000);
-      continue;
-    }
-    if (c.status)
-      die("%s failed: %s%s%s", c.op == XPORT_OP_DISCONNECT ? "connection" : "operation",
-          xport_strerror(c.status), c.hint ? ": " : "", c.hint ? c.hint : "");
-    if (c.op == op)
-      return c;
-    if (consumes_recv(c.op)) {
-      if (s->early_n == sizeof s->early / sizeof s->early[0])
-        die("more than %u receives completed early", s->early_n);
-      s->early[s->early_n++] = c;
-    }
+  int n = xport_poll(s->ctx, c, 1);
+  ok(n, "xport_poll");
+  if (!n)
+    return 0;
+  if (c->status)
+    die("%s failed: %s%s%s", c->op == XPORT_OP_DISCONNECT ? "connection" : "operation",
+        xport_strerror(c->status), c->hint ? ": " : "", c->hint ? c->hint : "");
+  if (c->op == op)
+    return 1;
+  if (consumes_recv(c->op)) {
+    if (s->early_n == sizeof s->early / sizeof s->early[0])
+      die("more than %u receives completed early", s->early_n);
+    s->early[s->early_n++] = *c;
   }
+  return 0;
+}
+
+/* Polls until a completion of op arrives. */
+static xport_completion_t next_op(struct side *s, xport_op_t op)
+{
+  xport_completion_t c;
+  while (!poll_op(s, op, &c))
+    if (s->sleep)
+      xport_wait(s->ctx, 1000);
+  return c;
+}
+
+/* A post found the queue full: a completion of op frees it, or, with
+ * none outstanding (the provider finished them, shm's queue to the peer
+ * is still full), only progress does. 1 with a completion in *c. */
+static int after_eagain(struct side *s, xport_op_t op, uint64_t outstanding,
+                        xport_completion_t *c)
+{
+  if (outstanding) {
+    *c = next_op(s, op);
+    return 1;
+  }
+  poll_op(s, op, c); /* none of op can come: this only drives progress */
+  return 0;
 }
 
 static void ctl_send(struct side *s, const void *m, size_t len)
@@ -305,7 +325,8 @@ static void run_atomics(struct side *s, int test, uint64_t total, struct result 
           continue;
         }
       }
-      c = next_op(s, XPORT_OP_ATOMIC);
+      if (!after_eagain(s, XPORT_OP_ATOMIC, posted - done, &c))
+        continue;
       uint64_t k = (uintptr_t)c.user_ctx;
       uint64_t v = *(uint64_t *)(void *)slot(s, k);
       if (check) {
@@ -454,8 +475,8 @@ static void run(struct side *s, int test, size_t size, struct result *r)
             continue;
           }
         }
-        next_op(s, XPORT_OP_SEND);
-        done++;
+        if (after_eagain(s, XPORT_OP_SEND, posted - done, &c))
+          done++;
       }
       next_op(s, XPORT_OP_RECV); /* everything arrived */
       r->elapsed_us = now_us() - t0;
@@ -559,7 +580,8 @@ static void run(struct side *s, int test, size_t size, struct result *r)
             continue;
           }
         }
-        c = next_op(s, test == WRITE_BW ? XPORT_OP_WRITE : XPORT_OP_READ);
+        if (!after_eagain(s, test == WRITE_BW ? XPORT_OP_WRITE : XPORT_OP_READ, posted - done, &c))
+          continue;
         if (test == READ_BW && check && !same(slot(s, (uintptr_t)c.user_ctx), size, 77))
           r->check_ok = 0;
         done++;
