@@ -109,6 +109,7 @@ const struct xport__profile xport__profile_verbs_rxm = {
   .dead_peer_lets_go = 1,
   .answer_needs_source = 1,
   .atomics_unordered = 1,
+  .close_after_refusal_crashes = 1,
   .enable_hint = "rxm asks the device for a completion queue of (receive + send queue "
                  "size) x FI_UNIVERSE_SIZE (default 256) entries, more than some devices "
                  "allow (Soft-RoCE: 32767); set FI_UNIVERSE_SIZE=64, or "

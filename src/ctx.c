@@ -225,6 +225,9 @@ static void close_fids(xport_ctx_t *ctx)
   if (ctx->sig_fd >= 0)
     close(ctx->sig_fd);
   ctx->sig_fd = -1;
+  /* An endpoint left open (close_after_refusal_crashes) is bound to these. */
+  if (ctx->keep_fids)
+    ctx->cq = NULL, ctx->eq = NULL, ctx->domain = NULL, ctx->fabric = NULL;
   if (ctx->cq)
     fi_close(&ctx->cq->fid);
   if (ctx->eq)

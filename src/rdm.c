@@ -1066,6 +1066,14 @@ static void rep_close(struct xport__rep *rep)
     ctx->retired = rep;
     return;
   }
+  if (rep->ep && rep->rma_failed && ctx->rdm_closing && ctx->prof &&
+      ctx->prof->close_after_refusal_crashes) {
+    XPORT__INFO("an endpoint whose one-sided operation failed is left open: the provider "
+                "crashes closing it (close_after_refusal_crashes)");
+    ctx->keep_fids = 1;
+    rep->ep = NULL;
+    rep->av = NULL; /* bound to it */
+  }
   if (rep->ep) {
     xport__close_fid(ctx, &rep->ep->fid);
     rep->ep = NULL;
@@ -1545,6 +1553,8 @@ void xport__rdm_orphan_all(xport_conn_t *conn, int status)
  * MSG provider ends it, and the peer is told to end its side. */
 void xport__rdm_rma_failed(xport_conn_t *conn, int status)
 {
+  if (conn->rep)
+    conn->rep->rma_failed = 1;
   if (conn->state != XPORT__CONN_CONNECTED)
     return;
   XPORT__INFO("connection %u: a one-sided operation failed (%s); the target may have "

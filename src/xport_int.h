@@ -169,6 +169,12 @@ struct xport__profile {
    * do without atomics). xport asks for atomics so, and orders atomics
    * with nothing on any provider (xport_fetch_add(3)). */
   int atomics_unordered;
+  /* 1: closing an endpoint after one of its one-sided operations failed
+   * (a refused key) crashes inside the provider (rxm over verbs in
+   * libfabric 1.17, in its connection teardown). When the context goes,
+   * xport then leaves such an endpoint, and the objects it is bound to,
+   * open: memory lost at exit rather than a crash. */
+  int close_after_refusal_crashes;
   /* What to tell the user when the provider refuses to open an endpoint
    * (fi_enable: EINVAL) for reasons of its own (may be NULL). */
   const char *enable_hint;
@@ -384,6 +390,7 @@ struct xport__rep {
    * dead peers' operations hold (shm never completes them). */
   int withdrawn;
   int closing;
+  int rma_failed;                 /* a one-sided operation on it failed */
   struct xport__rep *next, *prev; /* ctx->reps */
   struct xport__peer *peers;
   struct xport__req *ctl_out;     /* control messages in flight */
@@ -521,6 +528,7 @@ struct xport_ctx {
   size_t nsinks, stale_dropped;
   struct xport__rep *retired; /* RDM: closed endpoints kept open (retire_eps) */
   int rdm_closing;    /* RDM: the context goes: endpoints close for real */
+  int keep_fids;      /* an endpoint was left open (close_after_refusal_crashes) */
   uint32_t next_conn_id;
   long peer_check_ms; /* XPORT_PEER_TIMEOUT: a dead peer is noticed within it */
   int keepalive_mode; /* XPORT_KEEPALIVE: -1 auto, 0 never, 1 always */
