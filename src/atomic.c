@@ -28,37 +28,12 @@
 
 enum { ATOM_FADD = 1, ATOM_CSWAP = 2, ATOM_ADD = 3 };
 
-static void put32(uint8_t *p, uint32_t v)
-{
-  for (int i = 0; i < 4; i++)
-    p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put64(uint8_t *p, uint64_t v)
-{
-  for (int i = 0; i < 8; i++)
-    p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get32(const uint8_t *p)
-{
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; i--)
-    v = v << 8 | p[i];
-  return v;
-}
-static uint64_t get64(const uint8_t *p)
-{
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--)
-    v = v << 8 | p[i];
-  return v;
-}
-
 /* ---- the service channel --------------------------------------------- */
 
 static struct xport__req *svc_req(xport_conn_t *conn, xport_op_t op)
 {
   xport_ctx_t *ctx = conn->ctx;
-  struct xport__req *req = xport__req_get(ctx);
+  struct xport__req *req = xport__req_new(ctx, conn, op, NULL);
   if (!req)
     return NULL;
   req->bounce = xport__small_get(ctx);
@@ -67,16 +42,6 @@ static struct xport__req *svc_req(xport_conn_t *conn, xport_op_t op)
     xport__req_release(ctx, req);
     return NULL;
   }
-  req->conn = conn;
-  req->op = op;
-  req->user_ctx = NULL;
-  req->ntmp = 0;
-  req->uiovcnt = 0;
-  req->zombie = 0;
-  req->rep = NULL;
-  req->pair = 0;
-  req->detail = NULL;
-  req->result = NULL;
   return req;
 }
 
@@ -171,9 +136,9 @@ static int apply(xport_ctx_t *ctx, const uint8_t *m, uint64_t *old_p)
   char *base;
   size_t len;
   unsigned access;
-  unsigned kind = get32(m + 4);
-  uint64_t key = get64(m + 16), addr = get64(m + 24);
-  uint64_t operand = get64(m + 32), compare = get64(m + 40);
+  unsigned kind = xport__get32(m + 4);
+  uint64_t key = xport__get64(m + 16), addr = xport__get64(m + 24);
+  uint64_t operand = xport__get64(m + 32), compare = xport__get64(m + 40);
   if (kind < ATOM_FADD || kind > ATOM_ADD)
     return -XPORT_EPROTO;
   if (xport__mr_by_key(ctx, key, &base, &len, &access) ||
@@ -207,12 +172,12 @@ static void on_request(xport_conn_t *conn, struct xport__req *req)
   uint8_t *m = (uint8_t *)req->bounce->buf;
   uint64_t old = 0;
   int status = apply(conn->ctx, m, &old);
-  uint32_t seq = get32(m + 8);
+  uint32_t seq = xport__get32(m + 8);
   memset(m, 0, ATOM_ANS_LEN);
-  put32(m, ATOM_ANS_MAGIC);
-  put32(m + 4, (uint32_t)status);
-  put32(m + 8, seq);
-  put64(m + 16, old);
+  xport__put32(m, ATOM_ANS_MAGIC);
+  xport__put32(m + 4, (uint32_t)status);
+  xport__put32(m + 8, seq);
+  xport__put64(m + 16, old);
   req->op = XPORT__OP_SVC_SEND;
   req->pair = 1; /* a receive, lent */
   if (svc_send(conn, req, ATOM_ANS_LEN))
@@ -222,13 +187,13 @@ static void on_request(xport_conn_t *conn, struct xport__req *req)
 
 static void on_answer(xport_conn_t *conn, const uint8_t *m)
 {
-  uint32_t seq = get32(m + 8);
+  uint32_t seq = xport__get32(m + 8);
   for (struct xport__req *r = conn->out; r; r = r->cnext)
     if (r->op == XPORT_OP_ATOMIC && r->imm == seq) {
-      int status = (int)get32(m + 4);
+      int status = (int)xport__get32(m + 4);
       if (status > 0 || status < -4096)
         status = -XPORT_EPROTO;
-      r->atom[2] = get64(m + 16);
+      r->atom[2] = xport__get64(m + 16);
       conn->natom--;
       xport__req_complete(conn->ctx, r, status);
       r->len = status ? 0 : 8;
@@ -257,11 +222,11 @@ void xport__svc_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
   }
   /* Data from the peer: checked before it is trusted. */
   const uint8_t *m = (const uint8_t *)req->bounce->buf;
-  if (e->len == ATOM_REQ_LEN && get32(m) == ATOM_REQ_MAGIC) {
+  if (e->len == ATOM_REQ_LEN && xport__get32(m) == ATOM_REQ_MAGIC) {
     on_request(conn, req);
     return;
   }
-  if (e->len == ATOM_ANS_LEN && get32(m) == ATOM_ANS_MAGIC)
+  if (e->len == ATOM_ANS_LEN && xport__get32(m) == ATOM_ANS_MAGIC)
     on_answer(conn, m);
   else
     XPORT__INFO("dropped a malformed message on a service channel (%zu bytes)", e->len);
@@ -298,21 +263,10 @@ static int post_atomic_locked(xport_conn_t *conn, unsigned kind, uint64_t *resul
   if (XPORT__UNLIKELY(ret))
     return ret;
 
-  struct xport__req *req = xport__req_get(ctx);
+  struct xport__req *req = xport__req_new(ctx, conn, XPORT_OP_ATOMIC, user_ctx);
   if (XPORT__UNLIKELY(!req))
     return -XPORT_ENOMEM;
-  req->conn = conn;
-  req->user_ctx = user_ctx;
-  req->op = XPORT_OP_ATOMIC;
   req->len = 8;
-  req->bounce = NULL;
-  req->ntmp = 0;
-  req->uiovcnt = 0;
-  req->zombie = 0;
-  req->rep = NULL;
-  req->posted_ms = 0;
-  req->pair = 0;
-  req->detail = NULL;
   req->result = result;
   req->atom[0] = operand;
   req->atom[1] = compare;
@@ -328,14 +282,14 @@ static int post_atomic_locked(xport_conn_t *conn, unsigned kind, uint64_t *resul
     }
     req->imm = ++conn->atom_seq;
     uint8_t *m = (uint8_t *)msg->bounce->buf;
-    put32(m, ATOM_REQ_MAGIC);
-    put32(m + 4, kind);
-    put32(m + 8, req->imm);
-    put32(m + 12, 0);
-    put64(m + 16, rk->key);
-    put64(m + 24, addr);
-    put64(m + 32, operand);
-    put64(m + 40, compare);
+    xport__put32(m, ATOM_REQ_MAGIC);
+    xport__put32(m + 4, kind);
+    xport__put32(m + 8, req->imm);
+    xport__put32(m + 12, 0);
+    xport__put64(m + 16, rk->key);
+    xport__put64(m + 24, addr);
+    xport__put64(m + 32, operand);
+    xport__put64(m + 40, compare);
     fret = svc_send(conn, msg, ATOM_REQ_LEN);
     if (!fret)
       conn->natom++;

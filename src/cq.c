@@ -393,6 +393,19 @@ static inline int deliver(xport_ctx_t *ctx, struct xport__req *req, xport_comple
   return shown;
 }
 
+/* Delivers from the done list into comps[n..max); returns the new n. */
+static inline int deliver_done(xport_ctx_t *ctx, xport_completion_t *comps, int n, int max)
+{
+  while (XPORT__UNLIKELY(ctx->done != NULL) && n < max) {
+    struct xport__req *req = ctx->done;
+    ctx->done = req->next;
+    if (!ctx->done)
+      ctx->done_tail = NULL;
+    n += deliver(ctx, req, &comps[n]);
+  }
+  return n;
+}
+
 /* Reads one error entry into its request; 1 if there was one. */
 static int read_error(xport_ctx_t *ctx, struct xport__req **req_p)
 {
@@ -494,13 +507,7 @@ static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t 
   if (XPORT__UNLIKELY(ctx->shown != NULL))
     details_end(ctx);
 
-  while (XPORT__UNLIKELY(ctx->done != NULL) && n < max) {
-    struct xport__req *req = ctx->done;
-    ctx->done = req->next;
-    if (!ctx->done)
-      ctx->done_tail = NULL;
-    n += deliver(ctx, req, &comps[n]);
-  }
+  n = deliver_done(ctx, comps, n, max);
   if (n < max) {
     size_t want = (size_t)(max - n) < XPORT__CQ_BATCH ? (size_t)(max - n) : XPORT__CQ_BATCH;
     ssize_t got = cq_read(ctx, ents, want, srcs);
@@ -535,13 +542,7 @@ static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t 
       xport__eq_dispatch(ctx);
     /* A connection lost just now ended its operations: they come before
      * its disconnect event, as they do where the loss was seen earlier. */
-    while (XPORT__UNLIKELY(ctx->done != NULL) && n < max) {
-      struct xport__req *req = ctx->done;
-      ctx->done = req->next;
-      if (!ctx->done)
-        ctx->done_tail = NULL;
-      n += deliver(ctx, req, &comps[n]);
-    }
+    n = deliver_done(ctx, comps, n, max);
   }
   while (XPORT__UNLIKELY(ctx->evq != NULL) && n < max) {
     xport_conn_t *conn = ctx->evq;

@@ -113,21 +113,10 @@ int xport__post_begin(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov,
   if (XPORT__UNLIKELY(room))
     return room;
   xport_ctx_t *ctx = conn->ctx;
-  struct xport__req *req = xport__req_get(ctx);
+  struct xport__req *req = xport__req_new(ctx, conn, op, user_ctx);
   if (XPORT__UNLIKELY(!req))
     return -XPORT_ENOMEM;
-  req->conn = conn;
-  req->user_ctx = user_ctx;
-  req->op = op;
   req->len = (size_t)total;
-  req->bounce = NULL;
-  req->ntmp = 0;
-  req->uiovcnt = 0;
-  req->zombie = 0;
-  req->rep = NULL;
-  req->posted_ms = 0;
-  req->pair = 0;
-  req->detail = NULL;
   *cnt = iovcnt;
   /* Data flows out of the local buffer for sends and writes, into it for
    * receives and reads. */

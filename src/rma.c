@@ -20,33 +20,6 @@
 #define RK_F_RAW 0x2
 #define RK_RAW_MAX (XPORT_RKEY_MAX_SIZE - RK_HDR - 4)
 
-static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
-static void put32(uint8_t *p, uint32_t v)
-{
-  for (int i = 0; i < 4; i++)
-    p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put64(uint8_t *p, uint64_t v)
-{
-  for (int i = 0; i < 8; i++)
-    p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
-static uint32_t get32(const uint8_t *p)
-{
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; i--)
-    v = v << 8 | p[i];
-  return v;
-}
-static uint64_t get64(const uint8_t *p)
-{
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--)
-    v = v << 8 | p[i];
-  return v;
-}
-
 static uint32_t fnv1a(const uint8_t *p, size_t n)
 {
   uint32_t h = 2166136261u;
@@ -89,7 +62,7 @@ static int rkey_pack_locked(xport_mr_t *mr, size_t offset, size_t len, void *buf
     if (ret)
       return ret == -FI_ETOOSMALL ? -XPORT_ENOSYS : xport__err_from_fi(ret);
   } else {
-    put64(raw, fi_mr_key(fmr));
+    xport__put64(raw, fi_mr_key(fmr));
   }
   /* Virtual address of the range's start, or its offset in the
    * registration the key names (0 for a range of its own). */
@@ -101,20 +74,20 @@ static int rkey_pack_locked(xport_mr_t *mr, size_t offset, size_t len, void *buf
 
   uint8_t *p = buf;
   memset(p, 0, RK_HDR);
-  put32(p, RK_MAGIC);
-  put16(p + 4, RK_VERSION);
-  put16(p + 6, (uint16_t)((ctx->virt_addr ? RK_F_VIRT : 0) | (ctx->raw_keys ? RK_F_RAW : 0)));
-  put16(p + 8, (uint16_t)total);
-  put16(p + 10, (uint16_t)klen);
+  xport__put32(p, RK_MAGIC);
+  xport__put16(p + 4, RK_VERSION);
+  xport__put16(p + 6, (uint16_t)((ctx->virt_addr ? RK_F_VIRT : 0) | (ctx->raw_keys ? RK_F_RAW : 0)));
+  xport__put16(p + 8, (uint16_t)total);
+  xport__put16(p + 10, (uint16_t)klen);
   /* Atomics need an aligned word; the range's start decides it, since
    * offsets into it are checked against 8 by the initiator. */
-  put32(p + 12, access);
-  put64(p + 16, ctx->id);
-  put64(p + 24, addr);
-  put64(p + 32, len);
+  xport__put32(p + 12, access);
+  xport__put64(p + 16, ctx->id);
+  xport__put64(p + 24, addr);
+  xport__put64(p + 32, len);
   memcpy(p + 40, ctx->caps.provider, strnlen(ctx->caps.provider, 16));
   memcpy(p + RK_HDR, raw, klen);
-  put32(p + RK_HDR + klen, fnv1a(p, RK_HDR + klen));
+  xport__put32(p + RK_HDR + klen, fnv1a(p, RK_HDR + klen));
   return (int)total;
 }
 
@@ -146,22 +119,22 @@ static int xport_rkey_unpack__locked(xport_conn_t *conn, const void *buf, size_t
   xport_ctx_t *ctx = conn->ctx;
   /* Every field is checked before any is trusted: a key is data from
    * the network. */
-  if (len < RK_HDR + 4 || get32(p) != RK_MAGIC || get16(p + 4) != RK_VERSION)
+  if (len < RK_HDR + 4 || xport__get32(p) != RK_MAGIC || xport__get16(p + 4) != RK_VERSION)
     goto bad;
-  size_t total = get16(p + 8), klen = get16(p + 10);
+  size_t total = xport__get16(p + 8), klen = xport__get16(p + 10);
   if (total != len || klen > RK_RAW_MAX || total != RK_HDR + klen + 4)
     goto bad;
-  if (get32(p + RK_HDR + klen) != fnv1a(p, RK_HDR + klen))
+  if (xport__get32(p + RK_HDR + klen) != fnv1a(p, RK_HDR + klen))
     goto bad;
   memcpy(prov, p + 40, 16);
   prov[16] = '\0';
-  unsigned flags = get16(p + 6), access = get32(p + 12);
+  unsigned flags = xport__get16(p + 6), access = xport__get32(p + 12);
   if (strcmp(prov, ctx->caps.provider) || !(flags & RK_F_VIRT) != !ctx->virt_addr ||
       !(flags & RK_F_RAW) != !ctx->raw_keys || (!ctx->raw_keys && klen != 8))
     goto foreign;
-  if (get64(p + 16) != conn->peer_ctx_id)
+  if (xport__get64(p + 16) != conn->peer_ctx_id)
     goto foreign;
-  uint64_t addr = get64(p + 24), rlen = get64(p + 32);
+  uint64_t addr = xport__get64(p + 24), rlen = xport__get64(p + 32);
   if (!rlen || addr + rlen < addr || !access ||
       (access & ~(unsigned)XPORT__ACCESS_REMOTE))
     goto bad;
@@ -177,7 +150,7 @@ static int xport_rkey_unpack__locked(xport_conn_t *conn, const void *buf, size_t
     }
     rk->mapped = 1;
   } else {
-    rk->key = get64(p + RK_HDR);
+    rk->key = xport__get64(p + RK_HDR);
   }
   rk->conn = conn;
   rk->ctx = ctx;

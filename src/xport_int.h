@@ -641,6 +641,27 @@ int xport__post_room(const xport_conn_t *conn, xport_op_t op, size_t n);
 
 /* cq.c */
 struct xport__req *xport__req_get(xport_ctx_t *ctx);
+/* A request from the pool, ready for op on conn (NULL: no memory):
+ * nothing of its last life is left but what the post sets itself. */
+static inline struct xport__req *xport__req_new(xport_ctx_t *ctx, xport_conn_t *conn,
+                                                xport_op_t op, void *user_ctx)
+{
+  struct xport__req *req = xport__req_get(ctx);
+  if (XPORT__UNLIKELY(!req))
+    return NULL;
+  req->conn = conn;
+  req->user_ctx = user_ctx;
+  req->op = op;
+  req->bounce = NULL;
+  req->ntmp = 0;
+  req->uiovcnt = 0;
+  req->zombie = 0;
+  req->rep = NULL;
+  req->posted_ms = 0;
+  req->pair = 0;
+  req->detail = NULL;
+  return req;
+}
 /* Marks a request finished with status and queues it for delivery. */
 void xport__req_complete(xport_ctx_t *ctx, struct xport__req *req, int status);
 /* Queues the completion of a request the provider never took (inject). */
@@ -746,6 +767,39 @@ static inline void xport__strlcpy(char *dst, const char *src, size_t len)
     for (; n + 1 < len && src[n]; n++)
       dst[n] = src[n];
   dst[n] = '\0';
+}
+
+/* Little-endian fields of xport's own formats (packed keys, service
+ * channel messages): the same bytes on every host. */
+static inline void xport__put16(uint8_t *p, uint16_t v)
+{
+  p[0] = (uint8_t)v;
+  p[1] = (uint8_t)(v >> 8);
+}
+static inline void xport__put32(uint8_t *p, uint32_t v)
+{
+  for (int i = 0; i < 4; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void xport__put64(uint8_t *p, uint64_t v)
+{
+  for (int i = 0; i < 8; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint16_t xport__get16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static inline uint32_t xport__get32(const uint8_t *p)
+{
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; i--)
+    v = v << 8 | p[i];
+  return v;
+}
+static inline uint64_t xport__get64(const uint8_t *p)
+{
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--)
+    v = v << 8 | p[i];
+  return v;
 }
 
 #endif /* XPORT_INT_H */
