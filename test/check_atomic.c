@@ -30,33 +30,9 @@
 #define CANARY1 0xfedcba9876543210ull
 
 /* ---- completions: the ones not waited for are kept for later waits ---- */
-#define STASH 64
-static xport_completion_t stash[STASH];
-static int nstash;
-
-static xport_completion_t wait_op(xport_ctx_t *ctx, xport_op_t op)
-{
-  xport_completion_t c;
-  for (int i = 0; i < nstash; i++)
-    if (stash[i].op == op) {
-      c = stash[i];
-      memmove(&stash[i], &stash[i + 1], (size_t)(nstash - i - 1) * sizeof c);
-      nstash--;
-      return c;
-    }
-  for (;;) {
-    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "no completion of op %d within %d ms on %s", op,
-             T_MS, xt_config());
-    if (c.op == op)
-      return c;
-    XT_CHECK(nstash < STASH, "too many unexpected completions");
-    stash[nstash++] = c;
-  }
-}
-
 static void expect_ok(xport_ctx_t *ctx, xport_op_t op)
 {
-  xport_completion_t c = wait_op(ctx, op);
+  xport_completion_t c = xt_wait_op(ctx, op, T_MS);
   XT_CHECK(c.status == 0, "op %d failed on %s: %s (%s)", op, xt_config(),
            xport_strerror(c.status), c.detail ? c.detail : "");
 }
@@ -65,7 +41,7 @@ static void expect_ok(xport_ctx_t *ctx, xport_op_t op)
  * succeed. Returns the fetched value. */
 static uint64_t atom_ok(xport_ctx_t *ctx, xport_conn_t *conn, uint64_t *res, const char *what)
 {
-  xport_completion_t c = wait_op(ctx, XPORT_OP_ATOMIC);
+  xport_completion_t c = xt_wait_op(ctx, XPORT_OP_ATOMIC, T_MS);
   XT_CHECK(c.user_ctx == res, "%s on %s: completion for another operation", what, xt_config());
   XT_CHECK(c.status == 0, "%s on %s: %s (%s)", what, xt_config(), xport_strerror(c.status),
            c.detail ? c.detail : "");
@@ -83,7 +59,7 @@ static void msg_send(xport_ctx_t *ctx, xport_conn_t *conn, const void *m, size_t
 static size_t msg_recv(xport_ctx_t *ctx, xport_conn_t *conn, void *m, size_t len)
 {
   XT_OK(xport_recv(conn, m, len, NULL, NULL));
-  xport_completion_t c = wait_op(ctx, XPORT_OP_RECV);
+  xport_completion_t c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS);
   XT_CHECK(c.status == 0, "receive on %s: %s", xt_config(), xport_strerror(c.status));
   return c.len;
 }
@@ -155,38 +131,6 @@ static void expect_quiet(xport_ctx_t *ctx, const char *what)
 }
 
 /* ---- pipes between the test process and the processes it forks -------- */
-struct steps {
-  int c2s[2], s2c[2];
-};
-
-static void steps_open(struct steps *st)
-{
-  XT_CHECK(pipe(st->c2s) == 0 && pipe(st->s2c) == 0, "pipe");
-}
-
-static void steps_close(struct steps *st)
-{
-  close(st->c2s[0]);
-  close(st->c2s[1]);
-  close(st->s2c[0]);
-  close(st->s2c[1]);
-}
-
-static void step_put(int fd, char what)
-{
-  XT_CHECK(write(fd, &what, 1) == 1, "pipe write: %s", strerror(errno));
-}
-
-/* Waits for the other process's step without calling xport. */
-static char step_get(int fd, int timeout_ms)
-{
-  struct pollfd p = {.fd = fd, .events = POLLIN};
-  char what = 0;
-  XT_CHECK(poll(&p, 1, timeout_ms) == 1, "the other process never took its step");
-  XT_CHECK(read(fd, &what, 1) == 1, "pipe read");
-  return what;
-}
-
 /* ---- several client processes against one target --------------------- */
 #define NCLIENTS 4
 #define MW 8 /* words in the target's region */
@@ -375,7 +319,7 @@ static void counter_client(xport_ctx_t *ctx, xport_conn_t *conn, xport_rkey_t *r
       XT_CHECK(rc == 0, "client %d: fetch_add %zu: %s", id, posted, xport_strerror(rc));
       posted++;
     }
-    xport_completion_t c = wait_op(ctx, XPORT_OP_ATOMIC);
+    xport_completion_t c = xt_wait_op(ctx, XPORT_OP_ATOMIC, T_MS);
     size_t k = (size_t)((uint64_t *)c.user_ctx - out);
     XT_CHECK(k < posted && !seen[k]++, "client %d: completion %zu unknown or repeated", id, k);
     XT_CHECK(c.status == 0 && c.len == 8 && c.conn == conn, "client %d: fetch_add %zu: %s (%s)",
@@ -512,7 +456,7 @@ static int seq_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   XT_CHECK(atom_ok(ctx, conn, &res, "fetch_add +5") == 100,
            "fetch_add +5 on 100 on %s fetched %llu", xt_config(), (unsigned long long)res);
   XT_OK(xport_atomic_add(conn, 7, rk, 8, &res));
-  xport_completion_t c = wait_op(ctx, XPORT_OP_ATOMIC);
+  xport_completion_t c = xt_wait_op(ctx, XPORT_OP_ATOMIC, T_MS);
   XT_CHECK(c.status == 0 && c.len == 8 && c.user_ctx == &res && c.conn == conn,
            "atomic_add +7 on %s: %s", xt_config(), xport_strerror(c.status));
   res = UNTOUCHED;
@@ -850,7 +794,7 @@ END_TEST
  * the test when it stops calling xport, and sleeps until woken. */
 static void sleepy_target(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
 {
-  struct steps *st = arg;
+  struct xt_steps *st = arg;
   static uint64_t w[2] __attribute__((aligned(64))) = {1000, CANARY0};
   xport_ctx_attr_t attr = {.progress_thread = XPORT_ON};
   xport_ctx_t *pctx;
@@ -871,8 +815,8 @@ static void sleepy_target(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
                      &mr));
   send_key(pctx, pconn, mr, 0, sizeof w);
   /* From here on no xport call until woken. */
-  step_put(st->s2c[1], 'S');
-  step_get(st->c2s[0], T_MS * 3);
+  xt_step_put(st->s2c[1], 'S');
+  xt_step_get(st->c2s[0], T_MS * 3);
   XT_CHECK(__atomic_load_n(&w[0], __ATOMIC_SEQ_CST) == 1000 + SLEEPY_N && w[1] == CANARY0,
            "target's words on %s: %llu %llx", xt_config(), (unsigned long long)w[0],
            (unsigned long long)w[1]);
@@ -886,8 +830,8 @@ static void sleepy_target(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
 START_TEST(target_asleep_progress_thread)
 {
   char addr[128], paddr[128];
-  struct steps st;
-  steps_open(&st);
+  struct xt_steps st;
+  xt_steps_open(&st);
   pid_t pid = xt_spawn_server(sleepy_target, &st, addr, sizeof addr);
   xport_ctx_t *ctx = xt_ctx();
   xport_conn_t *conn, *pconn;
@@ -895,7 +839,7 @@ START_TEST(target_asleep_progress_thread)
   msg_recv(ctx, conn, paddr, sizeof paddr);
   XT_OK(xport_connect(ctx, paddr, T_MS, &pconn));
   xport_rkey_t *rk = import_key(ctx, pconn, NULL, NULL);
-  XT_CHECK(step_get(st.s2c[0], T_MS) == 'S', "protocol");
+  XT_CHECK(xt_step_get(st.s2c[0], T_MS) == 'S', "protocol");
   for (uint64_t i = 0; i < SLEEPY_N; i++) {
     uint64_t res = UNTOUCHED;
     XT_OK(xport_fetch_add(pconn, &res, 1, rk, 0, &res));
@@ -908,13 +852,13 @@ START_TEST(target_asleep_progress_thread)
   expect_ok(ctx, XPORT_OP_READ);
   XT_CHECK(w[0] == 1000 + SLEEPY_N && w[1] == CANARY0, "words on %s: %llu %llx", xt_config(),
            (unsigned long long)w[0], (unsigned long long)w[1]);
-  step_put(st.c2s[1], 'W');
+  xt_step_put(st.c2s[1], 'W');
   xport_rkey_release(rk);
   xport_conn_close(pconn);
   xport_conn_close(conn);
   xport_ctx_destroy(ctx);
   XT_CHECK(xt_reap(pid) == 0, "target failed on %s", xt_config());
-  steps_close(&st);
+  xt_steps_close(&st);
 }
 END_TEST
 
@@ -923,13 +867,13 @@ END_TEST
 /* Exports a word, says it stopped calling xport, and waits to be killed. */
 static int doomed_target(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 {
-  struct steps *st = arg;
+  struct xt_steps *st = arg;
   static uint64_t w[2] __attribute__((aligned(64))) = {0, CANARY0};
   xport_mr_t *mr;
   XT_OK(xport_mr_reg(ctx, w, sizeof w, XPORT_ACCESS_REMOTE_ATOMIC | XPORT_ACCESS_REMOTE_READ,
                      &mr));
   send_key(ctx, conn, mr, 0, sizeof w);
-  step_put(st->s2c[1], 'S');
+  xt_step_put(st->s2c[1], 'S');
   for (;;)
     pause();
   return 0;
@@ -938,15 +882,15 @@ static int doomed_target(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 START_TEST(target_killed)
 {
   char addr[128];
-  struct steps st;
+  struct xt_steps st;
   uint64_t res[EMU_DEPTH];
-  steps_open(&st);
+  xt_steps_open(&st);
   pid_t pid = xt_spawn_pair_server(doomed_target, &st, addr, sizeof addr);
   xport_ctx_t *ctx = xt_ctx();
   xport_conn_t *conn;
   XT_OK(xport_connect(ctx, addr, T_MS, &conn));
   xport_rkey_t *rk = import_key(ctx, conn, NULL, NULL);
-  XT_CHECK(step_get(st.s2c[0], T_MS) == 'S', "protocol");
+  XT_CHECK(xt_step_get(st.s2c[0], T_MS) == 'S', "protocol");
   int posted = 0;
   for (; posted < EMU_DEPTH; posted++) {
     res[posted] = UNTOUCHED;
@@ -994,7 +938,7 @@ START_TEST(target_killed)
   xport_rkey_release(rk);
   XT_OK(xport_conn_close(conn));
   xport_ctx_destroy(ctx);
-  steps_close(&st);
+  xt_steps_close(&st);
 }
 END_TEST
 
@@ -1004,7 +948,7 @@ END_TEST
  * queue, then serves until the client is done. */
 static int depth_target(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 {
-  struct steps *st = arg;
+  struct xt_steps *st = arg;
   static uint64_t w[2] __attribute__((aligned(64))) = {0, CANARY0};
   xport_mr_t *mr;
   uint64_t n;
@@ -1012,8 +956,8 @@ static int depth_target(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
                      &mr));
   XT_OK(xport_recv(conn, &n, sizeof n, NULL, NULL));
   send_key(ctx, conn, mr, 0, sizeof w);
-  step_put(st->s2c[1], 'S');
-  XT_CHECK(step_get(st->c2s[0], T_MS * 3) == 'W', "protocol");
+  xt_step_put(st->s2c[1], 'S');
+  XT_CHECK(xt_step_get(st->c2s[0], T_MS * 3) == 'W', "protocol");
   serve(ctx, 0, 1);
   XT_CHECK(w[0] == n && w[1] == CANARY0, "target's words on %s: %llu (expected %llu) %llx",
            xt_config(), (unsigned long long)w[0], (unsigned long long)n,
@@ -1024,7 +968,7 @@ static int depth_target(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 
 static int depth_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 {
-  struct steps *st = arg;
+  struct xt_steps *st = arg;
   xport_caps_t caps;
   XT_OK(xport_ctx_query(ctx, &caps));
   int emu = emulated(ctx);
@@ -1033,7 +977,7 @@ static int depth_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   unsigned char *seen = calloc(cap + 1, 1);
   XT_CHECK(res && seen, "malloc");
   xport_rkey_t *rk = import_key(ctx, conn, NULL, NULL);
-  XT_CHECK(step_get(st->s2c[0], T_MS) == 'S', "protocol");
+  XT_CHECK(xt_step_get(st->s2c[0], T_MS) == 'S', "protocol");
   size_t posted = 0;
   int rc;
   for (;;) {
@@ -1057,9 +1001,9 @@ static int depth_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   rc = xport_fetch_add(conn, &res[posted], 1, rk, 0, &res[posted]);
   XT_CHECK(rc == -XPORT_EAGAIN, "fetch_add on a full queue on %s: %s", xt_config(),
            xport_strerror(rc));
-  step_put(st->c2s[1], 'W');
+  xt_step_put(st->c2s[1], 'W');
   for (size_t done = 0; done < posted; done++) {
-    xport_completion_t c = wait_op(ctx, XPORT_OP_ATOMIC);
+    xport_completion_t c = xt_wait_op(ctx, XPORT_OP_ATOMIC, T_MS);
     size_t k = (size_t)((uint64_t *)c.user_ctx - res);
     XT_CHECK(k < posted && !seen[k]++, "completion %zu unknown or repeated", k);
     XT_CHECK(c.status == 0 && c.len == 8, "fetch_add %zu on %s: %s (%s)", k, xt_config(),
@@ -1091,10 +1035,10 @@ static int depth_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 
 START_TEST(depth)
 {
-  struct steps st;
-  steps_open(&st);
+  struct xt_steps st;
+  xt_steps_open(&st);
   xt_pair(depth_target, depth_client, &st);
-  steps_close(&st);
+  xt_steps_close(&st);
 }
 END_TEST
 

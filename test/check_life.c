@@ -41,38 +41,6 @@ static long now_ms(void)
   return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
 }
 
-/* Pipes between the test process (client) and the forked server. */
-struct steps {
-  int c2s[2], s2c[2];
-};
-
-static void steps_open(struct steps *st)
-{
-  XT_CHECK(pipe(st->c2s) == 0 && pipe(st->s2c) == 0, "pipe");
-}
-
-static void steps_close(struct steps *st)
-{
-  close(st->c2s[0]);
-  close(st->c2s[1]);
-  close(st->s2c[0]);
-  close(st->s2c[1]);
-}
-
-static void step_put(int fd, char what)
-{
-  XT_CHECK(write(fd, &what, 1) == 1, "pipe write: %s", strerror(errno));
-}
-
-/* Waits for the other process's step without calling xport. */
-static char step_get(int fd)
-{
-  struct pollfd p = {.fd = fd, .events = POLLIN};
-  char what = 0;
-  XT_CHECK(poll(&p, 1, T_MS) == 1, "the other process never took its step");
-  XT_CHECK(read(fd, &what, 1) == 1, "pipe read");
-  return what;
-}
 
 /* Waits for the other process's step while polling ctx (which must stay
  * quiet: any completion fails the test). */
@@ -107,17 +75,17 @@ static void expect(xport_ctx_t *ctx, xport_completion_t *c, xport_op_t op, int s
  * provider has let go of the buffer. Waits a
  * little for it; returns 'R' if it came at once, 'W' if it came later
  * (after the server was told to move on). */
-static char closed_op_completes(xport_ctx_t *ctx, xport_op_t op, struct steps *st)
+static char closed_op_completes(xport_ctx_t *ctx, xport_op_t op, struct xt_steps *st)
 {
   xport_completion_t c;
   char path = 'R';
   if (xt_next(ctx, &c, 1000) != 0) {
     /* Still the provider's: the server may now let it finish. */
     path = 'W';
-    step_put(st->c2s[1], 'W');
+    xt_step_put(st->c2s[1], 'W');
     XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "the closed connection's operation never ended");
   } else {
-    step_put(st->c2s[1], 'R');
+    xt_step_put(st->c2s[1], 'R');
   }
   XT_CHECK(c.op == op && (c.status == -XPORT_ECANCELED || c.status == 0),
            "op %d status %s, expected %d ECANCELED", c.op, xport_strerror(c.status), op);
@@ -128,7 +96,7 @@ static char closed_op_completes(xport_ctx_t *ctx, xport_op_t op, struct steps *s
 
 static int big_recv_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 {
-  struct steps *st = arg;
+  struct xt_steps *st = arg;
   xport_completion_t c;
   char *buf = calloc(1, BIG);
   XT_CHECK(buf != NULL, "calloc");
@@ -137,7 +105,7 @@ static int big_recv_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   expect(ctx, &c, XPORT_OP_SEND, 0);
   /* Not inside xport until the client has its completion (or has waited
    * for it): whatever the provider still has to copy is copied later. */
-  step_get(st->c2s[0]);
+  xt_step_get(st->c2s[0], T_MS);
   int got_recv = 0, gone = 0;
   while (!got_recv || !gone) {
     XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "server: recv %d, disconnect %d", got_recv, gone);
@@ -163,7 +131,7 @@ static int big_recv_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 
 static int big_send_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 {
-  struct steps *st = arg;
+  struct xt_steps *st = arg;
   xport_completion_t c;
   char go[4];
   char *buf = malloc(BIG);
@@ -182,10 +150,10 @@ static int big_send_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 
 START_TEST(close_with_big_send_in_flight)
 {
-  struct steps st;
-  steps_open(&st);
+  struct xt_steps st;
+  xt_steps_open(&st);
   xt_pair(big_recv_server, big_send_client, &st);
-  steps_close(&st);
+  xt_steps_close(&st);
 }
 END_TEST
 
@@ -214,7 +182,7 @@ static xport_rkey_t *get_key(xport_ctx_t *ctx, xport_conn_t *conn)
 
 static int read_target_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 {
-  struct steps *st = arg;
+  struct xt_steps *st = arg;
   xport_completion_t c;
   xport_mr_t *mr;
   char *reg = malloc(BIG);
@@ -222,11 +190,11 @@ static int read_target_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   xt_fill(reg, BIG, 3);
   XT_OK(xport_mr_reg(ctx, reg, BIG, XPORT_ACCESS_REMOTE_READ, &mr));
   send_key(ctx, conn, mr, BIG);
-  step_get(st->c2s[0]);
+  xt_step_get(st->c2s[0], T_MS);
   /* The disconnect comes after the read on the wire: once it is here,
    * the read has been served, or never will be. */
   expect(ctx, &c, XPORT_OP_DISCONNECT, -XPORT_ECONNRESET);
-  step_put(st->s2c[1], 'D');
+  xt_step_put(st->s2c[1], 'D');
   /* Still progressing (tcp moves nothing otherwise) until the client has
    * its completion and has checked its buffer. */
   step_get_polling(ctx, st->c2s[0]);
@@ -238,7 +206,7 @@ static int read_target_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 
 static int big_read_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 {
-  struct steps *st = arg;
+  struct xt_steps *st = arg;
   xport_completion_t c;
   char *buf = calloc(1, BIG);
   XT_CHECK(buf != NULL, "calloc");
@@ -250,7 +218,7 @@ static int big_read_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   XT_CHECK(step_get_polling(ctx, st->s2c[0]) == 'D', "server step");
   size_t bad = xt_verify(buf, BIG, 9);
   XT_CHECK(bad == BIG, "byte %zu was written after the read completed", bad);
-  step_put(st->c2s[1], 'V');
+  xt_step_put(st->c2s[1], 'V');
   XT_CHECK(xt_next(ctx, &c, 300) == -XPORT_ETIMEDOUT, "a second completion: op %d", c.op);
   xport_rkey_release(rk);
   free(buf);
@@ -259,10 +227,10 @@ static int big_read_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 
 START_TEST(close_with_big_read_in_flight)
 {
-  struct steps st;
-  steps_open(&st);
+  struct xt_steps st;
+  xt_steps_open(&st);
   xt_pair(read_target_server, big_read_client, &st);
-  steps_close(&st);
+  xt_steps_close(&st);
 }
 END_TEST
 
@@ -539,7 +507,7 @@ END_TEST
 
 static int busy_target_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 {
-  struct steps *st = arg;
+  struct xt_steps *st = arg;
   xport_completion_t c;
   xport_mr_t *mr;
   char *reg = malloc(4096), done[4];
@@ -549,7 +517,7 @@ static int busy_target_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   XT_OK(xport_recv(conn, done, sizeof done, NULL, NULL));
   send_key(ctx, conn, mr, 4096);
   /* Computing, outside xport, for many RMA deadlines. */
-  step_get(st->c2s[0]);
+  xt_step_get(st->c2s[0], T_MS);
   expect(ctx, &c, XPORT_OP_RECV, 0);
   XT_OK(xport_mr_dereg(mr));
   free(reg);
@@ -558,7 +526,7 @@ static int busy_target_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 
 static int busy_target_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 {
-  struct steps *st = arg;
+  struct xt_steps *st = arg;
   xport_completion_t c;
   char buf[4096];
   memset(buf, 0, sizeof buf);
@@ -576,7 +544,7 @@ static int busy_target_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
     struct timespec ts = {0, 1000 * 1000};
     nanosleep(&ts, NULL);
   }
-  step_put(st->c2s[1], 'W');
+  xt_step_put(st->c2s[1], 'W');
   if (now_ms() >= end)
     expect(ctx, &c, XPORT_OP_READ, 0);
   XT_CHECK(xt_verify(buf, sizeof buf, 5) == sizeof buf, "read bytes differ");
@@ -588,11 +556,11 @@ static int busy_target_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 
 START_TEST(busy_target_is_no_refusal)
 {
-  struct steps st;
+  struct xt_steps st;
   setenv("XPORT_RMA_TIMEOUT", "300", 1);
-  steps_open(&st);
+  xt_steps_open(&st);
   xt_pair(busy_target_server, busy_target_client, &st);
-  steps_close(&st);
+  xt_steps_close(&st);
 }
 END_TEST
 

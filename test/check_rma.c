@@ -19,46 +19,13 @@
 
 /* ---- a little control channel: completions that are not the one being
  * waited for are kept for later waits */
-#define STASH 64
-static xport_completion_t stash[STASH];
-static int nstash;
-
-static xport_completion_t wait_op(xport_ctx_t *ctx, xport_op_t op)
-{
-  xport_completion_t c;
-  for (int i = 0; i < nstash; i++)
-    if (stash[i].op == op) {
-      c = stash[i];
-      memmove(&stash[i], &stash[i + 1], (size_t)(nstash - i - 1) * sizeof c);
-      nstash--;
-      return c;
-    }
-  for (;;) {
-    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "no completion of op %d within %d ms on %s", op,
-             T_MS, xt_config());
-    if (c.op == op)
-      return c;
-    XT_CHECK(nstash < STASH, "too many unexpected completions");
-    stash[nstash++] = c;
-  }
-}
-
 static void expect_ok(xport_ctx_t *ctx, xport_op_t op)
 {
-  xport_completion_t c = wait_op(ctx, op);
+  xport_completion_t c = xt_wait_op(ctx, op, T_MS);
   XT_CHECK(c.status == 0, "op %d failed: %s (%s)", op, xport_strerror(c.status),
            c.detail ? c.detail : "");
 }
 
-/* Keeps one completion for wait_op: room for a post refused with EAGAIN. */
-static void stash_one(xport_ctx_t *ctx)
-{
-  xport_completion_t c;
-  if (xt_next(ctx, &c, T_MS) == 0) {
-    XT_CHECK(nstash < STASH, "too many unexpected completions");
-    stash[nstash++] = c;
-  }
-}
 
 /* Posts, polling while the queue is full: on shm a small delivery-complete
  * write holds the one segmented-copy channel to that peer, and one-sided
@@ -67,7 +34,7 @@ static void stash_one(xport_ctx_t *ctx)
   do {                                                                                            \
     int rc_;                                                                                      \
     while ((rc_ = (expr)) == -XPORT_EAGAIN)                                                       \
-      stash_one(ctx);                                                                             \
+      xt_stash_one(ctx, T_MS);                                                                             \
     XT_CHECK(rc_ == 0, "%s -> %s", #expr, xport_strerror(rc_));                                   \
   } while (0)
 
@@ -118,7 +85,7 @@ static xport_rkey_t *import_key(xport_ctx_t *ctx, xport_conn_t *conn, uint8_t *r
   uint8_t key[XPORT_RKEY_MAX_SIZE];
   xport_rkey_t *rk;
   XT_OK(xport_recv(conn, key, sizeof key, NULL, NULL));
-  xport_completion_t c = wait_op(ctx, XPORT_OP_RECV);
+  xport_completion_t c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS);
   XT_CHECK(c.status == 0, "key: %s", xport_strerror(c.status));
   XT_OK(xport_rkey_unpack(conn, key, c.len, &rk));
   if (raw) {
@@ -193,7 +160,7 @@ static int rw_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
     expect_ok(ctx, XPORT_OP_WRITE);
     xt_fill(src, len, (uint32_t)i);
     XT_OK(xport_write(conn, src, len, mr, rk, off, src));
-    xport_completion_t c = wait_op(ctx, XPORT_OP_WRITE);
+    xport_completion_t c = xt_wait_op(ctx, XPORT_OP_WRITE, T_MS);
     XT_CHECK(c.status == 0 && c.len == len && c.user_ctx == src, "write of %zu: %s", len,
              xport_strerror(c.status));
     ctl_send(ctx, conn, &m);
@@ -201,7 +168,7 @@ static int rw_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
     XT_CHECK(m.kind == K_FILLED, "server did not refill");
     memset(src, 0, len);
     XT_OK(xport_read(conn, src, len, mr, rk, off, NULL));
-    c = wait_op(ctx, XPORT_OP_READ);
+    c = xt_wait_op(ctx, XPORT_OP_READ, T_MS);
     XT_CHECK(c.status == 0 && c.len == len, "read of %zu: %s", len, xport_strerror(c.status));
     size_t bad = xt_verify(src, len, (uint32_t)i + 500);
     XT_CHECK(bad == len, "read of %zu at %zu: byte %zu differs", len, off, bad);
@@ -323,7 +290,7 @@ static int wimm_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   char *reg = export_region(ctx, conn, 1 << 20,
                             XPORT_ACCESS_REMOTE_WRITE | XPORT_ACCESS_REMOTE_READ, &mr);
   for (size_t i = 0; i < 4; i++) {
-    xport_completion_t c = wait_op(ctx, XPORT_OP_REMOTE_WRITE_IMM);
+    xport_completion_t c = xt_wait_op(ctx, XPORT_OP_REMOTE_WRITE_IMM, T_MS);
     XT_CHECK(c.status == 0, "%s", xport_strerror(c.status));
     XT_CHECK(c.conn == conn, "write_imm named another connection");
     XT_CHECK((c.flags & XPORT_COMP_IMM) && c.imm == wimm[i], "imm %08x, expected %08x", c.imm,
@@ -335,7 +302,7 @@ static int wimm_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
              "write_imm %zu data not in place at its completion", i);
   }
   /* The message lands in the fifth receive: the first four were used. */
-  xport_completion_t c = wait_op(ctx, XPORT_OP_RECV);
+  xport_completion_t c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS);
   XT_CHECK(c.status == 0 && (uintptr_t)c.user_ctx == 4 && !strcmp(rbuf[4], "bye"),
            "message after write_imm");
   xport_mr_dereg(mr);
@@ -361,7 +328,7 @@ static int wimm_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
    * waits for the target's answer). */
   (void)arg;
   for (size_t i = 0; i < 4; i++) {
-    xport_completion_t c = wait_op(ctx, XPORT_OP_WRITE);
+    xport_completion_t c = xt_wait_op(ctx, XPORT_OP_WRITE, T_MS);
     size_t k = (size_t)((char(*)[4000])c.user_ctx - src);
     XT_CHECK(c.status == 0 && k < 4 && !seen[k]++, "write_imm %zu: %s", i,
              xport_strerror(c.status));
@@ -429,7 +396,7 @@ static void two_wimm_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
     XT_OK(xport_recv(conn[i], rb[i], sizeof rb[i], NULL, NULL));
   }
   for (int k = 0; k < 2; k++) {
-    xport_completion_t c = wait_op(ctx, XPORT_OP_REMOTE_WRITE_IMM);
+    xport_completion_t c = xt_wait_op(ctx, XPORT_OP_REMOTE_WRITE_IMM, T_MS);
     XT_CHECK(c.status == 0, "%s", xport_strerror(c.status));
     int i = c.conn == conn[0] ? 0 : c.conn == conn[1] ? 1 : -1;
     XT_CHECK(i >= 0, "write_imm names no connection of ours");
@@ -438,7 +405,7 @@ static void two_wimm_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
     XT_CHECK(reg[i][0] == (char)('A' + i), "data of connection %d", i);
   }
   for (int i = 0; i < 2; i++) {
-    xport_completion_t c = wait_op(ctx, XPORT_OP_DISCONNECT);
+    xport_completion_t c = xt_wait_op(ctx, XPORT_OP_DISCONNECT, T_MS);
     (void)c;
   }
   for (int i = 0; i < 2; i++) {
@@ -662,7 +629,7 @@ static void revoked_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
       break;
     }
   }
-  xport_completion_t c = wait_op(ctx, XPORT_OP_DISCONNECT); /* the client leaves */
+  xport_completion_t c = xt_wait_op(ctx, XPORT_OP_DISCONNECT, T_MS); /* the client leaves */
   (void)c;
   xport_conn_close(victim);
   xport_conn_close(other);
@@ -912,7 +879,7 @@ static int order_target(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   char *reg = export_region(ctx, conn, ORDER_REGION, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_READ |
                                                     XPORT_ACCESS_REMOTE_WRITE, &mr);
   for (size_t i = 0;; i++) {
-    xport_completion_t c = wait_op(ctx, XPORT_OP_RECV);
+    xport_completion_t c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS);
     XT_CHECK(c.status == 0 && c.user_ctx == &msgs[i], "message %zu: %s", i,
              xport_strerror(c.status));
     struct ctl m = msgs[i];

@@ -317,3 +317,63 @@ void xt_pair(xt_side_fn server, xt_side_fn client, void *arg)
   int st = xt_reap(pid);
   XT_CHECK(st == 0, "server process on %s exited with %d", config, st);
 }
+
+#define XT_STASH 64
+static xport_completion_t xt_stash[XT_STASH];
+static int xt_nstash;
+
+xport_completion_t xt_wait_op(xport_ctx_t *ctx, xport_op_t op, int timeout_ms)
+{
+  xport_completion_t c;
+  for (int i = 0; i < xt_nstash; i++)
+    if (xt_stash[i].op == op) {
+      c = xt_stash[i];
+      memmove(&xt_stash[i], &xt_stash[i + 1], (size_t)(xt_nstash - i - 1) * sizeof c);
+      xt_nstash--;
+      return c;
+    }
+  for (;;) {
+    XT_CHECK(xt_next(ctx, &c, timeout_ms) == 0, "no completion of op %d within %d ms on %s",
+             op, timeout_ms, xt_config());
+    if (c.op == op)
+      return c;
+    XT_CHECK(xt_nstash < XT_STASH, "too many unexpected completions");
+    xt_stash[xt_nstash++] = c;
+  }
+}
+
+void xt_stash_one(xport_ctx_t *ctx, int timeout_ms)
+{
+  xport_completion_t c;
+  if (xt_next(ctx, &c, timeout_ms) == 0) {
+    XT_CHECK(xt_nstash < XT_STASH, "too many unexpected completions");
+    xt_stash[xt_nstash++] = c;
+  }
+}
+
+void xt_steps_open(struct xt_steps *st)
+{
+  XT_CHECK(pipe(st->c2s) == 0 && pipe(st->s2c) == 0, "pipe");
+}
+
+void xt_steps_close(struct xt_steps *st)
+{
+  close(st->c2s[0]);
+  close(st->c2s[1]);
+  close(st->s2c[0]);
+  close(st->s2c[1]);
+}
+
+void xt_step_put(int fd, char what)
+{
+  XT_CHECK(write(fd, &what, 1) == 1, "pipe write: %s", strerror(errno));
+}
+
+char xt_step_get(int fd, int timeout_ms)
+{
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  char what = 0;
+  XT_CHECK(poll(&p, 1, timeout_ms) == 1, "the other process never took its step");
+  XT_CHECK(read(fd, &what, 1) == 1, "pipe read");
+  return what;
+}

@@ -66,6 +66,22 @@ pid_t xt_spawn_pair_server(xt_side_fn server, void *arg, char *addr, size_t len)
 xport_ctx_t *xt_ctx(void);
 /* Polls (with xport_wait) until one completion arrives; 0 or -ETIMEDOUT. */
 int xt_next(xport_ctx_t *ctx, xport_completion_t *c, int timeout_ms);
+/* Waits for a completion of op; others that come first are kept for
+ * later waits (a little control channel). */
+xport_completion_t xt_wait_op(xport_ctx_t *ctx, xport_op_t op, int timeout_ms);
+/* Keeps the next completion, if one comes, for xt_wait_op. */
+void xt_stash_one(xport_ctx_t *ctx, int timeout_ms);
+
+/* Pipes between the test process (client) and a forked server: steps
+ * that one takes and the other waits for without calling xport. */
+struct xt_steps {
+  int c2s[2], s2c[2];
+};
+void xt_steps_open(struct xt_steps *st);
+void xt_steps_close(struct xt_steps *st);
+void xt_step_put(int fd, char what);
+char xt_step_get(int fd, int timeout_ms);
+
 /* Deterministic fill and check of a pattern. */
 void xt_fill(void *buf, size_t len, unsigned seed);
 size_t xt_verify(const void *buf, size_t len, unsigned seed); /* bad index or len */
