@@ -7,6 +7,9 @@
  * request travels as a message and the target's xport applies it with
  * the CPU's atomic instructions, inside its own poll, and answers with the
  * old value. The channel's traffic never takes a receive of the user's.
+ * It also keeps a dead peer from going unnoticed: tcp stops reading a
+ * connection at a message no receive takes, and so never sees the end of
+ * the stream behind it, while the channel, read to its end, does.
  *
  * Wire (little-endian, both directions on the service channel):
  *   request  0 magic "XATQ"  4 kind (1 fetch-add, 2 cswap, 3 add)

@@ -353,14 +353,6 @@ static int two_big_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
  * dead peer's rendezvous message crashed the process. */
 static void close_unreceived(int die)
 {
-  if (die && (!strcmp(xt_config(), "tcp") || !strcmp(xt_config(), "tcp-strict"))) {
-    /* The tcp provider stops reading a stream at a message no receive
-     * takes, so it never sees the peer's end behind it: no disconnect
-     * comes (found by a review from the man pages; issue 10 stays open). */
-    printf("SKIP: close_after_dead_peer_left_big_message on %s: known failure (no disconnect "
-           "event while an unreceived message is queued), not yet fixed\n", xt_config());
-    return;
-  }
   char addr[128];
   xport_conn_t *conn;
   xport_completion_t c;
