@@ -96,6 +96,17 @@ const struct xport__profile xport__profile_tcp_rxm = {
   .dc_default = 1,
 };
 
+/* rxm over verbs passes the verbs connection's work-completion status on
+ * as the error's prov_errno, and a generic FI_EIO as the error: a target
+ * that refused the key (IBV_WC_REM_ACCESS_ERR) is a refusal, as on verbs. */
+static int verbs_rxm_cq_error(int fi_err, int prov_errno, int is_recv)
+{
+  (void)fi_err;
+  if (!is_recv && prov_errno == 10 /* IBV_WC_REM_ACCESS_ERR */)
+    return -XPORT_EACCES;
+  return 0;
+}
+
 const struct xport__profile xport__profile_verbs_rxm = {
   .name = "verbs;ofi_rxm",
   .rank = 15,
@@ -110,6 +121,7 @@ const struct xport__profile xport__profile_verbs_rxm = {
   .answer_needs_source = 1,
   .atomics_unordered = 1,
   .close_after_refusal_crashes = 1,
+  .cq_error = verbs_rxm_cq_error,
   .enable_hint = "rxm asks the device for a completion queue of (receive + send queue "
                  "size) x FI_UNIVERSE_SIZE (default 256) entries, more than some devices "
                  "allow (Soft-RoCE: 32767); set FI_UNIVERSE_SIZE=64, or "

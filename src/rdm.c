@@ -1553,8 +1553,13 @@ void xport__rdm_orphan_all(xport_conn_t *conn, int status)
  * MSG provider ends it, and the peer is told to end its side. */
 void xport__rdm_rma_failed(xport_conn_t *conn, int status)
 {
+  xport_ctx_t *ctx = conn->ctx;
   if (conn->rep)
     conn->rep->rma_failed = 1;
+  /* Nor can that endpoint reach the peer again (close_after_refusal_crashes):
+   * later connections go out through a fresh one. */
+  if (conn->rep && conn->rep == ctx->cep && ctx->prof && ctx->prof->close_after_refusal_crashes)
+    rep_withdraw(conn->rep);
   if (conn->state != XPORT__CONN_CONNECTED)
     return;
   XPORT__INFO("connection %u: a one-sided operation failed (%s); the target may have "

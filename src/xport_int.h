@@ -173,7 +173,9 @@ struct xport__profile {
    * (a refused key) crashes inside the provider (rxm over verbs in
    * libfabric 1.17, in its connection teardown). When the context goes,
    * xport then leaves such an endpoint, and the objects it is bound to,
-   * open: memory lost at exit rather than a crash. */
+   * open: memory lost at exit rather than a crash. Nor does such an
+   * endpoint reach that peer again (a new connection is refused): new
+   * connections go out through a fresh endpoint. */
   int close_after_refusal_crashes;
   /* What to tell the user when the provider refuses to open an endpoint
    * (fi_enable: EINVAL) for reasons of its own (may be NULL). */
