@@ -147,12 +147,15 @@ static int apply(xport_ctx_t *ctx, const uint8_t *m, uint64_t *old_p)
   if (xport__mr_by_key(ctx, key, &base, &len, &access) ||
       !(access & XPORT_ACCESS_REMOTE_ATOMIC))
     return -XPORT_EACCES;
+  /* Outside the key's registration, or misaligned: the initiator checks
+   * both against the key it holds, so only a forged key gets here, and is
+   * refused as any key the target does not honour. */
   uint64_t off = ctx->virt_addr ? addr - (uint64_t)(uintptr_t)base : addr;
   if (off > len || len - off < 8)
-    return -XPORT_ERANGE;
+    return -XPORT_EACCES;
   uint64_t *word = (uint64_t *)(void *)(base + off);
   if ((uintptr_t)word % 8)
-    return -XPORT_EINVAL;
+    return -XPORT_EACCES;
   /* Sequentially consistent, as a device's atomics are to one another:
    * other emulated operations on the word, and the target's own atomic
    * operations on it, see one order. */
@@ -318,6 +321,12 @@ static int post_atomic_locked(xport_conn_t *conn, unsigned kind, uint64_t *resul
   }
   if (XPORT__UNLIKELY(ctx->rma_timeout_ms))
     req->posted_ms = xport__now_ms();
+  /* Where a refused operation is never answered (rma_never_fails: shm),
+   * an add is carried as a fetch-add whose value nobody reads: only an
+   * operation that waits for its answer learns of the refusal (its
+   * deadline), where a bare add completes at once and changes nothing. */
+  if (kind == ATOM_ADD && ctx->prof && ctx->prof->rma_never_fails)
+    kind = ATOM_FADD;
   if (kind == ATOM_FADD)
     fret = fi_fetch_atomic(conn->ep, &v[0], 1, desc, &v[2], desc, conn->dest, addr, rk->key,
                            FI_UINT64, FI_SUM, &req->fictx);

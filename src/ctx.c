@@ -635,6 +635,9 @@ XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p
   ctx->peer_check_ms = (long)xport__env_size(XPORT__ENV_PEER_TIMEOUT, 500);
   if (ctx->peer_check_ms < 4)
     ctx->peer_check_ms = 4;
+  ctx->keepalive_ms = (long)xport__env_size(XPORT__ENV_KEEPALIVE_TIMEOUT, 30000);
+  if (ctx->keepalive_ms < 4)
+    ctx->keepalive_ms = 4;
   const char *ka = xport__env_str(XPORT__ENV_KEEPALIVE);
   ctx->keepalive_mode = !ka || !strcmp(ka, "auto") ? -1 : xport__env_bool(XPORT__ENV_KEEPALIVE, -1);
   if (ctx->prof && ctx->prof->rma_never_fails)

@@ -34,8 +34,8 @@ static const xport_env_var_t env_table[XPORT__ENV_COUNT] = {
   [XPORT__ENV_PEER_TIMEOUT] = {"XPORT_PEER_TIMEOUT", "size", "500",
     "On providers that never report a dead peer (shm, tcp;ofi_rxm), the "
     "time in milliseconds within which xport notices it: a peer process "
-    "that is gone (same node) or whose heartbeats stopped (see "
-    "XPORT_KEEPALIVE). Its operations then fail and its connection reports "
+    "that is gone (same node); heartbeats have XPORT_KEEPALIVE_TIMEOUT "
+    "instead (see XPORT_KEEPALIVE). Its operations then fail and its connection reports "
     "the disconnect. On rxm it also bounds how long closing waits for a "
     "peer's answer to its goodbye."},
   [XPORT__ENV_RMA_TIMEOUT] = {"XPORT_RMA_TIMEOUT", "size", "5000",
@@ -54,7 +54,7 @@ static const xport_env_var_t env_table[XPORT__ENV_COUNT] = {
     "round trip, and xport_wait then sleeps in short steps instead."},
   [XPORT__ENV_KEEPALIVE] = {"XPORT_KEEPALIVE", "string", "auto",
     "Heartbeats between the two ends of connections over shm and rxm, so "
-    "that a peer that died or hangs is noticed within XPORT_PEER_TIMEOUT. "
+    "that a peer that died or hangs is noticed within XPORT_KEEPALIVE_TIMEOUT. "
     "auto: only where the peer's process cannot be watched (another node "
     "or another PID namespace); 1: always; 0: never."},
   [XPORT__ENV_DELIVERY_COMPLETE] = {"XPORT_DELIVERY_COMPLETE", "bool", "0 (1 on tcp;ofi_rxm)",
@@ -72,6 +72,13 @@ static const xport_env_var_t env_table[XPORT__ENV_COUNT] = {
     "has not accepted them, as listen(2)'s backlog; requests beyond it, "
     "and those still waiting when the listener closes, are refused "
     "(ECONNREFUSED at the client)."},
+  [XPORT__ENV_KEEPALIVE_TIMEOUT] = {"XPORT_KEEPALIVE_TIMEOUT", "size", "30000",
+    "Where heartbeats run (XPORT_KEEPALIVE), the time in milliseconds after "
+    "which a peer from which nothing was heard is taken for dead: its "
+    "operations fail and its connection reports the disconnect. A process "
+    "answers heartbeats only inside xport (xport_poll, xport_wait) or with "
+    "its progress thread on: make it longer than the longest time a peer "
+    "computes outside xport, or run the progress thread there."},
 };
 
 XPORT_API int xport_env_list(const xport_env_var_t **vars_p)

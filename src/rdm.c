@@ -1727,10 +1727,10 @@ void xport__rdm_housekeeping(xport_ctx_t *ctx)
     if (ctx->rma_timeout_ms && rma_check(ctx, c, now, &drained))
       continue;
     if (c->keepalive) {
-      if (now - c->last_sent >= ctx->peer_check_ms / 3 &&
+      if (now - c->last_sent >= ctx->keepalive_ms / 3 &&
           ctl_send_conn(c, CTL_KEEPALIVE) == 0)
         c->last_sent = now;
-      if (now - c->last_heard > ctx->peer_check_ms && !drained) {
+      if (now - c->last_heard > ctx->keepalive_ms && !drained) {
         xport__cq_drain(ctx); /* heartbeats may be waiting unread */
         drained = 1;
       }
@@ -1738,7 +1738,7 @@ void xport__rdm_housekeeping(xport_ctx_t *ctx)
         c->heard = 0;
         c->last_heard = now;
       }
-      if (now - c->last_heard > ctx->peer_check_ms) {
+      if (now - c->last_heard > ctx->keepalive_ms) {
         XPORT__INFO("connection %u: nothing heard from the peer in %ld ms", c->id,
                     now - c->last_heard);
         conn_lost(c, -XPORT_ECONNRESET, 1);

@@ -227,6 +227,7 @@ enum xport__env_id {
   XPORT__ENV_KEEPALIVE,
   XPORT__ENV_DELIVERY_COMPLETE,
   XPORT__ENV_LISTEN_BACKLOG,
+  XPORT__ENV_KEEPALIVE_TIMEOUT,
   XPORT__ENV_COUNT
 };
 
@@ -534,6 +535,7 @@ struct xport_ctx {
   uint32_t next_conn_id;
   long peer_check_ms; /* XPORT_PEER_TIMEOUT: a dead peer is noticed within it */
   int keepalive_mode; /* XPORT_KEEPALIVE: -1 auto, 0 never, 1 always */
+  long keepalive_ms;  /* XPORT_KEEPALIVE_TIMEOUT: silence that means a dead peer */
   long rma_timeout_ms; /* 0, or the deadline of one-sided operations */
   /* FI_DELIVERY_COMPLETE where delivery-complete is on and the provider
    * needs the flag for it, else 0: the flags of every write. */

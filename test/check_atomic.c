@@ -690,9 +690,12 @@ static void badkey_target(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
            (unsigned long long)r.word);
 }
 
-static void bad_key(int kind)
+/* add: the refused operation is an xport_atomic_add (shm answers none:
+ * an add that does not wait for its answer must still learn of it). */
+static void bad_key(int kind, int add)
 {
-  const char *name = kind == KEY_REVOKED ? "revoked_key" : "forged_key_widened";
+  const char *name = kind == KEY_REVOKED ? (add ? "revoked_key_add" : "revoked_key")
+                                         : (add ? "forged_key_widened_add" : "forged_key_widened");
   char addr[128], msg[16];
   uint8_t raw[XPORT_RKEY_MAX_SIZE];
   size_t klen;
@@ -719,7 +722,7 @@ static void bad_key(int kind)
     XT_OK(xport_rkey_unpack(victim, raw, klen, &rk));
   }
   uint64_t res = UNTOUCHED;
-  int rc = xport_fetch_add(victim, &res, 1, rk, 8, &res);
+  int rc = add ? xport_atomic_add(victim, 1, rk, 8, &res) : xport_fetch_add(victim, &res, 1, rk, 8, &res);
   XT_CHECK(rc == 0, "%s on %s: the post: %s", name, xt_config(), xport_strerror(rc));
   int status = 1, event = 1;
   while (status == 1) {
@@ -735,7 +738,7 @@ static void bad_key(int kind)
              xt_config(), c.op);
     status = c.status;
   }
-  XT_CHECK(status != 0, "%s on %s: the fetch_add succeeded (fetched %llx)", name, xt_config(),
+  XT_CHECK(status != 0, "%s on %s: the refused atomic succeeded (fetched %llx)", name, xt_config(),
            (unsigned long long)res);
   XT_CHECK(res == UNTOUCHED, "%s on %s: a failed fetch_add wrote its result", name,
            xt_config());
@@ -753,7 +756,7 @@ static void bad_key(int kind)
     if (xt_next(ctx, &c, 500) == 0 && c.op == XPORT_OP_DISCONNECT)
       event = c.status;
   }
-  printf("%s on %s: fetch_add failed with %s; %s%s\n", name, xt_config(), xport_strerror(status),
+  printf("%s on %s: the atomic failed with %s; %s%s\n", name, xt_config(), xport_strerror(status),
          event == 1 ? "the connection stays" : "disconnect event: ",
          event == 1 ? "" : xport_strerror(event));
   struct report r;
@@ -777,13 +780,25 @@ static void bad_key(int kind)
 
 START_TEST(revoked_key)
 {
-  bad_key(KEY_REVOKED);
+  bad_key(KEY_REVOKED, 0);
 }
 END_TEST
 
 START_TEST(forged_key_widened)
 {
-  bad_key(KEY_WIDENED);
+  bad_key(KEY_WIDENED, 0);
+}
+END_TEST
+
+START_TEST(revoked_key_add)
+{
+  bad_key(KEY_REVOKED, 1);
+}
+END_TEST
+
+START_TEST(forged_key_widened_add)
+{
+  bad_key(KEY_WIDENED, 1);
 }
 END_TEST
 
@@ -1058,6 +1073,8 @@ static Suite *make_suite(void)
   tcase_add_test(err, refused_before_posting);
   tcase_add_test(err, revoked_key);
   tcase_add_test(err, forged_key_widened);
+  tcase_add_test(err, revoked_key_add);
+  tcase_add_test(err, forged_key_widened_add);
   tcase_add_test(err, target_killed);
   suite_add_tcase(s, err);
   return s;

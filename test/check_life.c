@@ -491,6 +491,7 @@ START_TEST(busy_peer_stays_alive)
   long ms = 4 * 1500;
   setenv("XPORT_KEEPALIVE", "1", 1);
   setenv("XPORT_PEER_TIMEOUT", "1500", 1);
+  setenv("XPORT_KEEPALIVE_TIMEOUT", "1500", 1);
   xt_pair(flood_server, flood_client, &ms);
 }
 END_TEST

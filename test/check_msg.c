@@ -889,6 +889,7 @@ START_TEST(peer_hangs_keepalive)
   xport_caps_t caps;
   setenv("XPORT_KEEPALIVE", "1", 1);
   setenv("XPORT_PEER_TIMEOUT", "400", 1);
+  setenv("XPORT_KEEPALIVE_TIMEOUT", "400", 1);
   pid_t pid = xt_spawn_pair_server(stopping_server, NULL, addr, sizeof addr);
   xport_ctx_t *ctx = xt_ctx();
   xport_conn_t *conn;
