@@ -26,9 +26,9 @@ struct hello {
    * a service channel's request: the cookie its accept gave */
   uint64_t cookie;
 };
-/* How long an accept waits for a request it took to be connected, and
- * for its service channel, which the client asks for as soon as it is. */
-#define HANDSHAKE_MS 5000
+/* How long a request an accept took has to be connected, its service
+ * channel included, which the client asks for as soon as it is. */
+#define HANDSHAKE_MS 30000
 
 struct cm_buf {
   struct fi_eq_cm_entry e;
@@ -43,6 +43,8 @@ static int hello_ok(const uint8_t *data, size_t len, struct hello *h)
   memcpy(h, data, sizeof *h);
   return h->magic == HELLO_MAGIC && h->version == HELLO_VERSION;
 }
+
+static void conn_discard(xport_conn_t *conn);
 
 /* Queues a connection request at the tail of its listener's backlog. */
 void xport__connreq_push(xport_listener_t *lst, struct xport__connreq *cr)
@@ -132,10 +134,12 @@ static void ep_lost(struct fid *fid, int status)
 
 static void on_svc_request(xport_listener_t *lst, struct fi_info *info, const struct hello *h)
 {
-  xport_conn_t *conn = lst->svc_wait;
+  xport_conn_t *conn = lst->shaking;
+  while (conn && !(conn->svc_cookie && h->cookie == conn->svc_cookie))
+    conn = conn->shake_next;
   struct hello a = {.magic = HELLO_MAGIC, .version = HELLO_VERSION};
   int ret = -FI_EINVAL;
-  if (conn && !conn->svc && h->cookie == conn->svc_cookie && h->ctx_id == conn->peer_ctx_id) {
+  if (conn && !conn->svc && h->ctx_id == conn->peer_ctx_id) {
     a.ctx_id = lst->ctx->id;
     ret = xport__svc_open(conn, info);
     if (!ret && (ret = fi_accept(conn->svc, &a, sizeof a)))
@@ -442,6 +446,11 @@ static int xport_listener_close__locked(xport_listener_t *lst)
       fi_freeinfo(cr->info);
       free(cr);
     }
+    while (lst->shaking) { /* handshakes no accept will return */
+      xport_conn_t *c = lst->shaking;
+      lst->shaking = c->shake_next;
+      conn_discard(c);
+    }
     xport__close_fid(ctx, &lst->pep->fid);
   }
   XPORT__LIST_UNLINK(ctx->listeners, lst, next, prev);
@@ -594,71 +603,101 @@ static int xport_connect__locked(xport_ctx_t *ctx, const char *addr, int timeout
   return 0;
 }
 
+/* Takes the next request off lst's backlog and answers it: the new
+ * connection joins the handshakes in progress. 0, or a code that ends
+ * the accept (no memory). */
+static int handshake_start(xport_listener_t *lst)
+{
+  xport_ctx_t *ctx = lst->ctx;
+  struct hello h = {.magic = HELLO_MAGIC, .version = HELLO_VERSION, .ctx_id = ctx->id};
+  struct xport__connreq *cr = lst->pending;
+  lst->pending = cr->next;
+  if (!lst->pending)
+    lst->pending_tail = NULL;
+  lst->npending--;
+  xport_conn_t *conn = conn_new(ctx);
+  if (conn) {
+    conn->peer_ctx_id = cr->peer_ctx_id;
+    if (cr->want_svc && ctx->atom_emulated)
+      conn->svc_cookie = xport__random_key(8);
+    h.cookie = conn->svc_cookie;
+  }
+  int ret = conn ? ep_open(conn, cr->info) : -FI_ENOMEM;
+  if (!ret)
+    ret = fi_accept(conn->ep, &h, sizeof h);
+  if (ret)
+    fi_reject(lst->pep, cr->info->handle, NULL, 0);
+  fi_freeinfo(cr->info);
+  free(cr);
+  if (ret) {
+    XPORT__INFO("listener %s: accept failed: %s", lst->addr, fi_strerror(-ret));
+    if (conn)
+      conn_discard(conn);
+    return ret == -FI_ENOMEM ? -XPORT_ENOMEM : 0;
+  }
+  conn->shake_deadline = xport__now_ms() + HANDSHAKE_MS;
+  conn->shake_next = lst->shaking;
+  lst->shaking = conn;
+  lst->nshaking++;
+  return 0;
+}
+
+/* The first handshake of lst that has ended well, taken off the list;
+ * those that failed or ran out of time go. */
+static xport_conn_t *handshake_done(xport_listener_t *lst)
+{
+  long now = xport__now_ms();
+  for (xport_conn_t **pp = &lst->shaking; *pp;) {
+    xport_conn_t *c = *pp;
+    int up = c->state == XPORT__CONN_CONNECTED && (!c->svc_cookie || c->svc_state == 2);
+    int gone = c->state == XPORT__CONN_FAILED || c->state == XPORT__CONN_DISCONNECTED ||
+               c->svc_state < 0 || now > c->shake_deadline;
+    if (!up && !gone) {
+      pp = &c->shake_next;
+      continue;
+    }
+    *pp = c->shake_next;
+    lst->nshaking--;
+    if (up)
+      return c;
+    /* This peer went away, or never finished its handshake. */
+    XPORT__INFO("listener %s: a connection's handshake did not end", lst->addr);
+    conn_discard(c);
+  }
+  return NULL;
+}
+
+/* Handshakes run side by side, so that a peer that never finishes its
+ * own (a service channel it never makes) holds up no other: each has
+ * HANDSHAKE_MS, whatever the caller's timeout, and one still running
+ * when the timeout ends goes on in the next call. */
 static int xport_accept__locked(xport_listener_t *lst, int timeout_ms, xport_conn_t **conn_p)
 {
-  struct hello h = {.magic = HELLO_MAGIC, .version = HELLO_VERSION};
   long deadline = timeout_ms < 0 ? -1 : xport__now_ms() + timeout_ms;
-  int ret = -XPORT_ETIMEDOUT;
 
   if (!lst || !conn_p)
     return -XPORT_EINVAL;
   xport_ctx_t *ctx = lst->ctx;
   if (ctx->rdm)
     return xport__rdm_accept(lst, deadline, conn_p);
-  h.ctx_id = ctx->id;
   for (;;) {
     xport__eq_dispatch(ctx);
-    struct xport__connreq *cr = lst->pending;
-    if (!cr) {
-      long left = deadline < 0 ? 100 : deadline - xport__now_ms();
-      if (left <= 0)
-        return ret;
-      xport__wait_eq(ctx, left < 100 ? (int)left : 100);
-      continue;
-    }
-    lst->pending = cr->next;
-    if (!lst->pending)
-      lst->pending_tail = NULL;
-    lst->npending--;
-    xport_conn_t *conn = conn_new(ctx);
-    if (conn)
-      conn->peer_ctx_id = cr->peer_ctx_id;
-    if (conn && cr->want_svc && ctx->atom_emulated)
-      conn->svc_cookie = xport__random_key(8);
-    h.cookie = conn ? conn->svc_cookie : 0;
-    ret = conn ? ep_open(conn, cr->info) : -FI_ENOMEM;
-    if (!ret)
-      ret = fi_accept(conn->ep, &h, sizeof h);
-    if (ret)
-      fi_reject(lst->pep, cr->info->handle, NULL, 0);
-    fi_freeinfo(cr->info);
-    free(cr);
-    /* The channel's request may come in the same EQ read as this
-     * connection's own event: from now on it is expected. */
-    lst->svc_wait = conn && conn->svc_cookie ? conn : NULL;
-    /* A request taken is seen through, whatever is left of timeout_ms
-     * (an accept that polls with 0 must not throw requests away), and
-     * no longer: a peer that never completes its handshake or makes its
-     * channel holds up no more than this of the listener's time. */
-    long seen_through = xport__now_ms() + HANDSHAKE_MS;
-    if (!ret)
-      ret = wait_connected(conn, seen_through);
-    else
-      ret = xport__err_from_fi(ret);
-    if (!ret && conn->svc_cookie)
-      ret = wait_svc(conn, seen_through);
-    lst->svc_wait = NULL;
-    if (!ret) {
+    xport_conn_t *conn = handshake_done(lst);
+    if (conn) {
       xport__conn_link(conn);
       *conn_p = conn;
       return 0;
     }
-    /* This peer went away before the handshake ended; serve the next. */
-    XPORT__INFO("listener %s: accept failed: %s", lst->addr, xport_strerror(ret));
-    if (conn)
-      conn_discard(conn);
-    if (ret == -XPORT_ENOMEM)
-      return ret;
+    if (lst->pending && lst->nshaking < lst->backlog) {
+      int ret = handshake_start(lst);
+      if (ret)
+        return ret;
+      continue;
+    }
+    long left = deadline < 0 ? 100 : deadline - xport__now_ms();
+    if (left <= 0)
+      return -XPORT_ETIMEDOUT;
+    xport__wait_eq(ctx, left < 100 ? (int)left : 100);
   }
 }
 

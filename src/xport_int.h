@@ -459,6 +459,8 @@ struct xport_conn {
   struct xport__req *svc_out;    /* its receives and messages posted */
   uint32_t atom_seq;             /* numbers requests; answers name theirs */
   size_t natom;                  /* emulated atomics awaiting their answer */
+  struct xport_conn *shake_next; /* MSG: lst->shaking, until accept returns it */
+  long shake_deadline;
   int ev_queued;                 /* disconnect event waiting in ctx->evq */
   int ev_status;
   struct xport_conn *ev_next;
@@ -493,7 +495,9 @@ struct xport_listener {
   struct xport__connreq *pending, *pending_tail;
   size_t npending, backlog;       /* requests waiting, and how many may */
   int refusing;                   /* the backlog overflowed (logged once) */
-  xport_conn_t *svc_wait;         /* MSG: accepted, its service channel awaited */
+  /* MSG: requests answered whose handshake goes on (accept) */
+  xport_conn_t *shaking;
+  size_t nshaking;
   char addr[96];
   struct xport_listener *next, *prev; /* ctx->listeners */
 };
