@@ -114,7 +114,10 @@ static void conn_lost(xport_conn_t *conn, int status)
      * application may only call after seeing them end. */
     conn->state = XPORT__CONN_DISCONNECTED;
     conn_release_ep(conn, -XPORT_ECONNRESET);
-    xport__evq_push(conn->ctx, conn, -XPORT_ECONNRESET);
+    /* Only a connection the application holds has an event: one lost
+     * in its handshake is dropped by the accept or connect making it. */
+    if (conn->handed)
+      xport__evq_push(conn->ctx, conn, -XPORT_ECONNRESET);
   }
 }
 
@@ -477,6 +480,7 @@ void xport__conn_unlink(xport_conn_t *conn)
 
 void xport__conn_link(xport_conn_t *conn)
 {
+  conn->handed = 1;
   xport_ctx_t *ctx = conn->ctx;
   XPORT__LIST_PUSH(ctx->conns, conn, next, prev);
 }
@@ -536,7 +540,9 @@ static int wait_svc(xport_conn_t *conn, long deadline)
     xport__eq_dispatch(ctx);
     if (conn->svc_state == 2)
       return 0;
-    if (conn->svc_state < 0 || conn->state != XPORT__CONN_CONNECTED)
+    if (conn->state != XPORT__CONN_CONNECTED)
+      return -XPORT_ECONNRESET; /* lost since it connected */
+    if (conn->svc_state < 0)
       return -XPORT_ECONNREFUSED;
     long left = deadline < 0 ? 100 : deadline - xport__now_ms();
     if (left <= 0)
@@ -593,6 +599,10 @@ static int xport_connect__locked(xport_ctx_t *ctx, const char *addr, int timeout
     if (!ret)
       ret = wait_svc(conn, deadline);
   }
+  /* Connected, then lost before it was the caller's: no event will say
+   * so, the call does. */
+  if (!ret && conn->state != XPORT__CONN_CONNECTED)
+    ret = -XPORT_ECONNRESET;
   fi_freeinfo(info);
   if (ret) {
     conn_discard(conn);

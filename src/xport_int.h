@@ -461,6 +461,7 @@ struct xport_conn {
   size_t natom;                  /* emulated atomics awaiting their answer */
   struct xport_conn *shake_next; /* MSG: lst->shaking, until accept returns it */
   long shake_deadline;
+  int handed;                    /* returned to the application (xport__conn_link) */
   int ev_queued;                 /* disconnect event waiting in ctx->evq */
   int ev_status;
   struct xport_conn *ev_next;

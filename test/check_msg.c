@@ -1140,7 +1140,17 @@ START_TEST(strangers_in_the_handshake)
   xport_ctx_t *ctx = xt_ctx();
   xport_caps_t caps;
   XT_OK(xport_ctx_query(ctx, &caps));
-  struct msg_stranger mute = {0}, thief = {0}, thief2 = {0};
+  struct msg_stranger mute = {0}, thief = {0}, thief2 = {0}, quitter = {0};
+  /* One is accepted and leaves at once: its handshake is dropped, and
+   * the server never hears of a connection it was not given (an event
+   * for it, closed by the application, freed memory accept still used). */
+  {
+    struct st_hello q = {ST_HELLO_MAGIC, 2, ST_WANT_SVC, 0x4321, 0};
+    XT_CHECK(msg_stranger_connect(&quitter, addr, &q, NULL) == FI_CONNECTED,
+             "the quitter was not accepted");
+    usleep(300 * 1000); /* the server has seen it connected meanwhile */
+    msg_stranger_close(&quitter);
+  }
   /* One asks for a service channel, is accepted, and never makes it. */
   struct st_hello h = {ST_HELLO_MAGIC, 2, ST_WANT_SVC, 0x1234, 0}, acc = {0};
   int ev = msg_stranger_connect(&mute, addr, &h, &acc);
