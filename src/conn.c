@@ -599,16 +599,17 @@ static int xport_connect__locked(xport_ctx_t *ctx, const char *addr, int timeout
     if (!ret)
       ret = wait_svc(conn, deadline);
   }
-  /* Connected, then lost before it was the caller's: no event will say
-   * so, the call does. */
-  if (!ret && conn->state != XPORT__CONN_CONNECTED)
-    ret = -XPORT_ECONNRESET;
   fi_freeinfo(info);
-  if (ret) {
+  /* Accepted, and lost already (the peer closed at once): the caller gets
+   * the connection and its disconnect event, as a moment later. */
+  int lost = (!ret || ret == -XPORT_ECONNRESET) && conn->state == XPORT__CONN_DISCONNECTED;
+  if (ret && !lost) {
     conn_discard(conn);
     return ret;
   }
   xport__conn_link(conn);
+  if (lost)
+    xport__evq_push(ctx, conn, -XPORT_ECONNRESET);
   *conn_p = conn;
   return 0;
 }
