@@ -121,8 +121,6 @@ static void conn_lost(xport_conn_t *conn, int status)
   }
 }
 
-/* A client's service channel: taken only for the connection being
- * accepted, which named it by the cookie only that client was told. */
 /* An endpoint of a connection failed or shut down: the connection, or
  * its service channel while it is being made. */
 static void ep_lost(struct fid *fid, int status)
@@ -135,6 +133,8 @@ static void ep_lost(struct fid *fid, int status)
   conn_lost(conn, status);
 }
 
+/* A client's service channel: taken only for a connection whose
+ * handshake is under way, named by the cookie only that client was told. */
 static void on_svc_request(xport_listener_t *lst, struct fi_info *info, const struct hello *h)
 {
   xport_conn_t *conn = lst->shaking;
