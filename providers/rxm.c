@@ -107,6 +107,19 @@ static int verbs_rxm_cq_error(int fi_err, int prov_errno, int is_recv)
   return 0;
 }
 
+/* rxm's one-sided operations go straight to its verbs connection to the
+ * peer and fail with EAGAIN once its send queue is full: that queue
+ * (FI_OFI_RXM_MSG_TX_SIZE, 128 by default, RXM_MSG_RXTX_SIZE in 1.17) is
+ * what a connection can count on. Beyond it verbs reaps a completion at
+ * post now and then, so more are taken or not, by timing. */
+static size_t verbs_rxm_tx_depth(void)
+{
+  const char *v = getenv("FI_OFI_RXM_MSG_TX_SIZE");
+  char *end;
+  unsigned long n = v ? strtoul(v, &end, 10) : 0;
+  return n && !*end ? (size_t)n : 128;
+}
+
 const struct xport__profile xport__profile_verbs_rxm = {
   .name = "verbs;ofi_rxm",
   .rank = 15,
@@ -121,6 +134,7 @@ const struct xport__profile xport__profile_verbs_rxm = {
   .answer_needs_source = 1,
   .atomics_unordered = 1,
   .close_after_refusal_crashes = 1,
+  .max_tx_depth = verbs_rxm_tx_depth,
   .cq_error = verbs_rxm_cq_error,
   .enable_hint = "rxm asks the device for a completion queue of (receive + send queue "
                  "size) x FI_UNIVERSE_SIZE (default 256) entries, more than some devices "

@@ -247,6 +247,10 @@ static void shm_preinit(void)
               "fails");
 }
 
+/* A peer's command queue has 1024 slots, and a one-sided operation takes
+ * two (libfabric 1.17, smr_generic_rma). */
+static size_t shm_tx_depth(void) { return 512; }
+
 const struct xport__profile xport__profile_shm = {
   .name = "shm",
   .rank = 40,
@@ -264,9 +268,7 @@ const struct xport__profile xport__profile_shm = {
    * a peer still writing when its connection closes (or the context goes)
    * crashed the process inside fi_cq_read. */
   .close_needs_quiet = 1,
-  /* A peer's command queue has 1024 slots, and a one-sided operation
-   * takes two (libfabric 1.17, smr_generic_rma). */
-  .max_tx_depth = 512,
+  .max_tx_depth = shm_tx_depth,
   .truncation_hangs = 1,
   /* With virtual addresses and CMA shm checks no key or bound. */
   .clear_mr_mode = FI_MR_VIRT_ADDR,

@@ -360,8 +360,9 @@ static void fill_caps(xport_ctx_t *ctx, const struct settings *s)
    * the provider's queue sizes, less the control receives an RDM endpoint
    * keeps posted, within the profile's limit and the CQ's. */
   c->tx_depth = fi->tx_attr->size;
-  if (ctx->prof && ctx->prof->max_tx_depth && c->tx_depth > ctx->prof->max_tx_depth)
-    c->tx_depth = ctx->prof->max_tx_depth;
+  size_t cap = ctx->prof && ctx->prof->max_tx_depth ? ctx->prof->max_tx_depth() : 0;
+  if (cap && c->tx_depth > cap)
+    c->tx_depth = cap;
   c->rx_depth = fi->rx_attr->size;
   if (c->ep_type == XPORT_EP_RDM && c->rx_depth > XPORT__CTL_RX)
     c->rx_depth -= XPORT__CTL_RX;

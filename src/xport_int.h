@@ -98,10 +98,11 @@ struct xport__profile {
    * region) never completes, nor does any error come (shm). xport then
    * gives such operations a deadline (XPORT_RMA_TIMEOUT). */
   int rma_never_fails;
-  /* 0, or the most operations one connection may have outstanding where
-   * the provider's own queue takes fewer than its tx size says (shm: two
-   * of its 1024 command slots per one-sided operation). */
-  size_t max_tx_depth;
+  /* NULL, or the most operations one connection may have outstanding
+   * where the provider's own queue takes fewer than its tx size says (shm:
+   * two of its 1024 command slots per one-sided operation; rxm over verbs:
+   * its verbs connection to the peer). */
+  size_t (*max_tx_depth)(void);
   /* 1: a message larger than its receive never completes (shm in
    * libfabric 1.17: the cross-memory copy spins for ever, the segmented
    * one stalls). xport then gives every receive room for any message, a

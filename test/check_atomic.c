@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -245,12 +244,8 @@ static void run_clients(const char *addr, client_fn fn, size_t nout, uint64_t *a
   pid_t pid[NCLIENTS];
   for (int i = 0; i < NCLIENTS; i++) {
     XT_CHECK(pipe(fds[i]) == 0, "pipe");
-    fflush(NULL);
-    pid[i] = fork();
-    XT_CHECK(pid[i] >= 0, "fork");
+    pid[i] = xt_fork();
     if (pid[i] == 0) {
-      xt_in_child = 1;
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
       for (int j = 0; j <= i; j++)
         close(fds[j][0]);
       if (delivery_complete)

@@ -826,16 +826,10 @@ START_TEST(target_killed_writes_default)
 }
 END_TEST
 
-/* Seen in the Soft-RoCE guest after the lifecycle work: over
- * verbs;ofi_rxm these wait out the test's timeout. A known failure,
- * reported as such rather than run red (issue 10 stays open). */
+/* Seen in the Soft-RoCE guest after the lifecycle work (issue 10). */
 static int known_rxm_verbs_hang(const char *test)
 {
-  if (strcmp(xt_config(), "verbs;ofi_rxm"))
-    return 0;
-  printf("SKIP: %s on verbs;ofi_rxm: known failure (waits out its timeout in the Soft-RoCE "
-         "guest), not yet fixed\n", test);
-  return 1;
+  return xt_known_failure(test, "verbs;ofi_rxm", 1, "waits out its timeout in the Soft-RoCE guest");
 }
 
 START_TEST(target_killed_writes_delivery_complete)
@@ -1155,15 +1149,10 @@ static int refused_case(xport_ctx_t *ctx, xport_ctx_t *octx, xport_conn_t *ctl,
 
 static void refused_keys(int delivery_complete)
 {
-  if (!strcmp(xt_config(), "verbs")) {
-    /* Seen in the Soft-RoCE guest: on verbs the first case (a widened
-     * key, a write of 16 bytes) waits out the test's timeout. A known
-     * failure, reported as such rather than run red (issue 11 stays
-     * open). */
-    printf("SKIP: refused_keys on verbs: known failure in the Soft-RoCE guest (a widened "
-           "write waits out the timeout), not yet fixed\n");
+  /* Seen in the Soft-RoCE guest (issue 11). */
+  if (xt_known_failure("refused_keys", "verbs", 1,
+                       "a widened write waits out the timeout in the Soft-RoCE guest"))
     return;
-  }
   static const struct {
     int kind;
     xport_op_t op;

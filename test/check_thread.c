@@ -15,15 +15,12 @@
 #define T_MS 20000
 #define ROUNDS 2000
 #define LISTEN_ROUNDS 8
+#define WROUNDS 5 /* destroy_while_peer_writes */
 
 static xport_ctx_t *thread_ctx(void)
 {
   xport_ctx_attr_t attr = {.progress_thread = XPORT_ON};
-  xport_ctx_t *ctx = NULL;
-  int rc = xport_ctx_create(&attr, &ctx);
-  XT_CHECK(rc == 0, "xport_ctx_create with the progress thread on %s: %s", xt_config(),
-           xport_strerror(rc));
-  return ctx;
+  return xt_ctx_with(&attr);
 }
 
 static void expect_ok(xport_ctx_t *ctx, xport_op_t op)
@@ -316,7 +313,7 @@ static void written_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
   xport_mr_t *mr;
   uint8_t key[XPORT_RKEY_MAX_SIZE];
   char go[8];
-  XT_OK(xport_accept(lst, T_MS, &conn));
+  XT_OK(xport_accept(lst, 3 * T_MS, &conn)); /* the rounds before its own come first */
   XT_OK(xport_mr_reg(ctx, region, sizeof region, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE,
                      &mr));
   int n = xport_rkey_pack(mr, 0, sizeof region, key, sizeof key);
@@ -333,11 +330,17 @@ static void written_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
 
 START_TEST(destroy_while_peer_writes)
 {
-  for (int round = 0; round < 5; round++) {
-    char addr[128];
+  char addrs[WROUNDS][128];
+  pid_t pids[WROUNDS];
+  /* Every server is forked before this process opens a context
+   * (xport(7), FORK). */
+  for (int round = 0; round < WROUNDS; round++)
+    pids[round] = xt_spawn_server(written_server, NULL, addrs[round], sizeof addrs[round]);
+  for (int round = 0; round < WROUNDS; round++) {
+    char *addr = addrs[round];
     static char buf[WCHUNK];
     uint8_t key[XPORT_RKEY_MAX_SIZE];
-    pid_t pid = xt_spawn_server(written_server, NULL, addr, sizeof addr);
+    pid_t pid = pids[round];
     xport_ctx_t *ctx = xt_ctx();
     xport_conn_t *conn;
     xport_rkey_t *rk;

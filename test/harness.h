@@ -10,6 +10,10 @@
 
 /* The configuration the current run is for, e.g. "tcp" or "tcp-strict". */
 const char *xt_config(void);
+/* A known failure of this test on configurations starting with prefix
+ * (an exact label where exact): prints a SKIP line saying why and
+ * returns 1, unless XPORT_TEST_KNOWN=1 asks to run it anyway. */
+int xt_known_failure(const char *test, const char *prefix, int exact, const char *why);
 /* The host tests listen on: 127.0.0.1, or $XPORT_TEST_HOST (verbs needs
  * an address with an RDMA device behind it); and "HOST:0". */
 const char *xt_host(void);
@@ -63,7 +67,17 @@ int xt_reap(pid_t pid);
 /* Forks the server half of xt_pair and returns at once. */
 pid_t xt_spawn_pair_server(xt_side_fn server, void *arg, char *addr, size_t len);
 
+/* The capabilities of a context of the current configuration, as the
+ * runner's probe found them (a test that needs them before it forks
+ * opens no context of its own for that). */
+const xport_caps_t *xt_caps(void);
+/* A context (fails the test if it cannot be made); with attributes. */
 xport_ctx_t *xt_ctx(void);
+xport_ctx_t *xt_ctx_with(const xport_ctx_attr_t *attr);
+/* fork(), with the child marked xt_in_child and killed with its parent.
+ * Only before this process opened a context (xport(7), FORK): a test
+ * forks every peer it needs first. */
+pid_t xt_fork(void);
 /* Polls (with xport_wait) until one completion arrives; 0 or -ETIMEDOUT. */
 int xt_next(xport_ctx_t *ctx, xport_completion_t *c, int timeout_ms);
 /* Waits for a completion of op; others that come first are kept for
