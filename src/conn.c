@@ -197,11 +197,39 @@ static void on_connreq(xport_listener_t *lst, struct fi_info *info,
   xport__connreq_push(lst, cr);
 }
 
+void xport__conn_broken(xport_conn_t *conn)
+{
+  if (conn->broken || conn->closing || conn->state != XPORT__CONN_CONNECTED)
+    return;
+  conn->broken = 1;
+  conn->ctx->nbroken++;
+}
+
+/* Connections whose endpoint an operation's failure took down. On tcp
+ * the provider also reports the shutdown, but verbs says nothing: the
+ * failed operation (a refused key, a message longer than the receive)
+ * put the QP in error, the rest of its work is flushed, and neither end
+ * hears of it from the connection manager. */
+static void lose_broken(xport_ctx_t *ctx)
+{
+  ctx->nbroken = 0;
+  for (xport_conn_t *c = ctx->conns, *next; c; c = next) {
+    next = c->next;
+    if (c->broken) {
+      c->broken = 0;
+      XPORT__DEBUG("a connection's endpoint failed under an operation: it is lost");
+      conn_lost(c, -XPORT_ECONNRESET);
+    }
+  }
+}
+
 void xport__eq_dispatch(xport_ctx_t *ctx)
 {
   struct cm_buf buf;
   uint32_t event;
 
+  if (XPORT__UNLIKELY(ctx->nbroken))
+    lose_broken(ctx);
   if (!ctx->eq)
     return;
   for (;;) {

@@ -442,6 +442,8 @@ static int read_error(xport_ctx_t *ctx, struct xport__req **req_p)
   if (ctx->rdm && (req->op == XPORT_OP_WRITE || req->op == XPORT_OP_READ ||
                    req->op == XPORT_OP_ATOMIC || req->op == XPORT__OP_SILENT))
     xport__rdm_rma_failed(req->conn, status);
+  else if (!ctx->rdm && req->conn)
+    xport__conn_broken(req->conn);
   req->status = status;
   req->len = len;
   req->flags = 0;

@@ -463,6 +463,10 @@ struct xport_conn {
   struct xport_conn *shake_next; /* MSG: lst->shaking, until accept returns it */
   long shake_deadline;
   int handed;                    /* returned to the application (xport__conn_link) */
+  /* MSG: an operation failed on its endpoint, which the provider then
+   * takes down without a word on the EQ (verbs: the QP is in error): it
+   * is lost at the next EQ dispatch. */
+  int broken;
   int ev_queued;                 /* disconnect event waiting in ctx->evq */
   int ev_status;
   struct xport_conn *ev_next;
@@ -572,6 +576,7 @@ struct xport_ctx {
   int epfd;           /* joins the CQ and EQ wait fds; -1 without */
   int cq_fd, eq_fd;   /* their wait fds, or -1 */
   unsigned eq_skip;   /* empty polls since the EQ was last read */
+  int nbroken;        /* MSG: connections marked broken since the last dispatch */
 
   struct xport__req *free_reqs;
   struct xport__req_chunk *req_chunks;
@@ -648,6 +653,10 @@ int xport__post_end(xport_conn_t *conn, struct xport__req *req, ssize_t ret);
 /* 0 if n more operations of op's direction fit conn's depth and the
  * context's CQ, else -XPORT_EAGAIN. */
 int xport__post_room(const xport_conn_t *conn, xport_op_t op, size_t n);
+
+/* An error completion on conn's endpoint (MSG): unless the user is
+ * closing it, the connection is lost at the next EQ dispatch. */
+void xport__conn_broken(xport_conn_t *conn);
 
 /* cq.c */
 struct xport__req *xport__req_get(xport_ctx_t *ctx);
