@@ -1,73 +1,145 @@
 #!/usr/bin/env bash
-# Runs xport_perf and fi_pingpong alternately on the same provider and
-# sizes, and prints xport's cost relative to raw libfabric:
-#   latency ratio   = xport mean one-way latency / fi_pingpong usec/xfer
-#   bandwidth ratio = xport MB/s / fi_pingpong MB/sec (ping-pong bandwidth)
-# fi_pingpong's usec/xfer is elapsed / iterations / 2, the same one-way
-# mean xport_perf reports. Below the provider's inject size fi_pingpong
-# uses fi_inject, which produces no send completion; xport always reports
-# one, so small-message ratios include that difference.
+# xport side by side with raw libfabric (fi_pingpong) and UCX (ucx_perftest)
+# on the same provider and sizes, in one run: several rounds, the order of
+# the three turned every round so that none always runs on the heels of
+# another, medians, and xport's ratios to the other two.
 #
-# usage: bench/compare.sh [ROUNDS]   (from the build directory or with
-#        XPORT_PERF=path/to/xport_perf)
+#   bench/compare.sh [-r ROUNDS] [-p "shm tcp"] [-s "8 64 ..."] [-o DIR]
+#
+# Measured per provider and size (one-way latency is half a round trip,
+# as all three report it):
+#   latency   xport_perf -t send_lat | fi_pingpong usec/xfer | ucx_perftest tag_lat
+#   bandwidth xport_perf -t send_bw  | fi_pingpong MB/sec    | ucx_perftest tag_bw
+#             (fi_pingpong has no streaming test: its figure is ping-pong
+#             bandwidth, size / one-way latency, and is drawn as such)
+#   message rate, the smallest size: xport_perf send_bw | ucx_perftest tag_bw
+# Below the provider's inject size fi_pingpong sends by fi_inject, which
+# gives no send completion; xport reports one for every send.
+#
+# Transports: shm = libfabric shm, UCX_TLS=posix,cma; tcp and tcp;ofi_rxm =
+# libfabric tcp (rxm over it), UCX_TLS=tcp UCX_NET_DEVICES=lo (without the
+# second variable UCX also opens a lane over the machine's other interface).
+# A tool that is missing (ucx-utils, libfabric-bin) is left out, and said so.
+#
+# Writes DIR/runs.csv (every run) and DIR/medians.csv, which bench/plot.sh
+# draws (DIR defaults to bench-results). Run from the build directory, or
+# set XPORT_PERF=path/to/xport_perf. A benchmark: it asserts nothing.
 set -u
-rounds=${1:-3}
+rounds=3
+provs="shm tcp"
+sizes="8 64 512 4096 32768 262144 1048576"
+out=bench-results
+while getopts "r:p:s:o:h" o; do
+  case $o in
+    r) rounds=$OPTARG ;;
+    p) provs=$OPTARG ;;
+    s) sizes=$OPTARG ;;
+    o) out=$OPTARG ;;
+    *) sed -n '2,28p' "$0"; exit 2 ;;
+  esac
+done
 perf=${XPORT_PERF:-$(dirname "$0")/../tools/xport_perf}
 [ -x "$perf" ] || perf=./tools/xport_perf
-command -v fi_pingpong >/dev/null || { echo "compare: fi_pingpong not found (libfabric-bin)"; exit 2; }
 [ -x "$perf" ] || { echo "compare: xport_perf not found; set XPORT_PERF"; exit 2; }
+have_fi=1 have_ucx=1
+command -v fi_pingpong >/dev/null || { have_fi=0; echo "compare: no fi_pingpong (apt-get install libfabric-bin): left out"; }
+command -v ucx_perftest >/dev/null || { have_ucx=0; echo "compare: no ucx_perftest (apt-get install ucx-utils): left out"; }
+mkdir -p "$out"
+runs=$out/runs.csv
+echo "provider,size,tool,round,lat_us,bw_MBps,msg_rate" > "$runs"
 
-median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+lat_iters() { if (($1 <= 4096)); then echo 10000; elif (($1 <= 65536)); then echo 2000; else echo 300; fi; }
+bw_iters() { if (($1 <= 4096)); then echo 50000; elif (($1 <= 65536)); then echo 5000; else echo 500; fi; }
+port() { echo $((20000 + RANDOM % 20000)); }
 
-iters_for() { case $1 in 64) echo 20000;; 4096) echo 10000;; *) echo 500;; esac; }
+# Each tool prints "lat_us bw_MBps msg_rate" (a field it cannot measure: 0).
+run_xport() { # prov size
+  local lat bw
+  lat=$("$perf" --loopback -p "$1" -t send_lat -s "$2" -n "$(lat_iters "$2")" --json 2>/dev/null |
+        tail -1 | sed -n 's/.*"lat_us_mean":\([0-9.e+-]*\).*/\1/p')
+  bw=$("$perf" --loopback -p "$1" -t send_bw -s "$2" -n "$(bw_iters "$2")" --json 2>/dev/null |
+       tail -1 | sed -n 's/.*"bw_MBps":\([0-9.e+-]*\).*"msg_rate":\([0-9.e+-]*\).*/\1 \2/p')
+  echo "${lat:-0} ${bw:-0 0}"
+}
 
-# prints "usec MBps" for one fi_pingpong run
-pingpong() {
-  local prov=$1 ep=$2 size=$3 iters=$4 port=$((40000 + RANDOM % 20000))
-  fi_pingpong -p "$prov" -e "$ep" -B "$port" -I "$iters" -S "$size" >/dev/null 2>&1 &
-  local srv=$!
+run_fi() { # prov size
+  local ep=msg p; p=$(port)
+  [ "$1" = tcp ] || ep=rdm
+  fi_pingpong -p "$1" -e "$ep" -B "$p" -I "$(lat_iters "$2")" -S "$2" >/dev/null 2>&1 &
+  local srv=$! line
   sleep 0.3
-  local out
-  out=$(fi_pingpong -p "$prov" -e "$ep" -P "$port" -I "$iters" -S "$size" 127.0.0.1 2>/dev/null | tail -1)
+  line=$(fi_pingpong -p "$1" -e "$ep" -P "$p" -I "$(lat_iters "$2")" -S "$2" 127.0.0.1 2>/dev/null | tail -1)
   wait "$srv" 2>/dev/null
-  echo "$out" | awk '{print $7, $6}'
+  # bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec
+  echo "$line" | awk '{ if (NF >= 8) print $7, $6, $8 * 1e6; else print 0, 0, 0 }'
 }
 
-# prints "usec MBps" for one xport_perf run
-xperf() {
-  local prov=$1 size=$2 iters=$3 line
-  line=$("$perf" --loopback -p "$prov" -t send_lat -s "$size" -n "$iters" --warmup 100 --json | tail -1)
-  echo "$line" | sed -n 's/.*"lat_us_mean":\([0-9.]*\).*/\1/p' |
-    awk -v s="$size" '{printf "%s %.2f\n", $1, s / $1}'
+ucx_env() {
+  case $1 in
+    shm) echo "UCX_TLS=posix,cma" ;;
+    *) echo "UCX_TLS=tcp UCX_NET_DEVICES=lo" ;;
+  esac
 }
 
-printf '%-6s %8s %12s %12s %9s %12s %12s %9s\n' provider size "fi usec" "xport usec" "lat x" \
-  "fi MB/s" "xport MB/s" "bw x"
-for prov in shm tcp; do
-  ep=msg
-  [ "$prov" = shm ] && ep=rdm
-  for size in 64 4096 1048576; do
-    iters=$(iters_for "$size")
-    fl=(); fb=(); xl=(); xb=()
-    # Alternate which one goes first, so that neither always runs on the
-    # heels of the other.
+ucx_one() { # prov size test iters -> the Final line
+  local p; p=$(port)
+  env $(ucx_env "$1") ucx_perftest -p "$p" >/dev/null 2>&1 &
+  local srv=$! line
+  sleep 0.5
+  line=$(env $(ucx_env "$1") ucx_perftest 127.0.0.1 -p "$p" -t "$3" -s "$2" -n "$4" 2>/dev/null |
+         grep '^Final:')
+  wait "$srv" 2>/dev/null
+  echo "$line"
+}
+
+run_ucx() { # prov size
+  local l b
+  l=$(ucx_one "$1" "$2" tag_lat "$(lat_iters "$2")" | awk '{print $4}')
+  b=$(ucx_one "$1" "$2" tag_bw "$(bw_iters "$2")" | awk '{print $6, $8}')
+  echo "${l:-0} ${b:-0 0}"
+}
+
+tools=(xport)
+((have_fi)) && tools+=(fi)
+((have_ucx)) && tools+=(ucx)
+for prov in $provs; do
+  for size in $sizes; do
     for ((r = 0; r < rounds; r++)); do
-      if ((r % 2)); then
-        read -r a b < <(xperf "$prov" "$size" "$iters")
-        xl+=("$a"); xb+=("$b")
-        read -r a b < <(pingpong "$prov" "$ep" "$size" "$iters")
-        fl+=("$a"); fb+=("$b")
-      else
-        read -r a b < <(pingpong "$prov" "$ep" "$size" "$iters")
-        fl+=("$a"); fb+=("$b")
-        read -r a b < <(xperf "$prov" "$size" "$iters")
-        xl+=("$a"); xb+=("$b")
-      fi
+      for ((k = 0; k < ${#tools[@]}; k++)); do
+        t=${tools[$(((k + r) % ${#tools[@]}))]}
+        read -r l b m < <("run_$t" "$prov" "$size")
+        echo "$prov,$size,$t,$r,$l,$b,$m" >> "$runs"
+      done
     done
-    f_l=$(printf '%s\n' "${fl[@]}" | median); f_b=$(printf '%s\n' "${fb[@]}" | median)
-    x_l=$(printf '%s\n' "${xl[@]}" | median); x_b=$(printf '%s\n' "${xb[@]}" | median)
-    awk -v p="$prov" -v s="$size" -v fl="$f_l" -v xl="$x_l" -v fb="$f_b" -v xb="$x_b" 'BEGIN {
-      printf "%-6s %8d %12.2f %12.2f %9.3f %12.1f %12.1f %9.3f\n", p, s, fl, xl,
-             (fl > 0 ? xl / fl : 0), fb, xb, (fb > 0 ? xb / fb : 0) }'
   done
 done
+
+# Medians per provider, size and tool; then xport's ratios.
+med=$out/medians.csv
+awk -F, 'NR > 1 { k = $1 "," $2 "," $3; n[k]++; L[k, n[k]] = $5; B[k, n[k]] = $6; M[k, n[k]] = $7 }
+  function median(A, k, c,   i, j, t, v) {
+    for (i = 1; i <= c; i++) v[i] = A[k, i] + 0
+    for (i = 2; i <= c; i++) for (j = i; j > 1 && v[j-1] > v[j]; j--) { t = v[j]; v[j] = v[j-1]; v[j-1] = t }
+    return c % 2 ? v[(c + 1) / 2] : (v[c / 2] + v[c / 2 + 1]) / 2
+  }
+  END { print "provider,size,tool,lat_us,bw_MBps,msg_rate"
+        for (k in n) printf "%s,%g,%g,%g\n", k, median(L, k, n[k]), median(B, k, n[k]), median(M, k, n[k]) }' \
+  "$runs" | { read -r h; echo "$h"; sort -t, -k1,1 -k2,2n -k3,3; } > "$med"
+
+awk -F, 'NR > 1 { k = $1 "," $2; L[k, $3] = $4; B[k, $3] = $5; M[k, $3] = $6; if (!(k in seen)) { seen[k] = 1; o[++n] = k } }
+  function r(a, b) { return (a > 0 && b > 0) ? sprintf("%.3f", a / b) : "-" }
+  END {
+    printf "%-12s %8s %9s %9s %9s %8s %8s %10s %10s %10s %8s\n", "provider", "size", "xport us",
+           "fi us", "ucx us", "lat/fi", "lat/ucx", "xport MB/s", "fi MB/s", "ucx MB/s", "bw/ucx"
+    for (i = 1; i <= n; i++) { k = o[i]; split(k, f, ",")
+      printf "%-12s %8d %9.2f %9.2f %9.2f %8s %8s %10.1f %10.1f %10.1f %8s\n", f[1], f[2],
+             L[k, "xport"], L[k, "fi"], L[k, "ucx"], r(L[k, "xport"], L[k, "fi"]),
+             r(L[k, "xport"], L[k, "ucx"]), B[k, "xport"], B[k, "fi"], B[k, "ucx"],
+             r(B[k, "xport"], B[k, "ucx"])
+      if (!(f[1] in rate)) { rate[f[1]] = 1
+        printf "%-12s %8d message rate: xport %.0f/s, ucx %.0f/s (ratio %s)\n", f[1], f[2],
+               M[k, "xport"], M[k, "ucx"], r(M[k, "xport"], M[k, "ucx"]) }
+    }
+    printf "lat/fi, lat/ucx: xport latency over theirs (below 1: xport faster); bw/ucx: xport bandwidth over UCX (above 1: xport faster)\n"
+  }' "$med"
+echo "compare: every run in $runs, medians in $med; draw them with: bench/plot.sh $out"

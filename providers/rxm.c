@@ -8,7 +8,8 @@
  * buffers on the freed endpoint: a message arriving from that peer just
  * then crashes the process (seen over verbs; fixed upstream by libfabric
  * commit 697688386, "fix the msg_ep use-after-free at connection
- * teardown"). Hence close_needs_quiet.
+ * teardown"). Hence close_needs_quiet, and a shared receive queue over
+ * verbs as over tcp (rxm_preinit), which that repost cannot hit.
  *
  * rxm_ep_close (1.17, and still upstream) leaves the endpoint's inner CQ in
  * the wait set of the CQ xport bound it to: the next fi_trywait on that CQ
@@ -23,7 +24,6 @@
  * under unused tags. */
 #include "xport_int.h"
 
-#include <dirent.h>
 #include <stdlib.h>
 
 /* A message larger than its receive must cost that receive (FI_ETRUNC)
@@ -50,29 +50,23 @@
  * Not bounded here: the send buffer pool (17 MiB, at the first send) and
  * the tcp completion ring (12 MiB of address space, made resident as it
  * is first written: about 300 bytes per connection opened, up to that). */
-/* The receive size is one variable for rxm over tcp and over verbs, and
- * over verbs rxm asks the device for a completion queue of that size (plus
- * the send size) times FI_UNIVERSE_SIZE: 1,024 there is beyond Soft-RoCE's
- * 32,767 entries and fails every endpoint. So it is set only on a machine
- * without an RDMA device, where only tcp carries rxm. */
-static int has_rdma_device(void)
-{
-  DIR *d = opendir("/sys/class/infiniband");
-  struct dirent *e;
-  int found = 0;
-  while (d && !found && (e = readdir(d)))
-    found = e->d_name[0] != '.';
-  if (d)
-    closedir(d);
-  return found;
-}
-
+/* Receives: rxm over verbs gives every connection receive buffers of its
+ * own (over tcp it shares one queue), and closing such a connection
+ * crashes rxm (libfabric 1.17) whenever a message from the peer is still
+ * in its completion queue: rxm_close_conn closes the verbs endpoint,
+ * then reads the queue and posts the buffer again on the endpoint it just
+ * freed (rxm_flush_msg_cq -> rxm_post_recv; a peer's goodbye or heartbeat
+ * racing xport_ctx_destroy, seen in the Soft-RoCE guest). With one shared
+ * queue the buffer goes back to the shared queue, which is closed last.
+ * Its size, 1,024 (16 MiB per endpoint), also keeps rxm's request for a
+ * device completion queue (that size plus the send size times
+ * FI_UNIVERSE_SIZE) within reach. */
 static void rxm_preinit(void)
 {
   setenv("FI_OFI_RXM_ENABLE_DYN_RBUF", "0", 0);
   setenv("FI_OFI_RXM_SAR_LIMIT", "0", 0);
-  if (!has_rdma_device())
-    setenv("FI_OFI_RXM_MSG_RX_SIZE", "1024", 0);
+  setenv("FI_OFI_RXM_USE_SRX", "1", 0);
+  setenv("FI_OFI_RXM_MSG_RX_SIZE", "1024", 0);
 }
 
 const struct xport__profile xport__profile_tcp_rxm = {

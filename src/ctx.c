@@ -524,27 +524,32 @@ static struct fi_info *with_atomics(const struct fi_info *fi)
 static int probe(xport_ctx_t *ctx, const struct settings *s)
 {
   struct fi_info *list = NULL;
-  struct cand ok[XPORT__MAX_CANDS];
   struct ifaddrs *ifs = NULL;
   int nok = 0, n = 0, chosen = -1, ret;
 
   ret = get_candidates(&list);
   if (ret)
     return ret;
-  if (s->iface && getifaddrs(&ifs))
-    ifs = NULL;
-
-  ctx->cands = calloc(XPORT__MAX_CANDS, sizeof *ctx->cands);
-  if (!ctx->cands) {
+  /* As many as libfabric lists: a fixed cap once cut shm off the end of a
+   * list that rxm's variables had lengthened. */
+  size_t total = 0;
+  for (struct fi_info *fi = list; fi; fi = fi->next)
+    total++;
+  struct cand *ok = calloc(total + 1, sizeof *ok);
+  xport_candidate_t *rejected = calloc(total + 1, sizeof *rejected);
+  ctx->cands = calloc(total + 1, sizeof *ctx->cands);
+  if (!ok || !rejected || !ctx->cands) {
+    free(ok);
+    free(rejected);
     fi_freeinfo(list);
-    freeifaddrs(ifs);
     return -XPORT_ENOMEM;
   }
+  if (s->iface && getifaddrs(&ifs))
+    ifs = NULL;
   /* Judge every candidate; the usable ones are ranked and tried below,
    * the rejected ones keep their reason. */
-  xport_candidate_t rejected[XPORT__MAX_CANDS];
   int nrej = 0, idx = 0;
-  for (struct fi_info *fi = list; fi && idx < XPORT__MAX_CANDS; fi = fi->next, idx++) {
+  for (struct fi_info *fi = list; fi; fi = fi->next, idx++) {
     char reason[160];
     int rank = judge(fi, s, ifs, reason, sizeof reason);
     if (rank < 0)
@@ -579,6 +584,8 @@ static int probe(xport_ctx_t *ctx, const struct settings *s)
   for (int i = 0; i < nrej; i++)
     ctx->cands[n++] = rejected[i];
   ctx->ncands = n;
+  free(ok);
+  free(rejected);
   fi_freeinfo(list);
   if (chosen < 0) {
     log_no_provider(s, ctx->cands, n);

@@ -23,7 +23,6 @@
 #define XPORT__FI_VERSION FI_VERSION(1, 17)
 #define XPORT__IOV_MAX 4     /* iov entries xport itself tracks per post */
 #define XPORT__CQ_BATCH 32   /* CQ entries read per fi_cq_read */
-#define XPORT__MAX_CANDS 64
 #define XPORT__EQ_EVERY 64   /* polls between two EQ reads (or RDM checks), busy or idle */
 #define XPORT__BACKLOG_DEFAULT 128 /* listen backlog (XPORT_LISTEN_BACKLOG) */
 #define XPORT__EAGER_MAX (UINT64_C(1) << 20) /* XPORT_EAGER_SIZE is clamped to it */

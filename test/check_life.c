@@ -476,9 +476,6 @@ static int flood_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 
 START_TEST(busy_peer_stays_alive)
 {
-  /* Seen in the Soft-RoCE guest (issue 10). */
-  if (xt_known_failure("busy_peer_stays_alive", "verbs;ofi_rxm", 1, "fails in the Soft-RoCE guest"))
-    return;
   /* Heartbeats forced, a short timeout, and a flood lasting many timeouts:
    * a peer busy with traffic is alive, and must be seen so. */
   long ms = 4 * 1500;

@@ -14,16 +14,6 @@ static const char *config = "none";
 
 const char *xt_config(void) { return config; }
 
-int xt_known_failure(const char *test, const char *prefix, int exact, const char *why)
-{
-  const char *run = getenv("XPORT_TEST_KNOWN");
-  int match = exact ? !strcmp(config, prefix) : !strncmp(config, prefix, strlen(prefix));
-  if (!match || (run && !strcmp(run, "1")))
-    return 0;
-  printf("SKIP: %s on %s: known failure (%s), not yet fixed\n", test, config, why);
-  return 1;
-}
-
 /* Verbs needs an address with an RDMA device behind it (the QEMU guest
  * sets XPORT_TEST_HOST); everything else listens on the loopback. */
 const char *xt_host(void)

@@ -10,10 +10,6 @@
 
 /* The configuration the current run is for, e.g. "tcp" or "tcp-strict". */
 const char *xt_config(void);
-/* A known failure of this test on configurations starting with prefix
- * (an exact label where exact): prints a SKIP line saying why and
- * returns 1, unless XPORT_TEST_KNOWN=1 asks to run it anyway. */
-int xt_known_failure(const char *test, const char *prefix, int exact, const char *why);
 /* The host tests listen on: 127.0.0.1, or $XPORT_TEST_HOST (verbs needs
  * an address with an RDMA device behind it); and "HOST:0". */
 const char *xt_host(void);
