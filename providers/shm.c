@@ -268,6 +268,11 @@ const struct xport__profile xport__profile_shm = {
    * a peer still writing when its connection closes (or the context goes)
    * crashed the process inside fi_cq_read. */
   .close_needs_quiet = 1,
+  /* smr_map_to_region takes a same-process peer's region from the
+   * process's list of endpoints instead of mapping it, and the peer's
+   * close frees it: the other context's next send (its goodbye, at the
+   * latest) crashed. */
+  .in_process_peers_unsafe = 1,
   .max_tx_depth = shm_tx_depth,
   .truncation_hangs = 1,
   /* With virtual addresses and CMA shm checks no key or bound. */

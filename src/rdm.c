@@ -556,6 +556,13 @@ static xport_conn_t *find_conn(xport_ctx_t *ctx, uint32_t id)
   return NULL;
 }
 
+/* The sender of m is this very process (another of its contexts). */
+static int in_this_process(const struct xport__ctl *m)
+{
+  return m->pid == (uint32_t)getpid() && m->pidns && m->pidns == pid_ns() &&
+         !strcmp(m->boot_id, boot_id());
+}
+
 /* Same node and PID namespace: watch the peer's process. Otherwise (or
  * when asked) exchange heartbeats. */
 static void watch_peer(xport_conn_t *conn, const struct xport__ctl *m)
@@ -814,6 +821,13 @@ static void on_connreq(struct xport__rep *rep, const struct xport__ctl *m, size_
       ctl_drop(ctx, "repeated request", m->type, len);
       return;
     }
+  if (ctx->prof && ctx->prof->in_process_peers_unsafe && in_this_process(m)) {
+    XPORT__WARN("listener %s: a connection from another context of this process is refused: "
+                "%s would crash when one of the two contexts is destroyed",
+                lst->addr, ctx->caps.provider);
+    answer(rep, m, CTL_CONNREJ, 0);
+    return;
+  }
   if (lst->npending >= lst->backlog) {
     if (!lst->refusing)
       XPORT__INFO("listener %s: backlog of %zu full: refusing requests", lst->addr,

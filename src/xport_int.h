@@ -125,6 +125,12 @@ struct xport__profile {
    * endpoint close) while messages from that peer may be arriving. xport
    * then waits, after a goodbye, for the peer's answer (rdm.c). */
   int close_needs_quiet;
+  /* 1: two endpoints of one process share memory inside the provider, and
+   * closing one leaves the other pointing at freed memory (shm in
+   * libfabric 1.17 uses a same-process peer's region directly and frees
+   * it with its endpoint): a connection between two contexts of one
+   * process is refused. */
+  int in_process_peers_unsafe;
   /* 1: a write completes only once the target's device acknowledged it
    * (RC hardware), whatever the flags: delivery-complete needs no
    * FI_DELIVERY_COMPLETE, which such a provider may not even list. */

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -104,6 +105,68 @@ static int hello_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   }
   return 0;
 }
+
+/* Two contexts of one process, connected to each other, destroyed one
+ * after the other (the client's first, then the other order): nothing
+ * crashes. shm refuses such a connection (xport(7), Processes and fork):
+ * libfabric 1.17 frees a region the other context still uses. */
+struct in_process {
+  xport_ctx_t *ctx;
+  const char *addr;
+  xport_conn_t *conn;
+  int rc;
+};
+
+static void *connect_thread(void *arg)
+{
+  struct in_process *ip = arg;
+  ip->rc = xport_connect(ip->ctx, ip->addr, T_MS, &ip->conn);
+  return NULL;
+}
+
+static void two_contexts(int client_first)
+{
+  xport_ctx_t *sctx = xt_ctx(), *cctx = xt_ctx();
+  xport_listener_t *lst;
+  xport_conn_t *sc = NULL;
+  xport_caps_t caps;
+  char addr[128], in[16];
+  XT_OK(xport_ctx_query(sctx, &caps));
+  XT_OK(xport_listen(sctx, xt_listen_addr(), &lst));
+  XT_OK(xport_listener_addr(lst, addr, sizeof addr));
+  /* Connect in a thread while this one accepts, as two ranks would. */
+  struct in_process ip = {cctx, addr, NULL, 0};
+  pthread_t th;
+  XT_CHECK(pthread_create(&th, NULL, connect_thread, &ip) == 0, "pthread_create");
+  int arc = xport_accept(lst, strcmp(caps.provider, "shm") ? T_MS : 3000, &sc);
+  pthread_join(th, NULL);
+  if (!strcmp(caps.provider, "shm")) {
+    XT_CHECK(ip.rc == -XPORT_ECONNREFUSED, "shm, a connection within one process: %s",
+             xport_strerror(ip.rc));
+    XT_CHECK(arc == -XPORT_ETIMEDOUT, "shm: accept within one process: %s",
+             xport_strerror(arc));
+  } else {
+    XT_CHECK(ip.rc == 0 && arc == 0, "within one process: connect %s, accept %s",
+             xport_strerror(ip.rc), xport_strerror(arc));
+    XT_OK(xport_recv(sc, in, sizeof in, NULL, NULL));
+    XT_OK(xport_send(ip.conn, "within", 7, NULL, NULL));
+    xport_completion_t c;
+    c = xt_wait_op(cctx, XPORT_OP_SEND, T_MS);
+    XT_CHECK(c.status == 0, "send: %s", xport_strerror(c.status));
+    c = xt_wait_op(sctx, XPORT_OP_RECV, T_MS);
+    XT_CHECK(c.status == 0 && c.len == 7 && !strcmp(in, "within"), "receive: %s",
+             xport_strerror(c.status));
+  }
+  xport_ctx_destroy(client_first ? cctx : sctx);
+  xport_ctx_destroy(client_first ? sctx : cctx);
+}
+
+START_TEST(two_contexts_one_process)
+{
+  two_contexts(1);
+  two_contexts(0);
+}
+END_TEST
 
 START_TEST(connect_accept_close)
 {
@@ -1640,6 +1703,7 @@ static Suite *make_suite(void)
   TCase *core = tcase_create("Core");
   tcase_set_timeout(core, 120);
   tcase_add_test(core, connect_accept_close);
+  tcase_add_test(core, two_contexts_one_process);
   tcase_add_test(core, sizes_unregistered);
   tcase_add_test(core, sizes_registered);
   tcase_add_test(core, many_outstanding);
