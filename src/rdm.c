@@ -1779,6 +1779,15 @@ void xport__rdm_housekeeping(xport_ctx_t *ctx)
  * by operations still in flight, which ends those operations. */
 void xport__rdm_fini(xport_ctx_t *ctx)
 {
+  /* Closed connections that wait for the provider to let go of their
+   * operations still owe their peers a goodbye: those operations end with
+   * the endpoints now, and the peer, alive, would hear nothing. */
+  for (xport_conn_t *c = ctx->draining; c; c = c->dnext)
+    if (c->said_bye < 0 && !c->dead && c->rep && c->rep->ep) {
+      c->said_bye = ctl_send_conn(c, CTL_DISC) == 0;
+      if (c->said_bye && bye_start(c)) /* waited for in rep_close */
+        c->peer = NULL;
+    }
   ctx->rdm_closing = 1; /* nobody waits on the CQ any more */
   while (ctx->reps) /* the retired (retire_eps) ones included */
     rep_close(ctx->reps);

@@ -314,6 +314,53 @@ START_TEST(dead_peer_ops_end_and_context_goes_on)
 }
 END_TEST
 
+/* ---- a peer that destroys its context, alive, with operations out ------ */
+
+/* The server's receive ends, and the disconnect comes, while the client's
+ * process lives on: nothing but the client's goodbye can tell it. */
+static int told_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  struct xt_steps *st = arg;
+  char buf[64];
+  xport_completion_t c;
+  XT_OK(xport_recv(conn, buf, sizeof buf, NULL, NULL));
+  xt_step_put(st->s2c[1], 'R');
+  int recv_done = 0, gone = 0;
+  while (!recv_done || !gone) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "server on %s: receive ended %d, disconnect %d, "
+             "with the client's process alive", xt_config(), recv_done, gone);
+    if (c.op == XPORT_OP_DISCONNECT) {
+      XT_CHECK(c.status == -XPORT_ECONNRESET, "disconnect: %s", xport_strerror(c.status));
+      gone++;
+    } else {
+      XT_CHECK(c.op == XPORT_OP_RECV && c.status == -XPORT_ECONNRESET, "op %d: %s", c.op,
+               xport_strerror(c.status));
+      recv_done++;
+    }
+  }
+  xt_step_put(st->s2c[1], 'D');
+  return 0;
+}
+
+START_TEST(destroy_with_operations_out_tells_peer)
+{
+  struct xt_steps st;
+  xt_steps_open(&st);
+  char addr[128], rbuf[4][64];
+  pid_t pid = xt_spawn_pair_server(told_server, &st, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn;
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  XT_CHECK(xt_step_get(st.s2c[0], T_MS) == 'R', "server not ready");
+  for (int i = 0; i < 4; i++)
+    XT_OK(xport_recv(conn, rbuf[i], sizeof rbuf[i], NULL, NULL));
+  xport_ctx_destroy(ctx); /* the receives still posted */
+  XT_CHECK(xt_step_get(st.s2c[0], 3 * T_MS) == 'D', "the server never heard of the end");
+  XT_CHECK(xt_reap(pid) == 0, "server failed");
+  xt_steps_close(&st);
+}
+END_TEST
+
 /* ---- 2. closing with large messages unreceived -------------------------- */
 
 #define MIB (1u << 20)
@@ -700,6 +747,7 @@ static Suite *life_suite(void)
   tcase_add_test(own, close_with_big_read_in_flight);
   tcase_add_test(own, dead_peer_ops_end_and_context_goes_on);
   tcase_add_test(own, close_with_big_message_unreceived);
+  tcase_add_test(own, destroy_with_operations_out_tells_peer);
   tcase_add_test(own, close_after_dead_peer_left_big_message);
   suite_add_tcase(s, own);
   TCase *live = tcase_create("Liveness");

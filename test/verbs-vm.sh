@@ -131,7 +131,10 @@ accel=tcg
 # A KVM guest hangs early in boot on this kind of machine; TCG is slow
 # but works. XPORT_VM_ACCEL=kvm tries KVM where it is known to work.
 [ -n "${XPORT_VM_ACCEL:-}" ] && accel=$XPORT_VM_ACCEL
-timeout "${XPORT_VM_TIMEOUT:-900}" qemu-system-x86_64 -accel "$accel" -cpu max -smp 2 -m 3072 \
+# A guard against a hung guest, not a budget: the suites take about 25
+# minutes under TCG (a killed target's operations end only when the
+# emulated device gives up retrying them).
+timeout "${XPORT_VM_TIMEOUT:-2700}" qemu-system-x86_64 -accel "$accel" -cpu max -smp 2 -m 3072 \
   -nographic -no-reboot -nic none -kernel "$dir/vmlinuz" -initrd "$dir/initrd.cpio.gz" \
   -append "console=ttyS0 quiet panic=-1 xport_cmd=$enc" \
   -virtfs local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap \
