@@ -1781,12 +1781,16 @@ void xport__rdm_fini(xport_ctx_t *ctx)
 {
   /* Closed connections that wait for the provider to let go of their
    * operations still owe their peers a goodbye: those operations end with
-   * the endpoints now, and the peer, alive, would hear nothing. */
+   * the endpoints now, and the peer, alive, would hear nothing. Its answer
+   * is waited for in rep_close (rxm carries the goodbye behind the data
+   * still going out), by a goodbye holding a reference of its own: the
+   * peer's address must stay while the operations are the provider's. */
   for (xport_conn_t *c = ctx->draining; c; c = c->dnext)
-    if (c->said_bye < 0 && !c->dead && c->rep && c->rep->ep) {
+    if (c->said_bye < 0 && !c->dead && c->rep && c->rep->ep && c->peer) {
       c->said_bye = ctl_send_conn(c, CTL_DISC) == 0;
-      if (c->said_bye && bye_start(c)) /* waited for in rep_close */
-        c->peer = NULL;
+      c->peer->refs++;
+      if (!c->said_bye || !bye_start(c))
+        c->peer->refs--;
     }
   ctx->rdm_closing = 1; /* nobody waits on the CQ any more */
   while (ctx->reps) /* the retired (retire_eps) ones included */
