@@ -556,11 +556,17 @@ static xport_conn_t *find_conn(xport_ctx_t *ctx, uint32_t id)
   return NULL;
 }
 
+/* The sender of m runs on this node, in this PID namespace: its pid
+ * means what it says here. */
+static int same_node(const struct xport__ctl *m)
+{
+  return !strcmp(m->boot_id, boot_id()) && m->pidns == pid_ns() && m->pidns;
+}
+
 /* The sender of m is this very process (another of its contexts). */
 static int in_this_process(const struct xport__ctl *m)
 {
-  return m->pid == (uint32_t)getpid() && m->pidns && m->pidns == pid_ns() &&
-         !strcmp(m->boot_id, boot_id());
+  return same_node(m) && m->pid == (uint32_t)getpid();
 }
 
 /* Same node and PID namespace: watch the peer's process. Otherwise (or
@@ -570,8 +576,7 @@ static void watch_peer(xport_conn_t *conn, const struct xport__ctl *m)
   xport_ctx_t *ctx = conn->ctx;
   conn->pidfd = -1;
   conn->last_heard = conn->last_sent = xport__now_ms();
-  int local = !strcmp(m->boot_id, boot_id()) && m->pidns == pid_ns() && m->pidns;
-  if (local) {
+  if (same_node(m)) {
 #ifdef SYS_pidfd_open
     conn->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)m->pid, 0);
 #endif
@@ -1608,6 +1613,13 @@ void xport__rdm_close(xport_conn_t *conn)
   XPORT__LIST_PUSH(ctx->draining, conn, dnext, dprev);
 }
 
+/* Sends the goodbye a closed connection still owes its peer, if any. */
+static void pay_bye(xport_conn_t *c)
+{
+  if (c->said_bye < 0)
+    c->said_bye = !c->dead && ctl_send_conn(c, CTL_DISC) == 0;
+}
+
 /* Detaches the closed connections whose last operation ended, and closes
  * the endpoints nothing holds open any more. Not called from inside a CQ
  * read: closing an endpoint frees requests a batch may still name. */
@@ -1619,8 +1631,7 @@ static void rdm_reap(xport_ctx_t *ctx)
     if (c->nzombies)
       continue;
     XPORT__LIST_UNLINK(ctx->draining, c, dnext, dprev);
-    if (c->said_bye < 0)
-      c->said_bye = !c->dead && ctl_send_conn(c, CTL_DISC) == 0;
+    pay_bye(c);
     conn_detach(c, c->said_bye);
     xport__conn_free_if_done(c);
     next = ctx->draining; /* a closed endpoint may have taken others along */
@@ -1786,11 +1797,10 @@ void xport__rdm_fini(xport_ctx_t *ctx)
    * still going out), by a goodbye holding a reference of its own: the
    * peer's address must stay while the operations are the provider's. */
   for (xport_conn_t *c = ctx->draining; c; c = c->dnext)
-    if (c->said_bye < 0 && !c->dead && c->rep && c->rep->ep && c->peer) {
-      c->said_bye = ctl_send_conn(c, CTL_DISC) == 0;
-      c->peer->refs++;
-      if (!c->said_bye || !bye_start(c))
-        c->peer->refs--;
+    if (c->said_bye < 0 && c->rep && c->rep->ep && c->peer) {
+      pay_bye(c);
+      if (c->said_bye && bye_start(c))
+        c->peer->refs++;
     }
   ctx->rdm_closing = 1; /* nobody waits on the CQ any more */
   while (ctx->reps) /* the retired (retire_eps) ones included */
