@@ -296,6 +296,7 @@ struct xport__bye {
   uint64_t rx_tag;            /* the cookie the answer carries */
   uint32_t id, peer_id;
   int pidfd;
+  int withdrawn;              /* a request given up on: not waited for (withdraw) */
   long deadline;
 };
 
@@ -333,7 +334,7 @@ static int bye_start(xport_conn_t *conn)
 static int bye_answered(struct xport__rep *rep, const struct xport__ctl *m, fi_addr_t src)
 {
   for (struct xport__bye *b = rep->ctx->byes; b; b = b->next)
-    if (b->rep == rep && b->id == m->dst_id && b->peer_id == m->src_id &&
+    if (b->rep == rep && !b->withdrawn && b->id == m->dst_id && b->peer_id == m->src_id &&
         b->peer_ctx_id == m->ctx_id && b->rx_tag == m->cookie &&
         (!rep->ctx->source || src == b->peer->fi_addr)) {
       bye_end(rep->ctx, b);
@@ -357,8 +358,56 @@ static void byes_expire(xport_ctx_t *ctx)
 static int byes_on(const struct xport__rep *rep)
 {
   for (const struct xport__bye *b = rep->ctx->byes; b; b = b->next)
-    if (b->rep == rep)
+    if (b->rep == rep && !b->withdrawn)
       return 1;
+  return 0;
+}
+
+/* An endpoint closing: the withdrawn requests sent from it end with it. */
+static void byes_drop(xport_ctx_t *ctx, struct xport__rep *rep)
+{
+  for (struct xport__bye *b = ctx->byes, *next; b; b = next) {
+    next = b->next;
+    if (b->rep == rep)
+      bye_end(ctx, b);
+  }
+}
+
+/* A connect that gave up while its request may be waiting at the
+ * listener, or accepted there: the listener is told to drop the request
+ * (a goodbye to connection 0, with the request's tag as cookie: only the
+ * listener knows it, on_withdraw), and for a while an acceptance that
+ * crosses this is answered with a goodbye (withdrawn_accepted), so that
+ * the server's accept never hands out a connection nobody holds. */
+static void withdraw(xport_conn_t *conn)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  struct ctl_args a = {.src_id = conn->id, .cookie = conn->rx_tag, .once = 1};
+  struct xport__bye *b = malloc(sizeof *b);
+  ctl_send(conn->rep, conn->dest, CTL_DISC, &a);
+  if (!b)
+    return;
+  *b = (struct xport__bye){.next = ctx->byes, .rep = conn->rep, .peer = conn->peer,
+                           .rx_tag = conn->rx_tag, .id = conn->id, .pidfd = -1,
+                           .withdrawn = 1, .deadline = xport__now_ms() + ctx->peer_check_ms};
+  conn->peer->refs++;
+  ctx->byes = b;
+}
+
+/* 1 if m accepted a request we withdrew: the new connection is ended at
+ * once with a goodbye, which the send carries with the peer reference. */
+static int withdrawn_accepted(struct xport__rep *rep, const struct xport__ctl *m, fi_addr_t src)
+{
+  for (struct xport__bye *b = rep->ctx->byes; b; b = b->next)
+    if (b->rep == rep && b->withdrawn && b->id == m->dst_id && b->rx_tag == m->cookie &&
+        (!rep->ctx->source || src == b->peer->fi_addr)) {
+      struct ctl_args a = {.src_id = b->id, .dst_id = m->src_id, .cookie = m->tag, .once = 1,
+                           .peer = b->peer};
+      if (ctl_send(rep, b->peer->fi_addr, CTL_DISC, &a) == 0)
+        b->peer = NULL;
+      bye_end(rep->ctx, b);
+      return 1;
+    }
   return 0;
 }
 
@@ -857,6 +906,30 @@ static void on_connreq(struct xport__rep *rep, const struct xport__ctl *m, size_
   xport__connreq_push(lst, cr);
 }
 
+/* 1 if m withdrew a request still waiting in rep's backlog (withdraw):
+ * it must name the request's ids and tag and, where completions name
+ * it, come from where the request came. */
+static int on_withdraw(struct xport__rep *rep, const struct xport__ctl *m, fi_addr_t src)
+{
+  xport_listener_t *lst = rep->lst;
+  if (!lst || m->dst_id)
+    return 0;
+  for (struct xport__connreq **pp = &lst->pending, *prev = NULL; *pp; prev = *pp, pp = &prev->next) {
+    struct xport__connreq *cr = *pp;
+    if (cr->ctl->ctx_id != m->ctx_id || cr->ctl->src_id != m->src_id ||
+        cr->ctl->tag != m->cookie || (rep->ctx->source && !from_named(rep, cr->ctl, src)))
+      continue;
+    *pp = cr->next;
+    if (lst->pending_tail == cr)
+      lst->pending_tail = prev;
+    lst->npending--;
+    free(cr->ctl);
+    free(cr);
+    return 1;
+  }
+  return 0;
+}
+
 /* The connection that m (an answer, goodbye or heartbeat) is for, if it
  * is for one: the ids, the cookie and, where completions name it, the
  * sender must all be that connection's. NULL and *why otherwise. */
@@ -910,12 +983,12 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
   if (!conn) {
     /* A goodbye to a connection we closed: the answer to ours, or theirs
      * crossing it. */
-    if (m->type != CTL_DISC) {
-      ctl_drop(ctx, why, m->type, len);
-    } else {
-      int a = bye_answered(rep, m, src);
-      if (!sink_answered(rep, m) && !a)
+    if (m->type == CTL_DISC) {
+      int a = bye_answered(rep, m, src), w = on_withdraw(rep, m, src);
+      if (!sink_answered(rep, m) && !a && !w)
         ctl_drop(ctx, why, m->type, len);
+    } else if (m->type != CTL_CONNACK || !withdrawn_accepted(rep, m, src)) {
+      ctl_drop(ctx, why, m->type, len);
     }
     return;
   }
@@ -1076,6 +1149,7 @@ static void rep_close(struct xport__rep *rep)
     xport__cq_drain(ctx);
     byes_expire(ctx);
   }
+  byes_drop(ctx, rep);
   if (rep->enabled && ctx->prof && ctx->prof->retire_eps && ctx->cq_fd >= 0 && !ctx->rdm_closing) {
     /* Closing it would leave it in the CQ's wait set (retire_eps): it
      * stays open, serving nobody, until the context goes. Its port stays
@@ -1497,6 +1571,8 @@ int xport__rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
   if (!ret && conn->state != XPORT__CONN_CONNECTED && conn->state != XPORT__CONN_DISCONNECTED)
     ret = conn->fail_code ? conn->fail_code : -XPORT_ECONNREFUSED;
   if (ret) {
+    if (conn->state == XPORT__CONN_CONNECTING)
+      withdraw(conn);
     conn_discard(conn);
     return ret;
   }

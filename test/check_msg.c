@@ -1024,6 +1024,54 @@ START_TEST(accept_timeout)
 }
 END_TEST
 
+/* A connect that gave up must not leave the server a connection nobody
+ * holds: the server, polling but not accepting, accepts only after the
+ * client's connect timed out. It must then get no connection, or one
+ * whose disconnect event comes. */
+static void given_up_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  struct xt_steps *st = arg;
+  struct pollfd p = {.fd = st->c2s[0], .events = POLLIN};
+  xport_completion_t c[4];
+  xport_conn_t *conn = NULL;
+  while (poll(&p, 1, 1) == 0)
+    xport_poll(ctx, c, 4);
+  XT_CHECK(xt_step_get(st->c2s[0], 0) == 'G', "protocol");
+  int rc = xport_accept(lst, 1000, &conn);
+  XT_CHECK(rc == 0 || rc == -XPORT_ETIMEDOUT, "accept after the client gave up: %s",
+           xport_strerror(rc));
+  if (rc == 0) {
+    xport_completion_t ev = xt_wait_op(ctx, XPORT_OP_DISCONNECT, T_MS);
+    XT_CHECK(ev.conn == conn, "the disconnect is that connection's");
+    XT_OK(xport_conn_close(conn));
+  }
+  xt_step_put(st->s2c[1], 'D');
+}
+
+START_TEST(given_up_connect_not_accepted)
+{
+  char addr[128];
+  struct xt_steps st;
+  xt_steps_open(&st);
+  pid_t pid = xt_spawn_server(given_up_server, &st, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn = (xport_conn_t *)0x1;
+  int rc = xport_connect(ctx, addr, 300, &conn);
+  XT_CHECK(rc == -XPORT_ETIMEDOUT && conn == (xport_conn_t *)0x1,
+           "connect to a listener that does not accept: %s", xport_strerror(rc));
+  xt_step_put(st.c2s[1], 'G');
+  /* Keep polling: what the server sends (an acceptance) is answered. */
+  struct pollfd p = {.fd = st.s2c[0], .events = POLLIN};
+  xport_completion_t c[4];
+  while (poll(&p, 1, 1) == 0)
+    XT_CHECK(xport_poll(ctx, c, 4) == 0, "a completion for a connection never made");
+  XT_CHECK(xt_step_get(st.s2c[0], 0) == 'D', "protocol");
+  xport_ctx_destroy(ctx);
+  XT_CHECK(xt_reap(pid) == 0, "server failed on %s", xt_config());
+  xt_steps_close(&st);
+}
+END_TEST
+
 static void garbage_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
 {
   (void)arg;
@@ -1734,6 +1782,7 @@ static Suite *make_suite(void)
   tcase_add_test(fail, peer_hangs_keepalive);
   tcase_add_test(fail, connect_refused);
   tcase_add_test(fail, accept_timeout);
+  tcase_add_test(fail, given_up_connect_not_accepted);
   tcase_add_test(fail, garbage_from_network);
   tcase_add_test(fail, strangers_in_the_handshake);
   suite_add_tcase(s, fail);
