@@ -294,9 +294,12 @@ struct xport__bye {
   struct xport__peer *peer;
   uint64_t peer_ctx_id;
   uint64_t rx_tag;            /* the cookie the answer carries */
+  uint64_t tag;               /* the cookie the goodbye carries */
   uint32_t id, peer_id;
   int pidfd;
   int withdrawn;              /* a request given up on: not waited for (withdraw) */
+  int resend;                 /* the goodbye goes again (bye_resent) ... */
+  long again;                 /* ... from then on */
   long deadline;
 };
 
@@ -322,12 +325,34 @@ static int bye_start(xport_conn_t *conn)
     return 0;
   *b = (struct xport__bye){.next = ctx->byes, .rep = conn->rep, .peer = conn->peer,
                            .peer_ctx_id = conn->peer_ctx_id, .rx_tag = conn->rx_tag,
-                           .id = conn->id,
+                           .tag = conn->tag, .id = conn->id,
                            .peer_id = conn->peer_id, .pidfd = conn->pidfd,
                            .deadline = xport__now_ms() + ctx->peer_check_ms};
   conn->pidfd = -1;
   ctx->byes = b;
   return 1;
+}
+
+/* A goodbye that the provider may lose with its own connection, which
+ * broke under it (rxm: the target dropped it over a refused key, and
+ * makes a new one on the next send): it goes again at every check (a
+ * quarter of XPORT_PEER_TIMEOUT), over
+ * the new connection, until the peer answers or 4 x XPORT_PEER_TIMEOUT
+ * pass, so that the peer's side of the connection ends too. The
+ * connection keeps its own peer reference (the user still holds it);
+ * the goodbye takes one more. */
+static void bye_resent(xport_conn_t *conn)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  if (!bye_start(conn))
+    return;
+  struct xport__bye *b = ctx->byes;
+  conn->pidfd = b->pidfd;
+  b->pidfd = -1;
+  b->resend = 1;
+  b->again = xport__now_ms() + ctx->peer_check_ms / 4;
+  b->deadline = xport__now_ms() + 4 * ctx->peer_check_ms;
+  conn->peer->refs++;
 }
 
 /* 1 if m answered one of our goodbyes (and so ended it). */
@@ -343,15 +368,21 @@ static int bye_answered(struct xport__rep *rep, const struct xport__ctl *m, fi_a
   return 0;
 }
 
-/* Ends the goodbyes whose peer died or had its time. */
+/* Ends the goodbyes whose peer died or had its time; sends again those
+ * that may have been lost. */
 static void byes_expire(xport_ctx_t *ctx)
 {
   long now = xport__now_ms();
   for (struct xport__bye *b = ctx->byes, *next; b; b = next) {
     next = b->next;
     struct pollfd p = {.fd = b->pidfd, .events = POLLIN};
-    if (now >= b->deadline || (b->pidfd >= 0 && poll(&p, 1, 0) > 0))
+    if (now >= b->deadline || (b->pidfd >= 0 && poll(&p, 1, 0) > 0)) {
       bye_end(ctx, b);
+    } else if (b->resend && now >= b->again) {
+      struct ctl_args a = {.src_id = b->id, .dst_id = b->peer_id, .cookie = b->tag, .once = 1};
+      ctl_send(b->rep, b->peer->fi_addr, CTL_DISC, &a);
+      b->again = now + ctx->peer_check_ms / 4;
+    }
   }
 }
 
@@ -944,9 +975,10 @@ static xport_conn_t *ctl_conn(struct xport__rep *rep, const struct xport__ctl *m
   if (m->cookie != conn->rx_tag)
     return NULL;
   *why = "wrong sender";
-  /* A probe's ping comes from the prober's probe endpoint (rma_check):
-   * the cookie and ids vouch for it, and the answer goes to conn's peer. */
-  if (rep->ctx->source && src != conn->dest && m->type != CTL_PING)
+  /* A probe's ping, and the goodbye after a refusal, come from the
+   * prober's probe endpoint (rma_check): the cookie and ids vouch for
+   * them, and the answer goes to conn's peer. */
+  if (rep->ctx->source && src != conn->dest && m->type != CTL_PING && m->type != CTL_DISC)
     return NULL;
   if (m->type == CTL_CONNACK || m->type == CTL_CONNREJ || m->type == CTL_CHALLENGE) {
     *why = "answer to no request";
@@ -1070,16 +1102,8 @@ void xport__rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
     }
     if (status) {
       xport_conn_t *conn = find_conn(ctx, req->imm);
-      const struct xport__ctl *m = (const struct xport__ctl *)req->bounce->buf;
       if (conn && conn->rep == rep && conn->state == XPORT__CONN_CONNECTING)
         conn_lost(conn, status == -XPORT_ECANCELED ? -XPORT_ECONNREFUSED : status, 0);
-      /* A goodbye lost with the provider's connection that broke under it
-       * (rxm: the peer dropped it over a refused key) goes again, once,
-       * over the new one the provider makes, so the peer's side ends too. */
-      else if (conn && conn->rep == rep && conn->state == XPORT__CONN_DISCONNECTED &&
-               m->type == CTL_DISC && status == -XPORT_ENOTCONN && !req->flags &&
-               ctl_send_conn(conn, CTL_DISC) == 0)
-        rep->ctl_out->flags = 1; /* sent again: not a third time */
     }
     if (req->peer)
       peer_put(rep, req->peer);
@@ -1660,6 +1684,7 @@ void xport__rdm_rma_failed(xport_conn_t *conn, int status)
   XPORT__INFO("connection %u: a one-sided operation failed (%s); the target may have "
               "refused its key: the connection ends", conn->id, xport_strerror(status));
   ctl_send_conn(conn, CTL_DISC);
+  bye_resent(conn);
   conn_lost(conn, -XPORT_ECONNRESET, 0);
 }
 
@@ -1726,11 +1751,12 @@ static int pid_gone(int pidfd)
   return pidfd >= 0 && poll(&p, 1, 0) > 0;
 }
 
-/* Pings the peer of c from the context's probe endpoint: the operation
- * under probe may hold every send over c's own endpoint pair (shm sends
- * nothing to a peer while a segmented transfer to it is unfinished). The
- * peer answers over c itself. 0 once sent. */
-static int probe_send(xport_ctx_t *ctx, xport_conn_t *c)
+/* Sends type (a ping, or a goodbye) to the peer of c from the context's
+ * probe endpoint: the operation under probe may hold every send over c's
+ * own endpoint pair (shm sends nothing to a peer while a segmented
+ * transfer to it is unfinished). The peer answers over c itself. 0 once
+ * sent. */
+static int probe_send(xport_ctx_t *ctx, xport_conn_t *c, uint32_t type)
 {
   int ret = 0;
   if (!ctx->probe && (ret = anon_rep_open(ctx, &ctx->probe)))
@@ -1740,7 +1766,7 @@ static int probe_send(xport_ctx_t *ctx, xport_conn_t *c)
     return ret;
   p->refs = 1; /* the probe endpoint holds each peer once, until it closes */
   struct ctl_args a = {.src_id = c->id, .dst_id = c->peer_id, .cookie = c->tag};
-  return ctl_send(ctx->probe, p->fi_addr, CTL_PING, &a);
+  return ctl_send(ctx->probe, p->fi_addr, type, &a);
 }
 
 /* The RMA probe, where a refused one-sided operation neither completes
@@ -1770,9 +1796,14 @@ static int rma_check(xport_ctx_t *ctx, xport_conn_t *c, long now, int *drained)
                 "without answering it: it refused the remote key (revoked, forged or out "
                 "of range); the endpoint's later answers are held up behind it, so its "
                 "connections are dropped", c->id);
+    /* Their peers are told, the way the ping went: over this endpoint a
+     * goodbye would wait behind the refused operation for ever. */
     for (xport_conn_t *o = ctx->conns; o; o = o->next)
-      if (o != c && o->rep == c->rep)
+      if (o != c && o->rep == c->rep && o->state == XPORT__CONN_CONNECTED) {
+        probe_send(ctx, o, CTL_DISC);
         conn_lost(o, -XPORT_ECONNRESET, 1);
+      }
+    probe_send(ctx, c, CTL_DISC);
     conn_lost(c, -XPORT_EACCES, 1);
     return 1;
   }
@@ -1780,7 +1811,7 @@ static int rma_check(xport_ctx_t *ctx, xport_conn_t *c, long now, int *drained)
     return 0; /* asked; the target has not been inside libfabric since */
   while (r && !(r->posted_ms && now - r->posted_ms > ctx->rma_timeout_ms))
     r = r->cnext;
-  if (r && probe_send(ctx, c) == 0)
+  if (r && probe_send(ctx, c, CTL_PING) == 0)
     c->ping_at = now;
   return 0;
 }

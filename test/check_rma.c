@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -1027,6 +1028,16 @@ static void refused_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
         r.victim_event = c.status;
       }
     }
+    /* The client saw its side end (q.off): the target's must end too,
+     * whatever the order in which the two messages arrive. */
+    while (q.off && r.victim_event == 1) {
+      XT_CHECK(xt_next(ctx, &c, T_MS * 3) == 0, "target: no disconnect after a refusal (kind %d) on %s",
+               kind, xt_config());
+      if (c.conn == victim && c.op == XPORT_OP_DISCONNECT)
+        r.victim_event = c.status;
+      else if (c.conn == victim && c.op == XPORT_OP_RECV)
+        r.after_seen = 1 + (c.status == 0 && !strcmp(after, "after"));
+    }
     r.unchanged = xt_verify(reg, sizeof reg, 9) == sizeof reg;
     xport_conn_close(victim);
     /* Its receive, if still posted, completes now (canceled). */
@@ -1039,13 +1050,31 @@ static void refused_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
   xport_conn_close(ctl);
 }
 
-/* Waits for n completions on the test's own connection, all successful. */
-static void ctl_wait(xport_ctx_t *octx, int n)
+/* Waits for n completions on the test's own connection (octx), all
+ * successful, while ctx is polled too: over a provider that moves
+ * nothing unless polled (rxm), what ctx owes the server (a goodbye sent
+ * again) goes out only then, and the server waits for it. refused_case
+ * has taken every completion it expects of ctx before it waits here. */
+static void ctl_wait(xport_ctx_t *octx, xport_ctx_t *ctx, int n)
 {
-  for (int got = 0; got < n; got++) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  long start = ts.tv_sec * 1000L + ts.tv_nsec / 1000000;
+  for (int got = 0; got < n;) {
     xport_completion_t c;
-    XT_CHECK(xt_next(octx, &c, T_MS * 3) == 0, "the test's own connection stalled");
-    XT_CHECK(c.status == 0, "the test's own connection: %s", xport_strerror(c.status));
+    int r = xport_poll(octx, &c, 1);
+    XT_CHECK(r >= 0, "xport_poll: %s", xport_strerror(r));
+    if (r == 1) {
+      XT_CHECK(c.status == 0, "the test's own connection: %s", xport_strerror(c.status));
+      got++;
+      continue;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    XT_CHECK(ts.tv_sec * 1000L + ts.tv_nsec / 1000000 - start < T_MS * 3,
+             "the test's own connection stalled");
+    XT_CHECK(xport_poll(ctx, &c, 1) == 0, "an unexpected completion: op %d, %s", c.op,
+             xport_strerror(c.status));
+    xport_wait(octx, 1);
   }
 }
 
@@ -1071,7 +1100,7 @@ static int refused_case(xport_ctx_t *ctx, xport_ctx_t *octx, xport_conn_t *ctl,
   XT_OK(xport_connect(ctx, addr, T_MS, &victim));
   rk = import_key(ctx, victim, raw, &klen);
   xport_rkey_release(rk);
-  ctl_wait(octx, 2); /* the key is out, and revoked where that is the case */
+  ctl_wait(octx, ctx, 2); /* the key is out, and revoked where that is the case */
   uint64_t a = 0;
   for (int b = 7; b >= 0; b--)
     a = a << 8 | raw[24 + b];
@@ -1112,8 +1141,9 @@ static int refused_case(xport_ctx_t *ctx, xport_ctx_t *octx, xport_conn_t *ctl,
   }
   struct r_report r;
   XT_OK(xport_recv(ctl, &r, sizeof r, NULL, NULL));
+  m.off = !silent; /* the target's side must end as well */
   XT_OK(xport_send(ctl, &m, sizeof m, NULL, NULL));
-  ctl_wait(octx, 2);
+  ctl_wait(octx, ctx, 2);
   XT_CHECK(r.unchanged, "%s key: a %s of %zu changed the target's region on %s", names[kind],
            what, size, xt_config());
   /* The operation fails (or, a write without delivery-complete, completes)
@@ -1126,6 +1156,8 @@ static int refused_case(xport_ctx_t *ctx, xport_ctx_t *octx, xport_conn_t *ctl,
   if (!silent) {
     XT_CHECK(ev == -XPORT_ECONNRESET, "%s key on %s: disconnect event %d", names[kind],
              xt_config(), ev);
+    XT_CHECK(r.victim_event == -XPORT_ECONNRESET, "%s key, %s on %s: the target's disconnect "
+             "event %d", names[kind], what, xt_config(), r.victim_event);
     XT_CHECK(xport_send(victim, "x", 2, NULL, NULL) == -XPORT_ENOTCONN,
              "a post on the ended connection");
     if (!shm)
