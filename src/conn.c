@@ -147,6 +147,7 @@ static void on_svc_request(xport_listener_t *lst, struct fi_info *info, const st
     ret = xport__svc_open(conn, info);
     if (!ret && (ret = fi_accept(conn->svc, &a, sizeof a)))
       xport__svc_close(conn);
+    conn->svc_accepted = !ret;
   } else {
     XPORT__WARN("listener %s: rejected a service channel no accepted connection asked for",
                 lst->addr);
@@ -689,15 +690,21 @@ static xport_conn_t *handshake_done(xport_listener_t *lst)
   for (xport_conn_t **pp = &lst->shaking; *pp;) {
     xport_conn_t *c = *pp;
     int up = c->state == XPORT__CONN_CONNECTED && (!c->svc_cookie || c->svc_state == 2);
-    int gone = c->state == XPORT__CONN_FAILED || c->state == XPORT__CONN_DISCONNECTED ||
-               c->svc_state < 0 || now > c->shake_deadline;
+    int lost = c->state == XPORT__CONN_DISCONNECTED ||
+               (c->state == XPORT__CONN_CONNECTED && c->svc_accepted && c->svc_state < 0);
+    int gone = c->state == XPORT__CONN_FAILED || lost || c->svc_state < 0 ||
+               now > c->shake_deadline;
     if (!up && !gone) {
       pp = &c->shake_next;
       continue;
     }
     *pp = c->shake_next;
     lst->nshaking--;
-    if (up)
+    /* Lost once the client could hold it (its connect ends when we have
+     * accepted its last step, before we hear that step completed): it
+     * is still a connection, handed out lost, with its disconnect event,
+     * as the client closed it. */
+    if (up || (lost && (!c->svc_cookie || c->svc_accepted)))
       return c;
     /* This peer went away, or never finished its handshake. */
     XPORT__INFO("listener %s: a connection's handshake did not end", lst->addr);
@@ -724,6 +731,10 @@ static int xport_accept__locked(xport_listener_t *lst, int timeout_ms, xport_con
     xport_conn_t *conn = handshake_done(lst);
     if (conn) {
       xport__conn_link(conn);
+      if (conn->state == XPORT__CONN_DISCONNECTED)
+        xport__evq_push(ctx, conn, -XPORT_ECONNRESET);
+      else if (conn->svc_cookie && conn->svc_state != 2)
+        conn_lost(conn, -XPORT_ECONNRESET);
       *conn_p = conn;
       return 0;
     }

@@ -461,6 +461,7 @@ struct xport_conn {
    * that they never take the user's receives. */
   struct fid_ep *svc;
   int svc_state;                 /* 0 none, 1 connecting, 2 connected, -1 failed */
+  int svc_accepted;              /* passive side: the client's channel was accepted */
   uint64_t svc_cookie;           /* pairs it with this connection at the listener */
   struct xport__req *svc_out;    /* its receives and messages posted */
   uint32_t atom_seq;             /* numbers requests; answers name theirs */
