@@ -334,11 +334,11 @@ static int bye_start(xport_conn_t *conn)
 }
 
 /* A goodbye that the provider may lose with its own connection, which
- * broke under it (rxm: the target dropped it over a refused key, and
- * makes a new one on the next send): it goes again at every check (a
- * quarter of XPORT_PEER_TIMEOUT), over
- * the new connection, until the peer answers or 4 x XPORT_PEER_TIMEOUT
- * pass, so that the peer's side of the connection ends too. The
+ * broke under it (rxm over tcp: the target dropped it over a refused key,
+ * and makes a new one on the next send; over verbs the endpoint cannot
+ * reach that peer again at all): it goes again at every check (a quarter
+ * of XPORT_PEER_TIMEOUT), from the probe endpoint, until the peer answers
+ * or 4 x XPORT_PEER_TIMEOUT pass, so that the peer's side ends too. The
  * connection keeps its own peer reference (the user still holds it);
  * the goodbye takes one more. */
 static void bye_resent(xport_conn_t *conn)
@@ -368,6 +368,9 @@ static int bye_answered(struct xport__rep *rep, const struct xport__ctl *m, fi_a
   return 0;
 }
 
+static int probe_ctl(xport_ctx_t *ctx, const struct xport__peer *to, uint32_t type,
+                     const struct ctl_args *a);
+
 /* Ends the goodbyes whose peer died or had its time; sends again those
  * that may have been lost. */
 static void byes_expire(xport_ctx_t *ctx)
@@ -380,7 +383,7 @@ static void byes_expire(xport_ctx_t *ctx)
       bye_end(ctx, b);
     } else if (b->resend && now >= b->again) {
       struct ctl_args a = {.src_id = b->id, .dst_id = b->peer_id, .cookie = b->tag, .once = 1};
-      ctl_send(b->rep, b->peer->fi_addr, CTL_DISC, &a);
+      probe_ctl(ctx, b->peer, CTL_DISC, &a);
       b->again = now + ctx->peer_check_ms / 4;
     }
   }
@@ -1756,17 +1759,23 @@ static int pid_gone(int pidfd)
  * own endpoint pair (shm sends nothing to a peer while a segmented
  * transfer to it is unfinished). The peer answers over c itself. 0 once
  * sent. */
-static int probe_send(xport_ctx_t *ctx, xport_conn_t *c, uint32_t type)
+static int probe_ctl(xport_ctx_t *ctx, const struct xport__peer *to, uint32_t type,
+                     const struct ctl_args *a)
 {
   int ret = 0;
   if (!ctx->probe && (ret = anon_rep_open(ctx, &ctx->probe)))
     return ret;
-  struct xport__peer *p = peer_get(ctx->probe, c->peer->addr, c->peer->addrlen, &ret);
+  struct xport__peer *p = peer_get(ctx->probe, to->addr, to->addrlen, &ret);
   if (!p)
     return ret;
   p->refs = 1; /* the probe endpoint holds each peer once, until it closes */
+  return ctl_send(ctx->probe, p->fi_addr, type, a);
+}
+
+static int probe_send(xport_ctx_t *ctx, xport_conn_t *c, uint32_t type)
+{
   struct ctl_args a = {.src_id = c->id, .dst_id = c->peer_id, .cookie = c->tag};
-  return ctl_send(ctx->probe, p->fi_addr, type, &a);
+  return probe_ctl(ctx, c->peer, type, &a);
 }
 
 /* The RMA probe, where a refused one-sided operation neither completes
