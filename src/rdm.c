@@ -338,9 +338,10 @@ static int bye_start(xport_conn_t *conn)
  * and makes a new one on the next send; over verbs the endpoint cannot
  * reach that peer again at all): it goes again at every check (a quarter
  * of XPORT_PEER_TIMEOUT), from the probe endpoint, until the peer answers
- * or 4 x XPORT_PEER_TIMEOUT pass, so that the peer's side ends too. The
+ * or 16 x XPORT_PEER_TIMEOUT pass, so that the peer's side ends too. The
  * connection keeps its own peer reference (the user still holds it);
- * the goodbye takes one more. */
+ * the goodbye takes one more. Nothing waits for it: the connection is
+ * lost already, and its endpoint may close before the answer. */
 static void bye_resent(xport_conn_t *conn)
 {
   xport_ctx_t *ctx = conn->ctx;
@@ -351,7 +352,7 @@ static void bye_resent(xport_conn_t *conn)
   b->pidfd = -1;
   b->resend = 1;
   b->again = xport__now_ms() + ctx->peer_check_ms / 4;
-  b->deadline = xport__now_ms() + 4 * ctx->peer_check_ms;
+  b->deadline = xport__now_ms() + 16 * ctx->peer_check_ms;
   conn->peer->refs++;
 }
 
@@ -381,7 +382,7 @@ static void byes_expire(xport_ctx_t *ctx)
     struct pollfd p = {.fd = b->pidfd, .events = POLLIN};
     if (now >= b->deadline || (b->pidfd >= 0 && poll(&p, 1, 0) > 0)) {
       bye_end(ctx, b);
-    } else if (b->resend && now >= b->again) {
+    } else if (b->resend && now >= b->again && !ctx->rdm_closing) {
       struct ctl_args a = {.src_id = b->id, .dst_id = b->peer_id, .cookie = b->tag, .once = 1};
       probe_ctl(ctx, b->peer, CTL_DISC, &a);
       b->again = now + ctx->peer_check_ms / 4;
@@ -392,7 +393,7 @@ static void byes_expire(xport_ctx_t *ctx)
 static int byes_on(const struct xport__rep *rep)
 {
   for (const struct xport__bye *b = rep->ctx->byes; b; b = b->next)
-    if (b->rep == rep && !b->withdrawn)
+    if (b->rep == rep && !b->withdrawn && !b->resend)
       return 1;
   return 0;
 }
