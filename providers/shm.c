@@ -144,6 +144,22 @@ static int shm_name_exists(const char *name)
   return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* An endpoint left open at exit, because a peer has yet to map its file
+ * (peer_may_map), keeps its file for an hour after: its lock file's time
+ * is set that far ahead, and sweep leaves a lock file from the future
+ * alone. */
+#define SHM_KEEP_S 3600
+static void shm_keep_name(const char *name, int lock)
+{
+  (void)name;
+  struct timespec t[2];
+  clock_gettime(CLOCK_REALTIME, &t[0]);
+  t[0].tv_sec += SHM_KEEP_S;
+  t[1] = t[0];
+  if (lock >= 0)
+    futimens(lock, t);
+}
+
 /* "xport-PID-RANDOM": the pid is for people reading /dev/shm; whether
  * the owner lives is told by its lock (claim_name), which works across PID
  * namespaces and never mistakes a reused pid for the owner. */
@@ -180,7 +196,7 @@ static void shm_sweep(void)
       continue;
     struct stat a, b;
     if (flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &a) == 0 && stat(path, &b) == 0 &&
-        a.st_ino == b.st_ino && a.st_uid == geteuid()) {
+        a.st_ino == b.st_ino && a.st_uid == geteuid() && a.st_mtime <= time(NULL)) {
       snprintf(ep, sizeof ep, SHM_DIR "%s", name);
       unlink(ep);
       unlink(path); /* while holding the lock, as shm_release_name does */
@@ -193,17 +209,32 @@ static void shm_sweep(void)
     XPORT__INFO("shm: removed the files of %d endpoints whose processes are gone", removed);
 }
 
+/* The endpoint name in a peer's address, without shm's scheme; NULL
+ * where the address holds none. */
+static const char *peer_name(const void *addr, size_t len, char *name, size_t size)
+{
+  if (!len || len > size)
+    return NULL;
+  memcpy(name, addr, len);
+  name[len - 1] = '\0';
+  return strncmp(name, SHM_PREFIX, strlen(SHM_PREFIX)) ? name : name + strlen(SHM_PREFIX);
+}
+
+/* Whether the owner of an anonymous name (they start with its pid) lives. */
+static int pid_alive(const char *n)
+{
+  long pid = strtol(n, NULL, 10);
+  return pid > 0 && (kill((pid_t)pid, 0) == 0 || errno != ESRCH);
+}
+
 /* A dead peer's endpoint file stays in /dev/shm: remove it, when its
  * owner is really gone. */
 static void shm_peer_gone(const void *addr, size_t len)
 {
   char name[XPORT__ADDR_MAX], path[512];
-  if (!len || len > sizeof name)
+  const char *n = peer_name(addr, len, name, sizeof name);
+  if (!n)
     return;
-  memcpy(name, addr, len);
-  name[len - 1] = '\0';
-  const char *n = strncmp(name, SHM_PREFIX, strlen(SHM_PREFIX)) ? name
-                                                                 : name + strlen(SHM_PREFIX);
   if (!strncmp(n, "xport-", 6)) {
     /* Claiming the name of a dead listener removes its endpoint file;
      * releasing it removes the lock file. A live owner keeps both. */
@@ -211,13 +242,25 @@ static void shm_peer_gone(const void *addr, size_t len)
     if (shm_claim_name(n, &lock) == 0)
       shm_release_name(n, lock);
     return;
-  } else {
-    long pid = strtol(n, NULL, 10); /* anonymous names start with the pid */
-    if (pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
-      return;
   }
+  if (strtol(n, NULL, 10) <= 0 || pid_alive(n))
+    return; /* not a name that says its owner */
   snprintf(path, sizeof path, SHM_DIR "%s", n);
   unlink(path);
+}
+
+/* A peer whose process is gone never takes our name: its lock tells for
+ * xport's names, the pid for others' (a name that is no pid is taken as
+ * alive while its file is there). */
+static int shm_peer_may_map(const void *addr, size_t len)
+{
+  char name[XPORT__ADDR_MAX];
+  const char *n = peer_name(addr, len, name, sizeof name);
+  if (!n)
+    return 0;
+  if (!strncmp(n, "xport-", 6))
+    return shm_name_alive(n);
+  return strtol(n, NULL, 10) > 0 ? pid_alive(n) : shm_name_exists(n);
 }
 
 /* Cross-memory attach copies large messages in one step, but needs the
@@ -285,4 +328,6 @@ const struct xport__profile xport__profile_shm = {
   .anon_name = shm_anon_name,
   .sweep = shm_sweep,
   .peer_gone = shm_peer_gone,
+  .peer_may_map = shm_peer_may_map,
+  .keep_name = shm_keep_name,
 };

@@ -99,16 +99,41 @@ static struct xport__peer *peer_get(struct xport__rep *rep, const void *addr, si
   return p;
 }
 
-static void peer_put(struct xport__rep *rep, struct xport__peer *peer)
+static void peer_free(struct xport__rep *rep, struct xport__peer *peer)
 {
-  if (!peer || --peer->refs)
-    return;
   struct xport__peer **pp = &rep->peers;
   while (*pp != peer)
     pp = &(*pp)->next;
   *pp = peer->next;
   fi_av_remove(rep->av, &peer->fi_addr, 1, 0);
   free(peer);
+}
+
+/* A peer our first message still waits at stays in the address vector
+ * (peer_may_map): the endpoint's close waits for it (settle_names). */
+static void peer_put(struct xport__rep *rep, struct xport__peer *peer)
+{
+  if (!peer || --peer->refs || peer->unreached)
+    return;
+  peer_free(rep, peer);
+}
+
+/* After a control message to dest was taken (reached) or pushed back. */
+static void peer_reached(struct xport__rep *rep, fi_addr_t dest, int reached)
+{
+  struct xport__peer *p = rep->peers;
+  while (p && p->fi_addr != dest)
+    p = p->next;
+  if (!p || p->unreached == !reached)
+    return;
+  p->unreached = !reached;
+  if (reached) {
+    rep->unreached--;
+    if (!p->refs)
+      peer_free(rep, p);
+  } else {
+    rep->unreached++;
+  }
 }
 
 /* ---- control messages ----------------------------------------------- */
@@ -254,6 +279,8 @@ static int ctl_send(struct xport__rep *rep, fi_addr_t dest, uint32_t type,
       nanosleep(&ts, NULL);
     }
   }
+  if (ctx->prof && ctx->prof->peer_may_map && (ret == -FI_EAGAIN || rep->unreached))
+    peer_reached(rep, dest, !ret);
   if (ret) {
     ctl_req_free(ctx, req);
     return ret == -FI_EAGAIN ? -XPORT_EAGAIN : xport__err_from_fi((int)ret);
@@ -1015,6 +1042,8 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
     ctl_drop(ctx, "unknown type", m->type, len);
     return;
   }
+  if (m->type == CTL_KEEPALIVE && !m->dst_id)
+    return; /* to no connection: a closing peer's nudge (settle_names) */
   xport_conn_t *conn = ctl_conn(rep, m, src, &why);
   if (!conn) {
     /* A goodbye to a connection we closed: the answer to ours, or theirs
@@ -1156,6 +1185,31 @@ static void conn_unhook(xport_conn_t *conn)
   }
 }
 
+/* Waits, for up to 4 x XPORT_PEER_TIMEOUT, until every live peer that
+ * our first message still waits at has taken it (peer_may_map), nudging
+ * each with a keepalive to no connection, which goes through once it has;
+ * 1 if one never did. */
+static int settle_names(struct xport__rep *rep)
+{
+  xport_ctx_t *ctx = rep->ctx;
+  long end = xport__now_ms() + 4 * ctx->peer_check_ms;
+  for (;;) {
+    for (struct xport__peer *p = rep->peers, *next; p; p = next) {
+      next = p->next;
+      struct ctl_args a = {.once = 1};
+      if (p->unreached && !ctx->prof->peer_may_map(p->addr, p->addrlen))
+        peer_reached(rep, p->fi_addr, 1); /* its process is gone */
+      else if (p->unreached)
+        ctl_send(rep, p->fi_addr, CTL_KEEPALIVE, &a);
+    }
+    if (!rep->unreached || xport__now_ms() >= end)
+      return rep->unreached != 0;
+    struct timespec ts = {0, 1000 * 1000};
+    nanosleep(&ts, NULL);
+    xport__cq_drain(ctx);
+  }
+}
+
 static void rep_close(struct xport__rep *rep)
 {
   if (!rep)
@@ -1168,16 +1222,42 @@ static void rep_close(struct xport__rep *rep)
     ctx->probe = NULL;
   /* Let control messages still in flight (a goodbye) finish first: some
    * providers (rxm over verbs) do not survive closing under them; and
-   * where the provider needs quiet, wait for the answers to goodbyes. */
-  for (long end = xport__now_ms() + 200; rep->ep && rep->ctl_out && xport__now_ms() < end;)
+   * where the provider needs quiet, wait for the answers to goodbyes.
+   * A parked endpoint's turn comes when nothing reads the CQ any more. */
+  for (long end = xport__now_ms() + 200;
+       !rep->parked && rep->ep && rep->ctl_out && xport__now_ms() < end;)
     xport__cq_drain(ctx);
-  while (byes_on(rep)) {
+  while (!rep->parked && byes_on(rep)) {
     struct timespec ts = {0, 50 * 1000};
     nanosleep(&ts, NULL);
     xport__cq_drain(ctx);
     byes_expire(ctx);
   }
   byes_drop(ctx, rep);
+  /* A peer that has yet to take our first message would crash on it once
+   * our endpoint is gone (peer_may_map): the endpoint then stays open,
+   * serving nobody, until the context goes, and then, when every other
+   * endpoint has closed (parked, xport__rdm_fini), it is left open with its
+   * name and the objects it is bound to: memory and a file in /dev/shm
+   * lost, rather than a peer crashed. */
+  int leave_open = rep->parked || (rep->unreached && rep->ep && settle_names(rep));
+  if (leave_open && !rep->parked) {
+    XPORT__INFO("an endpoint stays open: a peer has yet to take its first message");
+    rep->parked = ctx->rdm_closing;
+    return;
+  }
+  if (leave_open) {
+    XPORT__WARN("%s: endpoint %s is left open, and its file with it: a live peer did not take "
+                "its first message within 4 x XPORT_PEER_TIMEOUT (%ld ms), and would crash on "
+                "it once the file is gone", ctx->caps.provider,
+                rep->name[0] ? rep->name : "(unnamed)", 4 * ctx->peer_check_ms);
+    ctx->keep_fids = 1;
+    rep->ep = NULL;
+    rep->av = NULL;
+    if (rep->name[0] && ctx->prof->keep_name)
+      ctx->prof->keep_name(rep->name, rep->lock);
+    rep->name[0] = '\0'; /* the name's lock is held until the process ends */
+  }
   if (rep->enabled && ctx->prof && ctx->prof->retire_eps && ctx->cq_fd >= 0 && !ctx->rdm_closing) {
     /* Closing it would leave it in the CQ's wait set (retire_eps): it
      * stays open, serving nobody, until the context goes. Its port stays
@@ -1920,7 +2000,15 @@ void xport__rdm_fini(xport_ctx_t *ctx)
         c->peer->refs++;
     }
   ctx->rdm_closing = 1; /* nobody waits on the CQ any more */
-  while (ctx->reps) /* the retired (retire_eps) ones included */
+  for (;;) { /* the retired (retire_eps) ones included */
+    struct xport__rep *r = ctx->reps;
+    while (r && r->parked)
+      r = r->next;
+    if (!r)
+      break;
+    rep_close(r);
+  }
+  while (ctx->reps) /* parked: nothing reads the CQ after them */
     rep_close(ctx->reps);
   ctx->cep = NULL;
   ctx->retired = NULL;

@@ -211,6 +211,19 @@ struct xport__profile {
   void (*sweep)(void);
   /* Cleans up what a dead peer at this address left behind (may be NULL). */
   void (*peer_gone)(const void *addr, size_t len);
+  /* Non-NULL where a peer crashes if our endpoint is gone before it has
+   * taken the first message we sent it (shm in libfabric 1.17: the first
+   * send to a peer queues our name there, and is refused, EAGAIN, until
+   * the peer's progress maps it; smr_progress_connreq dereferences the
+   * failed mapping of a name whose file was unlinked). 1 if the peer at
+   * this address may still take it (its process lives). xport then waits,
+   * at an endpoint's close, for every such peer to take it, and where one
+   * never does, leaves the endpoint open (rdm.c, settle_names). */
+  int (*peer_may_map)(const void *addr, size_t len);
+  /* The endpoint under name (with lock, from claim_name) is left open at
+   * the context's end for that reason: its file is to outlast this
+   * process by a while, which sweep then respects. */
+  void (*keep_name)(const char *name, int lock);
 };
 
 /* NULL-terminated registry, providers/registry.c. */
@@ -378,6 +391,7 @@ struct xport__peer {
   fi_addr_t fi_addr;
   size_t refs;
   long quiet_until;   /* an answer to it failed: answer none before (ms) */
+  int unreached;      /* our first message waits there, untaken (peer_may_map) */
   size_t addrlen;
   uint8_t addr[XPORT__ADDR_MAX];
 };
@@ -400,6 +414,8 @@ struct xport__rep {
   int withdrawn;
   int closing;
   int rma_failed;                 /* a one-sided operation on it failed */
+  size_t unreached;               /* peers with unreached set */
+  int parked;                     /* left open at the context's end (settle_names) */
   struct xport__rep *next, *prev; /* ctx->reps */
   struct xport__peer *peers;
   struct xport__req *ctl_out;     /* control messages in flight */
@@ -547,7 +563,9 @@ struct xport_ctx {
   size_t nsinks, stale_dropped;
   struct xport__rep *retired; /* RDM: closed endpoints kept open (retire_eps) */
   int rdm_closing;    /* RDM: the context goes: endpoints close for real */
-  int keep_fids;      /* an endpoint was left open (close_after_refusal_crashes) */
+  int keep_fids;      /* an endpoint was left open (close_after_refusal_crashes,
+                         settle_names) */
+  struct xport__rep *parked; /* RDM: to be left open once the others closed */
   uint32_t next_conn_id;
   long peer_check_ms; /* XPORT_PEER_TIMEOUT: a dead peer is noticed within it */
   int keepalive_mode; /* XPORT_KEEPALIVE: -1 auto, 0 never, 1 always */

@@ -1072,6 +1072,46 @@ START_TEST(given_up_connect_not_accepted)
 }
 END_TEST
 
+/* The server does not poll at all until the client, its connect given
+ * up, has destroyed its context: what the client's first message left at
+ * the server must not crash it then (shm in libfabric 1.17 maps the
+ * sender's file when it first progresses). */
+static void unpolled_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  struct xt_steps *st = arg;
+  xport_conn_t *conn = NULL;
+  XT_CHECK(xt_step_get(st->c2s[0], 60000) == 'G', "protocol");
+  int rc = xport_accept(lst, 1000, &conn);
+  XT_CHECK(rc == 0 || rc == -XPORT_ETIMEDOUT, "accept after the client went: %s",
+           xport_strerror(rc));
+  if (rc == 0) {
+    xport_completion_t ev = xt_wait_op(ctx, XPORT_OP_DISCONNECT, T_MS);
+    XT_CHECK(ev.conn == conn, "the disconnect is that connection's");
+    XT_OK(xport_conn_close(conn));
+  }
+  xt_step_put(st->s2c[1], 'D');
+}
+
+START_TEST(given_up_connect_unpolled_server)
+{
+  char addr[128];
+  struct xt_steps st;
+  xt_steps_open(&st);
+  pid_t pid = xt_spawn_server(unpolled_server, &st, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn = (xport_conn_t *)0x1;
+  int rc = xport_connect(ctx, addr, 100, &conn);
+  XT_CHECK(rc == -XPORT_ETIMEDOUT && conn == (xport_conn_t *)0x1,
+           "connect to a listener that does not poll: %s", xport_strerror(rc));
+  xport_ctx_destroy(ctx);
+  xt_step_put(st.c2s[1], 'G');
+  XT_CHECK(xt_step_get(st.s2c[0], 60000) == 'D', "protocol");
+  XT_CHECK(xt_reap(pid) == 0, "server failed on %s", xt_config());
+  xt_steps_close(&st);
+  xt_shm_remove_own(); /* what the destroyed context had to leave */
+}
+END_TEST
+
 static void garbage_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
 {
   (void)arg;
@@ -1783,6 +1823,7 @@ static Suite *make_suite(void)
   tcase_add_test(fail, connect_refused);
   tcase_add_test(fail, accept_timeout);
   tcase_add_test(fail, given_up_connect_not_accepted);
+  tcase_add_test(fail, given_up_connect_unpolled_server);
   tcase_add_test(fail, garbage_from_network);
   tcase_add_test(fail, strangers_in_the_handshake);
   suite_add_tcase(s, fail);

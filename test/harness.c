@@ -1,4 +1,5 @@
 #include "harness.h"
+#include <dirent.h>
 
 #include <poll.h>
 #include <rdma/fabric.h>
@@ -411,4 +412,22 @@ char xt_step_get(int fd, int timeout_ms)
   XT_CHECK(poll(&p, 1, timeout_ms) == 1, "the other process never took its step");
   XT_CHECK(read(fd, &what, 1) == 1, "pipe read");
   return what;
+}
+
+void xt_shm_remove_own(void)
+{
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "xport-%ld-", (long)getpid());
+  DIR *d = opendir("/dev/shm");
+  struct dirent *e;
+  if (!d)
+    return;
+  while ((e = readdir(d))) {
+    char path[512];
+    if (strncmp(e->d_name, prefix, strlen(prefix)))
+      continue;
+    snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+    unlink(path);
+  }
+  closedir(d);
 }
