@@ -1766,7 +1766,20 @@ void xport__rdm_rma_failed(xport_conn_t *conn, int status)
   if (conn->state != XPORT__CONN_CONNECTED)
     return;
   XPORT__INFO("connection %u: a one-sided operation failed (%s); the target may have "
-              "refused its key: the connection ends", conn->id, xport_strerror(status));
+              "refused its key: the connection ends, with every other one to that peer "
+              "on its endpoint", conn->id, xport_strerror(status));
+  /* The provider carries all of them over one connection of its own,
+   * which the refusal broke (rxm): what they had in flight is lost, and
+   * the target would never hear of it. */
+  for (xport_conn_t *o = ctx->conns, *next; o; o = next) {
+    next = o->next;
+    if (o != conn && o->rep == conn->rep && o->peer == conn->peer &&
+        o->state == XPORT__CONN_CONNECTED) {
+      ctl_send_conn(o, CTL_DISC);
+      bye_resent(o);
+      conn_lost(o, -XPORT_ECONNRESET, 0);
+    }
+  }
   ctl_send_conn(conn, CTL_DISC);
   bye_resent(conn);
   conn_lost(conn, -XPORT_ECONNRESET, 0);

@@ -3,6 +3,7 @@
  * sides, rights and ranges enforced locally, bad keys failing cleanly. */
 #include "harness.h"
 
+#include <poll.h>
 #include <linux/capability.h>
 #include <signal.h>
 #include <stdio.h>
@@ -1207,6 +1208,135 @@ static void refused_keys(int delivery_complete)
   XT_CHECK(xt_reap(pid) == 0, "server failed");
 }
 
+/* ---- a refusal on one connection, messages on its sibling ------------
+ * Two connections between the same two contexts; a write with a revoked
+ * key on A while B streams messages. Whatever the provider (rxm carries
+ * both over one connection of its own, which the refusal breaks; shm
+ * holds up the endpoint pair behind it), B either delivers every message,
+ * intact and in order, or ends, with its disconnect event, at both ends:
+ * no message is lost on a connection that both sides still think is up. */
+#define SIB_N 400
+#define SIB_LEN 1024
+#define SIB_RX 32
+struct sib_report {
+  int got, bad, ended;
+};
+
+static void sibling_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  int *to_client = arg;
+  static char reg[65536], rb[SIB_RX][SIB_LEN];
+  uint8_t key[XPORT_RKEY_MAX_SIZE];
+  xport_conn_t *a, *b;
+  xport_mr_t *mr;
+  xport_completion_t c;
+  struct sib_report r = {0, 0, 0};
+  XT_OK(xport_accept(lst, T_MS, &a));
+  XT_OK(xport_accept(lst, T_MS, &b));
+  for (long i = 0; i < SIB_RX; i++)
+    XT_OK(xport_recv(b, rb[i], SIB_LEN, NULL, (void *)i));
+  XT_OK(xport_mr_reg(ctx, reg, sizeof reg, XPORT_ACCESS_REMOTE_WRITE, &mr));
+  int n = xport_rkey_pack(mr, 0, sizeof reg, key, sizeof key);
+  XT_CHECK(n > 0, "pack: %s", xport_strerror(n));
+  XT_OK(xport_send(a, key, (size_t)n, NULL, NULL));
+  c = xt_wait_op(ctx, XPORT_OP_SEND, T_MS);
+  XT_CHECK(c.status == 0, "key: %s", xport_strerror(c.status));
+  XT_OK(xport_mr_dereg(mr)); /* revoked before the client uses it */
+  XT_OK(xport_send(a, "R", 2, NULL, NULL));
+  while (r.got < SIB_N && !r.ended) {
+    XT_CHECK(xt_next(ctx, &c, T_MS * 3) == 0, "%s: B neither delivers nor ends (%d of %d)",
+             xt_config(), r.got, SIB_N);
+    if (c.conn == b && c.op == XPORT_OP_DISCONNECT) {
+      r.ended = 1;
+    } else if (c.conn == b && c.op == XPORT_OP_RECV && c.status == 0) {
+      long slot = (long)c.user_ctx;
+      char want[SIB_LEN];
+      xt_fill(want, SIB_LEN, (unsigned)r.got);
+      r.bad += c.len != SIB_LEN || memcmp(rb[slot], want, SIB_LEN) != 0;
+      r.got++;
+      XT_OK(xport_recv(b, rb[slot], SIB_LEN, NULL, (void *)slot));
+    }
+  }
+  XT_CHECK(write(to_client[1], &r, sizeof r) == (ssize_t)sizeof r, "report");
+  xport_conn_close(a);
+  xport_conn_close(b);
+  /* Canceled receives and a's events: let them come, then go. */
+  while (xt_next(ctx, &c, 200) == 0)
+    ;
+}
+
+START_TEST(refused_key_and_its_sibling)
+{
+  static char sb[SIB_N][SIB_LEN], w[65536], keybuf[XPORT_RKEY_MAX_SIZE], go[2];
+  int to_client[2];
+  char addr[128];
+  XT_CHECK(pipe(to_client) == 0, "pipe");
+  setenv("XPORT_RMA_TIMEOUT", "1500", 1); /* shm's deadline: short here */
+  pid_t pid = xt_spawn_server(sibling_server, to_client, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *a, *b;
+  xport_rkey_t *rk;
+  xport_completion_t c;
+  XT_OK(xport_connect(ctx, addr, T_MS, &a));
+  XT_OK(xport_connect(ctx, addr, T_MS, &b));
+  XT_OK(xport_recv(a, keybuf, sizeof keybuf, NULL, keybuf));
+  XT_OK(xport_recv(a, go, sizeof go, NULL, go));
+  c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS);
+  XT_CHECK(c.status == 0 && c.user_ctx == keybuf, "key: %s", xport_strerror(c.status));
+  size_t klen = c.len;
+  c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS);
+  XT_CHECK(c.status == 0 && c.user_ctx == go, "go: %s", xport_strerror(c.status));
+  XT_OK(xport_rkey_unpack(a, keybuf, klen, &rk));
+  XT_OK(xport_write(a, w, sizeof w, NULL, rk, 0, w));
+  int sent = 0, done = 0, failed = 0, b_ended = 0, w_done = 0;
+  struct pollfd p = {.fd = to_client[0], .events = POLLIN};
+  /* Until the server has its verdict: over rxm, what ends B at the server
+   * (a goodbye sent again) goes out only while this context is polled. */
+  while (poll(&p, 1, 0) == 0) {
+    while (sent < SIB_N && sent - done < SIB_RX && !b_ended) {
+      xt_fill(sb[sent], SIB_LEN, (unsigned)sent);
+      int rc = xport_send(b, sb[sent], SIB_LEN, NULL, NULL);
+      XT_CHECK(rc == 0 || rc == -XPORT_EAGAIN || rc == -XPORT_ENOTCONN, "send on B: %s",
+               xport_strerror(rc));
+      if (rc)
+        break;
+      sent++;
+    }
+    if (xt_next(ctx, &c, 10) != 0)
+      continue;
+    if (c.op == XPORT_OP_SEND && c.conn == b) {
+      done++;
+      failed += c.status != 0;
+    } else if (c.op == XPORT_OP_DISCONNECT && c.conn == b) {
+      b_ended = 1;
+    } else if (c.op == XPORT_OP_WRITE) {
+      w_done = 1;
+    }
+  }
+  struct sib_report r;
+  XT_CHECK(read(to_client[0], &r, sizeof r) == (ssize_t)sizeof r, "report");
+  XT_CHECK(r.bad == 0, "%s: %d messages on B arrived changed", xt_config(), r.bad);
+  /* The server stops at its verdict; B may end at the client just after. */
+  if (r.ended || failed)
+    while (!b_ended) {
+      XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "%s: B ended at the server (or failed sends: %d) "
+               "without ending at the client", xt_config(), failed);
+      b_ended = c.op == XPORT_OP_DISCONNECT && c.conn == b;
+    }
+  if (!r.ended)
+    XT_CHECK(r.got == SIB_N, "%s: B stayed up at the server but delivered %d of %d",
+             xt_config(), r.got, SIB_N);
+  (void)w_done;
+  xport_rkey_release(rk);
+  xport_conn_close(a);
+  xport_conn_close(b);
+  xport_ctx_destroy(ctx);
+  close(to_client[0]);
+  close(to_client[1]);
+  XT_CHECK(xt_reap(pid) == 0, "server failed on %s", xt_config());
+}
+END_TEST
+
 START_TEST(refused_keys_change_nothing)
 {
   refused_keys(0);
@@ -1479,6 +1609,7 @@ static Suite *make_suite(void)
   tcase_add_test(err, target_killed_writes_delivery_complete);
   tcase_add_test(err, target_killed_reads);
   tcase_add_test(err, refused_keys_change_nothing);
+  tcase_add_test(err, refused_key_and_its_sibling);
   tcase_add_test(err, refused_keys_delivery_complete);
   suite_add_tcase(s, err);
   return s;
