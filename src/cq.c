@@ -139,6 +139,11 @@ static void done_push(xport_ctx_t *ctx, struct xport__req *req)
   ctx->done_tail = req;
 }
 
+void xport__done_push(xport_ctx_t *ctx, struct xport__req *req)
+{
+  done_push(ctx, req);
+}
+
 void xport__req_complete(xport_ctx_t *ctx, struct xport__req *req, int status)
 {
   req_finish(ctx, req, status, 0);
@@ -342,6 +347,10 @@ static void pair_done(xport_ctx_t *ctx, struct xport__req *silent)
 {
   struct xport__req *p = silent->user_ctx;
   silent->user_ctx = NULL;
+  if (p->pair & XPORT__PAIR_DEFER) {
+    xport__wimm_write_done(ctx, p, silent->status);
+    return;
+  }
   p->pair &= ~XPORT__PAIR_WAIT;
   if (silent->status && !p->pair_status)
     p->pair_status = silent->status;

@@ -709,6 +709,7 @@ XPORT_API int xport_ctx_destroy(xport_ctx_t *ctx)
   while (ctx->listeners)
     xport_listener_close(ctx->listeners);
   xport__rdm_fini(ctx);
+  xport__wimm_retry(ctx, 1);
   /* Closed connections wait for their requests to be delivered; nobody
    * will poll now, so drop them along with their connections. */
   xport__done_discard(ctx);

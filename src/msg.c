@@ -170,6 +170,12 @@ static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_
   if (XPORT__UNLIKELY(!conn))
     return -XPORT_EINVAL;
   XPORT__LOCK(conn->ctx);
+  /* A message stays behind a write_imm whose marker is not out yet. */
+  if (XPORT__UNLIKELY(conn->wimm_deferred) && op == XPORT_OP_SEND &&
+      conn->state == XPORT__CONN_CONNECTED) {
+    XPORT__UNLOCK(conn->ctx);
+    return -XPORT_EAGAIN;
+  }
   ret = xport__post_begin(conn, op, iov, iovcnt, user_ctx, fiov, desc, &cnt, &req);
   if (XPORT__UNLIKELY(ret)) {
     XPORT__UNLOCK(conn->ctx);

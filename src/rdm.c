@@ -1926,6 +1926,8 @@ static int rma_check(xport_ctx_t *ctx, xport_conn_t *c, long now, int *drained)
  * operations have ended. */
 void xport__rdm_housekeeping(xport_ctx_t *ctx)
 {
+  if (ctx->wimm_wait)
+    xport__wimm_retry(ctx, 0);
   /* Every time (every XPORT__EQ_EVERY polls, busy or idle): a flood
    * grows the provider's memory at the rate it arrives. */
   if (ctx->prof && ctx->prof->peek_discard) {

@@ -188,6 +188,85 @@ static size_t iov_total(const xport_iov_t *iov, size_t cnt)
   return t;
 }
 
+/* Posts the marker of an emulated write_imm: req is its user half, with
+ * the value in req->imm. */
+static ssize_t wimm_marker(xport_conn_t *conn, struct xport__req *req, uint64_t flags)
+{
+  uint32_t imm = req->imm;
+  if (conn->rep) {
+    struct fi_msg_tagged tm = {.msg_iov = NULL, .desc = NULL, .iov_count = 0,
+                               .addr = conn->dest, .tag = conn->tag | XPORT__WIMM_TAG,
+                               .context = &req->fictx, .data = imm};
+    return fi_tsendmsg(conn->ep, &tm, FI_REMOTE_CQ_DATA | flags);
+  }
+  struct fi_msg msg = {.msg_iov = NULL, .desc = NULL, .iov_count = 0,
+                       .context = &req->fictx, .data = XPORT__WIMM_MARK << 32 | imm};
+  return fi_sendmsg(conn->ep, &msg, FI_REMOTE_CQ_DATA | flags);
+}
+
+/* A deferred user half leaves the connection's deferred count: posted
+ * (ret 0, now on its outstanding list) or failed with status. */
+static void wimm_settle(xport_ctx_t *ctx, struct xport__req *p, int status)
+{
+  xport_conn_t *conn = p->conn;
+  conn->wimm_deferred--;
+  p->pair = 0;
+  if (!status) {
+    XPORT__LIST_PUSH(conn->out, p, cnext, cprev); /* ntx and nreqs counted already */
+    ctx->nposted++;
+    return;
+  }
+  conn->ntx--;
+  p->status = status;
+  p->flags = 0;
+  p->imm = 0;
+  xport__done_push(ctx, p);
+}
+
+/* 1 if p's marker went, or p failed; 0 if the provider has no room now. */
+static int wimm_try(xport_ctx_t *ctx, struct xport__req *p, int status)
+{
+  xport_conn_t *conn = p->conn;
+  if (!status && conn->state != XPORT__CONN_CONNECTED)
+    status = conn->closing ? -XPORT_ECANCELED : -XPORT_ECONNRESET;
+  if (!status) {
+    if (ctx->nposted + 1 > ctx->max_posted)
+      return 0;
+    ssize_t ret = wimm_marker(conn, p, 0);
+    if (ret == -FI_EAGAIN || ret == -FI_ENOMEM)
+      return 0;
+    status = ret ? xport__err_from_fi((int)ret) : 0;
+  }
+  wimm_settle(ctx, p, status);
+  return 1;
+}
+
+void xport__wimm_write_done(xport_ctx_t *ctx, struct xport__req *p, int status)
+{
+  /* Behind the markers already waiting, in order. */
+  if (!ctx->wimm_wait && wimm_try(ctx, p, status))
+    return;
+  p->next = NULL;
+  if (ctx->wimm_wait_tail)
+    ctx->wimm_wait_tail->next = p;
+  else
+    ctx->wimm_wait = p;
+  ctx->wimm_wait_tail = p;
+  p->pair_status = status;
+}
+
+void xport__wimm_retry(xport_ctx_t *ctx, int fail)
+{
+  while (ctx->wimm_wait) {
+    struct xport__req *p = ctx->wimm_wait, *next = p->next;
+    if (!wimm_try(ctx, p, fail ? -XPORT_ECANCELED : p->pair_status))
+      return;
+    ctx->wimm_wait = next; /* p->next is the done list's now, if it failed */
+    if (!ctx->wimm_wait)
+      ctx->wimm_wait_tail = NULL;
+  }
+}
+
 static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_t iovcnt,
                     const xport_rkey_t *rk, size_t offset, int with_imm, uint32_t imm,
                     void *user_ctx)
@@ -227,40 +306,63 @@ static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t 
      * sees once both have finished, with the first error of either. With
      * delivery-complete both carry the flag (rxm honours it on the write
      * only), except where it would hold up the rest (dc_holds_peer: shm,
-     * whose 0-byte delivery-complete message never arrives either). */
+     * whose 0-byte delivery-complete message never arrives either).
+     *
+     * Where a refused operation is never answered (rma_never_fails: shm)
+     * the target takes the message all the same, after dropping the
+     * write: the message then waits for the write, which goes with
+     * delivery-complete (a small one would otherwise complete at once,
+     * refused or not), and goes only if the write succeeded (a refused
+     * one fails after XPORT_RMA_TIMEOUT, rdm.c rma_check). */
     struct xport__req *wreq = NULL;
-    uint64_t dc = ctx->prof && ctx->prof->dc_holds_peer ? 0 : ctx->write_flags;
+    int defer = len && ctx->prof && ctx->prof->rma_never_fails;
+    uint64_t dc = defer ? FI_DELIVERY_COMPLETE
+                        : ctx->prof && ctx->prof->dc_holds_peer ? 0 : ctx->write_flags;
+    if (XPORT__UNLIKELY(conn->wimm_deferred) && !defer)
+      return -XPORT_EAGAIN; /* its message stays behind theirs */
+    struct xport__req *dreq = NULL;
+    if (defer && !(dreq = xport__req_new(ctx, conn, XPORT_OP_WRITE, user_ctx)))
+      return -XPORT_ENOMEM;
     if (len) {
       ret = xport__post_begin(conn, XPORT__OP_SILENT, iov, iovcnt, NULL, fiov, desc, &cnt, &req);
-      if (XPORT__UNLIKELY(ret))
+      if (!ret) {
+        if (XPORT__UNLIKELY(ctx->rma_timeout_ms))
+          req->posted_ms = xport__now_ms();
+        struct fi_rma_iov riov = {addr, len, rk->key};
+        struct fi_msg_rma m = {.msg_iov = fiov, .desc = desc, .iov_count = cnt,
+                               .addr = conn->dest, .rma_iov = &riov, .rma_iov_count = 1,
+                               .context = &req->fictx};
+        ret = xport__post_end(conn, req, fi_writemsg(conn->ep, &m, dc));
+      }
+      if (XPORT__UNLIKELY(ret)) {
+        if (dreq) {
+          dreq->conn = NULL;
+          xport__req_release(ctx, dreq);
+        }
         return (int)ret;
-      if (XPORT__UNLIKELY(ctx->rma_timeout_ms))
-        req->posted_ms = xport__now_ms();
-      struct fi_rma_iov riov = {addr, len, rk->key};
-      struct fi_msg_rma m = {.msg_iov = fiov, .desc = desc, .iov_count = cnt,
-                             .addr = conn->dest, .rma_iov = &riov, .rma_iov_count = 1,
-                             .context = &req->fictx};
-      ret = xport__post_end(conn, req, fi_writemsg(conn->ep, &m, dc));
-      if (XPORT__UNLIKELY(ret))
-        return (int)ret;
+      }
       wreq = req;
+    }
+    if (defer) {
+      /* Counted as posted (the connection's room and handle) until its
+       * marker goes or it fails (xport__wimm_write_done). */
+      dreq->len = len;
+      dreq->imm = imm;
+      dreq->pair = XPORT__PAIR_DEFER;
+      dreq->pair_status = 0;
+      conn->nreqs++;
+      conn->ntx++;
+      conn->wimm_deferred++;
+      wreq->user_ctx = dreq;
+      return 0;
     }
     xport_iov_t none = {NULL, 0, NULL};
     ret = xport__post_begin(conn, XPORT_OP_WRITE, &none, 1, user_ctx, fiov, desc, &cnt, &req);
     if (XPORT__UNLIKELY(ret))
       return (int)ret;
     req->len = len;
-    if (conn->rep) {
-      struct fi_msg_tagged tm = {.msg_iov = fiov, .desc = desc, .iov_count = 0,
-                                 .addr = conn->dest, .tag = conn->tag | XPORT__WIMM_TAG,
-                                 .context = &req->fictx, .data = imm};
-      ret = fi_tsendmsg(conn->ep, &tm, FI_REMOTE_CQ_DATA | dc);
-    } else {
-      struct fi_msg msg = {.msg_iov = fiov, .desc = desc, .iov_count = 0,
-                           .context = &req->fictx, .data = XPORT__WIMM_MARK << 32 | imm};
-      ret = fi_sendmsg(conn->ep, &msg, FI_REMOTE_CQ_DATA | dc);
-    }
-    ret = xport__post_end(conn, req, ret);
+    req->imm = imm;
+    ret = xport__post_end(conn, req, wimm_marker(conn, req, dc));
     /* A failed post never completes: the write already out stays silent
      * (the caller posts the whole operation again). */
     if (XPORT__UNLIKELY(ret) || !wreq)

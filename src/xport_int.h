@@ -368,6 +368,11 @@ struct xport__detail {
 };
 #define XPORT__PAIR_WAIT 1u /* the silent half is outstanding */
 #define XPORT__PAIR_HELD 2u /* this half finished and waits for it */
+/* Not posted yet: the marker goes only once the write succeeded
+ * (rma_never_fails: shm answers no refused write, and a small one
+ * completes at once unless delivery-complete; the target must not see
+ * XPORT_OP_REMOTE_WRITE_IMM for data that never landed). */
+#define XPORT__PAIR_DEFER 4u
 #define XPORT__Z_ORPHAN 1u    /* zombie: the provider still owns it */
 #define XPORT__Z_SHOWN 2u     /* ... yet queued for the user (zombie_show) */
 #define XPORT__Z_DELIVERED 4u /* ... and delivered */
@@ -471,6 +476,9 @@ struct xport_conn {
   /* Posted and not yet reported by the provider, against caps.tx_depth
    * (sends, writes, reads) and caps.rx_depth (receives). */
   size_t ntx, nrx;
+  /* Emulated write_imms whose marker waits for their write (PAIR_DEFER):
+   * sends on the connection wait too (EAGAIN), to stay behind them. */
+  size_t wimm_deferred;
   struct xport__req *out;        /* outstanding (posted) requests */
   /* MSG with emulated atomics (atomic.c): the service channel, a second
    * endpoint to the same peer that carries the requests and answers, so
@@ -605,6 +613,9 @@ struct xport_ctx {
   struct xport__req *free_reqs;
   struct xport__req_chunk *req_chunks;
   struct xport__req *done, *done_tail; /* completed, not yet delivered */
+  /* Deferred write_imm markers the provider refused for now (EAGAIN), in
+   * order; posted again by housekeeping. */
+  struct xport__req *wimm_wait, *wimm_wait_tail;
   struct xport_conn *evq, *evq_tail;   /* disconnect events to deliver */
 
   struct xport__bounce *free_bounce;
@@ -712,6 +723,13 @@ void xport__req_done_now(xport_ctx_t *ctx, struct xport__req *req);
 /* Orphans a request the provider still owns (RDM): it completes with
  * status once the provider lets go of it. */
 void xport__req_orphan(xport_ctx_t *ctx, struct xport__req *req, int status);
+/* Queues a finished request for delivery. */
+void xport__done_push(xport_ctx_t *ctx, struct xport__req *req);
+/* rma.c: the write of a deferred write_imm (p, its user half) finished
+ * with status: its marker goes now, or p fails with that status. */
+void xport__wimm_write_done(xport_ctx_t *ctx, struct xport__req *p, int status);
+/* Posts the markers that waited for room; with fail, fails them all. */
+void xport__wimm_retry(xport_ctx_t *ctx, int fail);
 /* Drops every finished, undelivered request (the context is going). */
 void xport__done_discard(xport_ctx_t *ctx);
 /* Releases a request's library-owned memory (bounce, registrations). */

@@ -961,6 +961,7 @@ enum { R_WIDEN = 1, R_FORGE, R_REVOKE };
 struct r_report {
   uint32_t kind, unchanged, after_seen, after_status;
   int32_t victim_event;
+  uint32_t imm_seen; /* 1: a REMOTE_WRITE_IMM came (failed); 2: with status 0 */
 };
 
 /* The next completion of op on conn; others of conn's are dropped. */
@@ -1015,7 +1016,7 @@ static void refused_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
     m.kind = K_FILLED; /* the key is out (and revoked) */
     XT_OK(xport_send(ctl, &m, sizeof m, NULL, NULL));
     /* Serve until the client asks for the verdict. */
-    struct r_report r = {(uint32_t)kind, 0, 0, 0, 1};
+    struct r_report r = {(uint32_t)kind, 0, 0, 0, 1, 0};
     for (;;) {
       XT_CHECK(xt_next(ctx, &c, T_MS * 3) == 0, "server starved");
       if (c.conn == ctl && c.op == XPORT_OP_RECV) {
@@ -1025,6 +1026,9 @@ static void refused_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
       if (c.conn == victim && c.op == XPORT_OP_RECV) {
         r.after_seen = 1 + (c.status == 0 && !strcmp(after, "after"));
         r.after_status = (uint32_t)-c.status;
+      } else if (c.conn == victim && c.op == XPORT_OP_REMOTE_WRITE_IMM) {
+        r.imm_seen = 1 + (c.status == 0);
+        r.after_seen = 3; /* it took the receive */
       } else if (c.conn == victim && c.op == XPORT_OP_DISCONNECT) {
         r.victim_event = c.status;
       }
@@ -1038,6 +1042,8 @@ static void refused_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
         r.victim_event = c.status;
       else if (c.conn == victim && c.op == XPORT_OP_RECV)
         r.after_seen = 1 + (c.status == 0 && !strcmp(after, "after"));
+      else if (c.conn == victim && c.op == XPORT_OP_REMOTE_WRITE_IMM)
+        r.imm_seen = 1 + (c.status == 0), r.after_seen = 3;
     }
     r.unchanged = xt_verify(reg, sizeof reg, 9) == sizeof reg;
     xport_conn_close(victim);
@@ -1086,7 +1092,9 @@ static int refused_case(xport_ctx_t *ctx, xport_ctx_t *octx, xport_conn_t *ctl,
                          const char *addr, int kind, xport_op_t op, size_t size)
 {
   static const char *names[] = {"", "widened", "forged", "revoked"};
-  const char *what = op == XPORT_OP_WRITE ? "write" : "read";
+  int imm = op == XPORT_OP_REMOTE_WRITE_IMM; /* a write_imm */
+  op = imm ? XPORT_OP_WRITE : op;
+  const char *what = imm ? "write_imm" : op == XPORT_OP_WRITE ? "write" : "read";
   static char buf[R_REGION];
   xport_conn_t *victim;
   xport_rkey_t *rk;
@@ -1096,6 +1104,8 @@ static int refused_case(xport_ctx_t *ctx, xport_ctx_t *octx, xport_conn_t *ctl,
   char ack[sizeof(struct ctl)];
   struct ctl m = {0, 0, (uint32_t)kind, K_VERIFY};
   XT_OK(xport_ctx_query(ctx, &caps));
+  if (imm && caps.write_imm == XPORT_SUPPORT_NONE)
+    return 0; /* ENOSYS, tested in Core */
   XT_OK(xport_recv(ctl, ack, sizeof ack, NULL, NULL));
   XT_OK(xport_send(ctl, &m, sizeof m, NULL, NULL));
   XT_OK(xport_connect(ctx, addr, T_MS, &victim));
@@ -1117,14 +1127,16 @@ static int refused_case(xport_ctx_t *ctx, xport_ctx_t *octx, xport_conn_t *ctl,
   memset(buf, 0x77, size);
   /* Bytes the key never granted: past its range (widened), or its own. */
   size_t off = kind == R_WIDEN ? R_LEN : 0;
-  int rc = op == XPORT_OP_WRITE ? xport_write(victim, buf, size, NULL, rk, off, buf)
-                                : xport_read(victim, buf, size, NULL, rk, off, buf);
+  int rc = imm ? xport_write_imm(victim, buf, size, NULL, rk, off, 0x1234, buf)
+           : op == XPORT_OP_WRITE ? xport_write(victim, buf, size, NULL, rk, off, buf)
+                                  : xport_read(victim, buf, size, NULL, rk, off, buf);
   XT_CHECK(rc == 0, "post: %s", xport_strerror(rc));
   int shm = !strcmp(caps.provider, "shm"), verbs = !strncmp(caps.provider, "verbs", 5);
   /* A write completes once the transport took it, unless delivery-complete
-   * is on: tcp then drops the connection, shm (up to 4 KiB) says nothing. */
+   * is on: tcp then drops the connection, shm (up to 4 KiB) says nothing;
+   * a write_imm on shm waits for its write, whatever its size. */
   int write_ok = op == XPORT_OP_WRITE && !caps.delivery_complete && !verbs &&
-                 (!shm || size <= R_SILENT_MAX);
+                 (!shm || (size <= R_SILENT_MAX && !imm));
   int silent = write_ok && shm;
   int rc2 = xport_send(victim, "after", 6, NULL, NULL);
   int op_status = 1, send_status = rc2 ? rc2 : 1, ev = 1;
@@ -1147,6 +1159,8 @@ static int refused_case(xport_ctx_t *ctx, xport_ctx_t *octx, xport_conn_t *ctl,
   ctl_wait(octx, ctx, 2);
   XT_CHECK(r.unchanged, "%s key: a %s of %zu changed the target's region on %s", names[kind],
            what, size, xt_config());
+  XT_CHECK(r.imm_seen != 2, "%s key: the target was told a refused %s of %zu landed, on %s",
+           names[kind], what, size, xt_config());
   /* The operation fails (or, a write without delivery-complete, completes)
    * and the connection ends; nothing sent after it is delivered. shm
    * says nothing of a refused write it carried inline (xport(7)). */
@@ -1182,6 +1196,8 @@ static void refused_keys(int delivery_complete)
     {R_FORGE, XPORT_OP_WRITE, R_LEN}, {R_REVOKE, XPORT_OP_WRITE, R_LEN},
     {R_WIDEN, XPORT_OP_READ, R_LEN},  {R_FORGE, XPORT_OP_READ, R_LEN},
     {R_REVOKE, XPORT_OP_READ, R_LEN},
+    /* A write_imm (XPORT_OP_REMOTE_WRITE_IMM stands for it here). */
+    {R_REVOKE, XPORT_OP_REMOTE_WRITE_IMM, R_LEN}, {R_WIDEN, XPORT_OP_REMOTE_WRITE_IMM, 65536},
   };
   char addr[128];
   setenv("XPORT_RMA_TIMEOUT", "1500", 1); /* shm's deadline: short here */
