@@ -989,6 +989,16 @@ static int on_withdraw(struct xport__rep *rep, const struct xport__ctl *m, fi_ad
     free(cr);
     return 1;
   }
+  /* Accepted already, the acceptance crossing this: the connection ends
+   * here too, though the client no longer answers the acceptance (its
+   * withdrawal lasts one XPORT_PEER_TIMEOUT, withdrawn_accepted). */
+  for (xport_conn_t *c = rep->ctx->conns; c; c = c->next)
+    if (c->rep == rep && c->state == XPORT__CONN_CONNECTED && c->peer_ctx_id == m->ctx_id &&
+        c->peer_id == m->src_id && c->tag == m->cookie &&
+        (!rep->ctx->source || src == c->peer->fi_addr)) {
+      conn_lost(c, -XPORT_ECONNRESET, 0);
+      return 1;
+    }
   return 0;
 }
 
