@@ -740,6 +740,25 @@ int xport__close_fid(xport_ctx_t *ctx, struct fid *fid)
   return ret;
 }
 
+struct kept_fid {
+  struct kept_fid *next;
+  struct fid *fid;
+};
+static struct kept_fid *kept_fids;
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void xport__fid_keep(struct fid *fid)
+{
+  struct kept_fid *k = fid ? malloc(sizeof *k) : NULL;
+  if (!k)
+    return;
+  pthread_mutex_lock(&kept_lock);
+  k->fid = fid;
+  k->next = kept_fids;
+  kept_fids = k;
+  pthread_mutex_unlock(&kept_lock);
+}
+
 int xport__progress_start(xport_ctx_t *ctx)
 {
   pthread_mutexattr_t a;

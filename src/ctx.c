@@ -226,8 +226,13 @@ static void close_fids(xport_ctx_t *ctx)
     close(ctx->sig_fd);
   ctx->sig_fd = -1;
   /* An endpoint left open (close_after_refusal_crashes) is bound to these. */
-  if (ctx->keep_fids)
+  if (ctx->keep_fids) {
+    xport__fid_keep(ctx->cq ? &ctx->cq->fid : NULL);
+    xport__fid_keep(ctx->eq ? &ctx->eq->fid : NULL);
+    xport__fid_keep(ctx->domain ? &ctx->domain->fid : NULL);
+    xport__fid_keep(ctx->fabric ? &ctx->fabric->fid : NULL);
     ctx->cq = NULL, ctx->eq = NULL, ctx->domain = NULL, ctx->fabric = NULL;
+  }
   if (ctx->cq)
     fi_close(&ctx->cq->fid);
   if (ctx->eq)

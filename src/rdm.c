@@ -1262,6 +1262,8 @@ static void rep_close(struct xport__rep *rep)
                 "it once the file is gone", ctx->caps.provider,
                 rep->name[0] ? rep->name : "(unnamed)", 4 * ctx->peer_check_ms);
     ctx->keep_fids = 1;
+    xport__fid_keep(&rep->ep->fid);
+    xport__fid_keep(rep->av ? &rep->av->fid : NULL);
     rep->ep = NULL;
     rep->av = NULL;
     if (rep->name[0] && ctx->prof->keep_name)
@@ -1282,6 +1284,8 @@ static void rep_close(struct xport__rep *rep)
     XPORT__INFO("an endpoint whose one-sided operation failed is left open: the provider "
                 "crashes closing it (close_after_refusal_crashes)");
     ctx->keep_fids = 1;
+    xport__fid_keep(&rep->ep->fid);
+    xport__fid_keep(rep->av ? &rep->av->fid : NULL);
     rep->ep = NULL;
     rep->av = NULL; /* bound to it */
   }
