@@ -383,7 +383,7 @@ static inline int deliver(xport_ctx_t *ctx, struct xport__req *req, xport_comple
       req->pair |= XPORT__PAIR_HELD;
       return 0;
     }
-    if (!req->status)
+    if (req->pair_status) /* the write's error is the cause of the message's */
       req->status = req->pair_status;
     req->pair = 0;
   }

@@ -303,7 +303,8 @@ static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t 
      * data (MSG). The message is ordered after the write (FI_ORDER_SAW),
      * so the data is in place when the target's receive completes. The
      * write is a silent request paired with the message's, which the user
-     * sees once both have finished, with the first error of either. With
+     * sees once both have finished, with the write's error if it
+     * failed, else the message's. With
      * delivery-complete both carry the flag (rxm honours it on the write
      * only), except where it would hold up the rest (dc_holds_peer: shm,
      * whose 0-byte delivery-complete message never arrives either).

@@ -348,7 +348,7 @@ struct xport__req {
   long posted_ms;                 /* RMA under a deadline (rma_timeout_ms) */
   /* The user's half of an emulated write_imm whose write (a silent
    * request, user_ctx pointing here) is still out: it is delivered only
-   * once both halves finished, with the first error of either. */
+   * once both halves finished, with the write's error first. */
   unsigned pair;
   int pair_status;
   struct xport__detail *detail;   /* failed: the provider's text, or NULL */
