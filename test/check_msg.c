@@ -1028,15 +1028,20 @@ END_TEST
  * holds: the server, polling but not accepting, accepts only after the
  * client's connect timed out. It must then get no connection, or one
  * whose disconnect event comes. */
+struct given_up {
+  struct xt_steps st;
+  int server_polls; /* 0: the server sits outside xport until 'G' */
+};
+
 static void given_up_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
 {
-  struct xt_steps *st = arg;
-  struct pollfd p = {.fd = st->c2s[0], .events = POLLIN};
+  struct given_up *g = arg;
+  struct pollfd p = {.fd = g->st.c2s[0], .events = POLLIN};
   xport_completion_t c[4];
   xport_conn_t *conn = NULL;
-  while (poll(&p, 1, 1) == 0)
+  while (g->server_polls && poll(&p, 1, 1) == 0)
     xport_poll(ctx, c, 4);
-  XT_CHECK(xt_step_get(st->c2s[0], 0) == 'G', "protocol");
+  XT_CHECK(xt_step_get(g->st.c2s[0], 60000) == 'G', "protocol");
   int rc = xport_accept(lst, 1000, &conn);
   XT_CHECK(rc == 0 || rc == -XPORT_ETIMEDOUT, "accept after the client gave up: %s",
            xport_strerror(rc));
@@ -1045,70 +1050,52 @@ static void given_up_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
     XT_CHECK(ev.conn == conn, "the disconnect is that connection's");
     XT_OK(xport_conn_close(conn));
   }
-  xt_step_put(st->s2c[1], 'D');
+  xt_step_put(g->st.s2c[1], 'D');
+}
+
+/* server_polls 0: the server does not poll at all until the client, its
+ * connect given up, has destroyed its context: what the client's first
+ * message left at the server must not crash it then (shm in libfabric
+ * 1.17 maps the sender's file when it first progresses). */
+static void given_up(int server_polls)
+{
+  char addr[128];
+  struct given_up g = {.server_polls = server_polls};
+  xt_steps_open(&g.st);
+  pid_t pid = xt_spawn_server(given_up_server, &g, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn = (xport_conn_t *)0x1;
+  int rc = xport_connect(ctx, addr, server_polls ? 300 : 100, &conn);
+  XT_CHECK(rc == -XPORT_ETIMEDOUT && conn == (xport_conn_t *)0x1,
+           "connect to a listener that does not %s: %s", server_polls ? "accept" : "poll",
+           xport_strerror(rc));
+  if (!server_polls) {
+    xport_ctx_destroy(ctx);
+    ctx = NULL;
+  }
+  xt_step_put(g.st.c2s[1], 'G');
+  /* Keep polling: what the server sends (an acceptance) is answered. */
+  struct pollfd p = {.fd = g.st.s2c[0], .events = POLLIN};
+  xport_completion_t c[4];
+  while (ctx && poll(&p, 1, 1) == 0)
+    XT_CHECK(xport_poll(ctx, c, 4) == 0, "a completion for a connection never made");
+  XT_CHECK(xt_step_get(g.st.s2c[0], 60000) == 'D', "protocol");
+  xport_ctx_destroy(ctx);
+  XT_CHECK(xt_reap(pid) == 0, "server failed on %s", xt_config());
+  xt_steps_close(&g.st);
+  if (!server_polls)
+    xt_shm_remove_own(); /* what the destroyed context had to leave */
 }
 
 START_TEST(given_up_connect_not_accepted)
 {
-  char addr[128];
-  struct xt_steps st;
-  xt_steps_open(&st);
-  pid_t pid = xt_spawn_server(given_up_server, &st, addr, sizeof addr);
-  xport_ctx_t *ctx = xt_ctx();
-  xport_conn_t *conn = (xport_conn_t *)0x1;
-  int rc = xport_connect(ctx, addr, 300, &conn);
-  XT_CHECK(rc == -XPORT_ETIMEDOUT && conn == (xport_conn_t *)0x1,
-           "connect to a listener that does not accept: %s", xport_strerror(rc));
-  xt_step_put(st.c2s[1], 'G');
-  /* Keep polling: what the server sends (an acceptance) is answered. */
-  struct pollfd p = {.fd = st.s2c[0], .events = POLLIN};
-  xport_completion_t c[4];
-  while (poll(&p, 1, 1) == 0)
-    XT_CHECK(xport_poll(ctx, c, 4) == 0, "a completion for a connection never made");
-  XT_CHECK(xt_step_get(st.s2c[0], 0) == 'D', "protocol");
-  xport_ctx_destroy(ctx);
-  XT_CHECK(xt_reap(pid) == 0, "server failed on %s", xt_config());
-  xt_steps_close(&st);
+  given_up(1);
 }
 END_TEST
 
-/* The server does not poll at all until the client, its connect given
- * up, has destroyed its context: what the client's first message left at
- * the server must not crash it then (shm in libfabric 1.17 maps the
- * sender's file when it first progresses). */
-static void unpolled_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
-{
-  struct xt_steps *st = arg;
-  xport_conn_t *conn = NULL;
-  XT_CHECK(xt_step_get(st->c2s[0], 60000) == 'G', "protocol");
-  int rc = xport_accept(lst, 1000, &conn);
-  XT_CHECK(rc == 0 || rc == -XPORT_ETIMEDOUT, "accept after the client went: %s",
-           xport_strerror(rc));
-  if (rc == 0) {
-    xport_completion_t ev = xt_wait_op(ctx, XPORT_OP_DISCONNECT, T_MS);
-    XT_CHECK(ev.conn == conn, "the disconnect is that connection's");
-    XT_OK(xport_conn_close(conn));
-  }
-  xt_step_put(st->s2c[1], 'D');
-}
-
 START_TEST(given_up_connect_unpolled_server)
 {
-  char addr[128];
-  struct xt_steps st;
-  xt_steps_open(&st);
-  pid_t pid = xt_spawn_server(unpolled_server, &st, addr, sizeof addr);
-  xport_ctx_t *ctx = xt_ctx();
-  xport_conn_t *conn = (xport_conn_t *)0x1;
-  int rc = xport_connect(ctx, addr, 100, &conn);
-  XT_CHECK(rc == -XPORT_ETIMEDOUT && conn == (xport_conn_t *)0x1,
-           "connect to a listener that does not poll: %s", xport_strerror(rc));
-  xport_ctx_destroy(ctx);
-  xt_step_put(st.c2s[1], 'G');
-  XT_CHECK(xt_step_get(st.s2c[0], 60000) == 'D', "protocol");
-  XT_CHECK(xt_reap(pid) == 0, "server failed on %s", xt_config());
-  xt_steps_close(&st);
-  xt_shm_remove_own(); /* what the destroyed context had to leave */
+  given_up(0);
 }
 END_TEST
 
