@@ -297,9 +297,15 @@ void xport__zombie_reclaim(xport_ctx_t *ctx, struct xport__rep *rep)
 static void internal_entry(xport_ctx_t *ctx, struct xport__req *req, int status,
                            const struct fi_cq_data_entry *e, fi_addr_t src)
 {
-  if (req->zombie)
+  if (req->zombie) {
+    /* The provider's own verdict on the operation says more than the loss
+     * of its connection, which it caused (a refused key: EACCES), unless
+     * the user closed the connection (ECANCELED, xport_conn_close(3)). */
+    if (status == -XPORT_EACCES && !(req->zombie & XPORT__Z_SHOWN) && req->conn &&
+        !req->conn->closing)
+      req->status = status;
     zombie_done(ctx, req, status ? NULL : e);
-  else if (req->op == XPORT__OP_SVC_SEND || req->op == XPORT__OP_SVC_RECV)
+  } else if (req->op == XPORT__OP_SVC_SEND || req->op == XPORT__OP_SVC_RECV)
     xport__svc_internal(ctx, req, status, e);
   else
     xport__rdm_internal(ctx, req, status, e, src);
