@@ -97,6 +97,10 @@ static int shm_claim_name(const char *name, int *lock_p)
     /* The file may have been unlinked by its previous owner between our
      * open and lock: then lock the new one. */
     struct stat a, b;
+    if (fstat(fd, &a) == 0 && a.st_mtime > time(NULL)) {
+      close(fd); /* a dead owner's file that a live peer still needs (shm_keep_name) */
+      return -XPORT_EADDRINUSE;
+    }
     if (fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_ino == b.st_ino) {
       char ep[512];
       snprintf(ep, sizeof ep, SHM_DIR "%s", name);
@@ -144,17 +148,18 @@ static int shm_name_exists(const char *name)
   return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* An endpoint left open at exit, because a peer has yet to map its file
- * (peer_may_map), keeps its file for an hour after: its lock file's time
- * is set that far ahead, and sweep leaves a lock file from the future
- * alone. */
+/* An endpoint with a message a live peer has yet to take (peer_may_map)
+ * must keep its file however its process ends (exit, a kill, or a context
+ * that leaves it open): while it has one, and for an hour after, its lock
+ * file's time lies that far ahead, and sweep leaves a lock file from the
+ * future alone. Once every such peer has taken it, the time is now again. */
 #define SHM_KEEP_S 3600
-static void shm_keep_name(const char *name, int lock)
+static void shm_keep_name(const char *name, int lock, int keep)
 {
   (void)name;
   struct timespec t[2];
   clock_gettime(CLOCK_REALTIME, &t[0]);
-  t[0].tv_sec += SHM_KEEP_S;
+  t[0].tv_sec += keep ? SHM_KEEP_S : 0;
   t[1] = t[0];
   if (lock >= 0)
     futimens(lock, t);

@@ -127,13 +127,13 @@ static void peer_reached(struct xport__rep *rep, fi_addr_t dest, int reached)
   if (!p || p->unreached == !reached)
     return;
   p->unreached = !reached;
-  if (reached) {
-    rep->unreached--;
-    if (!p->refs)
-      peer_free(rep, p);
-  } else {
-    rep->unreached++;
-  }
+  rep->unreached += reached ? (size_t)-1 : 1;
+  /* Its file must stay while the first peer waits, whatever ends us. */
+  const struct xport__profile *prof = rep->ctx->prof;
+  if (rep->unreached == !reached && rep->name[0] && prof->keep_name)
+    prof->keep_name(rep->name, rep->lock, !reached);
+  if (reached && !p->refs)
+    peer_free(rep, p);
 }
 
 /* ---- control messages ----------------------------------------------- */
@@ -1267,7 +1267,7 @@ static void rep_close(struct xport__rep *rep)
     rep->ep = NULL;
     rep->av = NULL;
     if (rep->name[0] && ctx->prof->keep_name)
-      ctx->prof->keep_name(rep->name, rep->lock);
+      ctx->prof->keep_name(rep->name, rep->lock, 1);
     rep->name[0] = '\0'; /* the name's lock is held until the process ends */
   }
   if (rep->enabled && ctx->prof && ctx->prof->retire_eps && ctx->cq_fd >= 0 && !ctx->rdm_closing) {

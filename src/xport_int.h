@@ -220,10 +220,11 @@ struct xport__profile {
    * at an endpoint's close, for every such peer to take it, and where one
    * never does, leaves the endpoint open (rdm.c, settle_names). */
   int (*peer_may_map)(const void *addr, size_t len);
-  /* The endpoint under name (with lock, from claim_name) is left open at
-   * the context's end for that reason: its file is to outlast this
-   * process by a while, which sweep then respects. */
-  void (*keep_name)(const char *name, int lock);
+  /* keep 1: the endpoint under name (with lock, from claim_name) has such
+   * a message out, or is left open at the context's end for it: its file
+   * is to outlast this process by a while, however the process ends, and
+   * sweep respects that; keep 0: no longer. May be NULL. */
+  void (*keep_name)(const char *name, int lock, int keep);
 };
 
 /* NULL-terminated registry, providers/registry.c. */

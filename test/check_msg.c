@@ -1054,21 +1054,32 @@ static void given_up_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
 }
 
 /* server_polls 0: the server does not poll at all until the client, its
- * connect given up, has destroyed its context: what the client's first
- * message left at the server must not crash it then (shm in libfabric
- * 1.17 maps the sender's file when it first progresses). */
-static void given_up(int server_polls)
+ * connect given up, has destroyed its context (or, client_exits, ended
+ * its process without that, and another context has opened since, which
+ * sweeps the files of dead owners): what the client's first message left
+ * at the server must not crash it then (shm in libfabric 1.17 maps the
+ * sender's file when it first progresses). */
+static void given_up(int server_polls, int client_exits)
 {
   char addr[128];
   struct given_up g = {.server_polls = server_polls};
   xt_steps_open(&g.st);
   pid_t pid = xt_spawn_server(given_up_server, &g, addr, sizeof addr);
-  xport_ctx_t *ctx = xt_ctx();
-  xport_conn_t *conn = (xport_conn_t *)0x1;
-  int rc = xport_connect(ctx, addr, server_polls ? 300 : 100, &conn);
-  XT_CHECK(rc == -XPORT_ETIMEDOUT && conn == (xport_conn_t *)0x1,
-           "connect to a listener that does not %s: %s", server_polls ? "accept" : "poll",
-           xport_strerror(rc));
+  pid_t cpid = client_exits ? xt_fork() : 0;
+  xport_ctx_t *ctx = cpid ? NULL : xt_ctx();
+  if (ctx) {
+    xport_conn_t *conn = (xport_conn_t *)0x1;
+    int rc = xport_connect(ctx, addr, server_polls ? 300 : 100, &conn);
+    XT_CHECK(rc == -XPORT_ETIMEDOUT && conn == (xport_conn_t *)0x1,
+             "connect to a listener that does not %s: %s", server_polls ? "accept" : "poll",
+             xport_strerror(rc));
+    if (client_exits)
+      _exit(0);
+  }
+  if (cpid) {
+    XT_CHECK(xt_reap(cpid) == 0, "client failed on %s", xt_config());
+    xport_ctx_destroy(xt_ctx()); /* a context opens: it sweeps */
+  }
   if (!server_polls) {
     xport_ctx_destroy(ctx);
     ctx = NULL;
@@ -1083,19 +1094,25 @@ static void given_up(int server_polls)
   xport_ctx_destroy(ctx);
   XT_CHECK(xt_reap(pid) == 0, "server failed on %s", xt_config());
   xt_steps_close(&g.st);
-  if (!server_polls)
-    xt_shm_remove_own(); /* what the destroyed context had to leave */
+  if (!server_polls) /* what the client's context had to leave */
+    xt_shm_remove_of(cpid ? cpid : getpid());
 }
 
 START_TEST(given_up_connect_not_accepted)
 {
-  given_up(1);
+  given_up(1, 0);
 }
 END_TEST
 
 START_TEST(given_up_connect_unpolled_server)
 {
-  given_up(0);
+  given_up(0, 0);
+}
+END_TEST
+
+START_TEST(given_up_connect_client_exits)
+{
+  given_up(0, 1);
 }
 END_TEST
 
@@ -1811,6 +1828,7 @@ static Suite *make_suite(void)
   tcase_add_test(fail, accept_timeout);
   tcase_add_test(fail, given_up_connect_not_accepted);
   tcase_add_test(fail, given_up_connect_unpolled_server);
+  tcase_add_test(fail, given_up_connect_client_exits);
   tcase_add_test(fail, garbage_from_network);
   tcase_add_test(fail, strangers_in_the_handshake);
   suite_add_tcase(s, fail);

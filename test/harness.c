@@ -414,10 +414,10 @@ char xt_step_get(int fd, int timeout_ms)
   return what;
 }
 
-void xt_shm_remove_own(void)
+void xt_shm_remove_of(pid_t pid)
 {
   char prefix[64];
-  snprintf(prefix, sizeof prefix, "xport-%ld-", (long)getpid());
+  snprintf(prefix, sizeof prefix, "xport-%ld-", (long)pid);
   DIR *d = opendir("/dev/shm");
   struct dirent *e;
   if (!d)

@@ -90,9 +90,9 @@ struct xt_steps {
 void xt_steps_open(struct xt_steps *st);
 void xt_steps_close(struct xt_steps *st);
 void xt_step_put(int fd, char what);
-/* Removes this process's endpoint files from /dev/shm (those an endpoint
+/* Removes process pid's endpoint files from /dev/shm (those an endpoint
  * left open at its context's end keeps), once no context of it lives. */
-void xt_shm_remove_own(void);
+void xt_shm_remove_of(pid_t pid);
 char xt_step_get(int fd, int timeout_ms);
 
 /* Deterministic fill and check of a pattern. */
