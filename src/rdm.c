@@ -1895,6 +1895,24 @@ static int probe_send(xport_ctx_t *ctx, xport_conn_t *c, uint32_t type)
  * unanswered, concludes that it was refused. shm then holds back every
  * later answer to this endpoint: its connections are lost, and the
  * endpoint retires. 1 if c was lost. */
+/* Of the connections on c's endpoint to c's peer, the one whose oldest
+ * outstanding one-sided operation was posted first. */
+static xport_conn_t *oldest_rma(xport_ctx_t *ctx, xport_conn_t *c)
+{
+  xport_conn_t *best = c;
+  uint64_t best_seq = 0;
+  for (xport_conn_t *o = ctx->conns; o; o = o->next) {
+    if (o->rep != c->rep || o->peer != c->peer || o->state != XPORT__CONN_CONNECTED)
+      continue;
+    for (struct xport__req *r = o->out; r; r = r->cnext)
+      if (r->posted_seq && (!best_seq || r->posted_seq < best_seq)) {
+        best_seq = r->posted_seq;
+        best = o;
+      }
+  }
+  return best;
+}
+
 static int rma_check(xport_ctx_t *ctx, xport_conn_t *c, long now, int *drained)
 {
   struct xport__req *r = c->out;
@@ -1909,6 +1927,9 @@ static int rma_check(xport_ctx_t *ctx, xport_conn_t *c, long now, int *drained)
     c->ping_at = 0;
     if (!r || c->state != XPORT__CONN_CONNECTED)
       return 0;
+    /* The refused operation holds up everything after it to that peer,
+     * other connections' operations included: it is the oldest of all. */
+    c = oldest_rma(ctx, c);
     XPORT__WARN("connection %u: the target took a one-sided operation off its queue "
                 "without answering it: it refused the remote key (revoked, forged or out "
                 "of range); the endpoint's later answers are held up behind it, so its "

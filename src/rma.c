@@ -328,7 +328,7 @@ static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t 
       ret = xport__post_begin(conn, XPORT__OP_SILENT, iov, iovcnt, NULL, fiov, desc, &cnt, &req);
       if (!ret) {
         if (XPORT__UNLIKELY(ctx->rma_timeout_ms))
-          req->posted_ms = xport__now_ms();
+          req->posted_ms = xport__now_ms(), req->posted_seq = ++ctx->rma_seq;
         struct fi_rma_iov riov = {addr, len, rk->key};
         struct fi_msg_rma m = {.msg_iov = fiov, .desc = desc, .iov_count = cnt,
                                .addr = conn->dest, .rma_iov = &riov, .rma_iov_count = 1,
@@ -378,7 +378,7 @@ static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t 
   if (XPORT__UNLIKELY(ret))
     return (int)ret;
   if (XPORT__UNLIKELY(ctx->rma_timeout_ms))
-    req->posted_ms = xport__now_ms();
+    req->posted_ms = xport__now_ms(), req->posted_seq = ++ctx->rma_seq;
   if (op == XPORT_OP_READ) {
     if (cnt == 1)
       ret = fi_read(conn->ep, fiov[0].iov_base, fiov[0].iov_len, desc[0], conn->dest, addr,

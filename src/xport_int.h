@@ -347,6 +347,7 @@ struct xport__req {
   struct xport__rep *rep;         /* control requests: their endpoint */
   struct xport__peer *peer;       /* control sends that hold a peer (refusals) */
   long posted_ms;                 /* RMA under a deadline (rma_timeout_ms) */
+  uint64_t posted_seq;            /* ... and its place among them (ctx->rma_seq) */
   /* The user's half of an emulated write_imm whose write (a silent
    * request, user_ctx pointing here) is still out: it is delivered only
    * once both halves finished, with the write's error first. */
@@ -580,6 +581,7 @@ struct xport_ctx {
   int keepalive_mode; /* XPORT_KEEPALIVE: -1 auto, 0 never, 1 always */
   long keepalive_ms;  /* XPORT_KEEPALIVE_TIMEOUT: silence that means a dead peer */
   long rma_timeout_ms; /* 0, or the deadline of one-sided operations */
+  uint64_t rma_seq;    /* the last one's posted_seq */
   /* FI_DELIVERY_COMPLETE where delivery-complete is on and the provider
    * needs the flag for it, else 0: the flags of every write. */
   uint64_t write_flags;
