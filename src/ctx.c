@@ -225,7 +225,8 @@ static void close_fids(xport_ctx_t *ctx)
   if (ctx->sig_fd >= 0)
     close(ctx->sig_fd);
   ctx->sig_fd = -1;
-  /* An endpoint left open (close_after_refusal_crashes) is bound to these. */
+  /* An endpoint left open (close_after_refusal_crashes, settle_names) is
+   * bound to these. */
   if (ctx->keep_fids) {
     xport__fid_keep(ctx->cq ? &ctx->cq->fid : NULL);
     xport__fid_keep(ctx->eq ? &ctx->eq->fid : NULL);

@@ -1246,11 +1246,24 @@ struct sib_report {
   int got, bad, ended;
 };
 
+/* Registers buf for remote writes and sends its key over conn. */
+static xport_mr_t *sibling_key(xport_ctx_t *ctx, xport_conn_t *conn, void *buf, size_t len)
+{
+  uint8_t key[XPORT_RKEY_MAX_SIZE];
+  xport_mr_t *mr;
+  XT_OK(xport_mr_reg(ctx, buf, len, XPORT_ACCESS_REMOTE_WRITE, &mr));
+  int n = xport_rkey_pack(mr, 0, len, key, sizeof key);
+  XT_CHECK(n > 0, "pack: %s", xport_strerror(n));
+  XT_OK(xport_send(conn, key, (size_t)n, NULL, NULL));
+  xport_completion_t c = xt_wait_op(ctx, XPORT_OP_SEND, T_MS);
+  XT_CHECK(c.status == 0, "key: %s", xport_strerror(c.status));
+  return mr;
+}
+
 static void sibling_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
 {
   int *to_client = arg;
   static char reg[65536], okreg[65536], rb[SIB_RX][SIB_LEN];
-  uint8_t key[XPORT_RKEY_MAX_SIZE], okkey[XPORT_RKEY_MAX_SIZE];
   xport_conn_t *a, *b;
   xport_mr_t *mr, *okmr;
   xport_completion_t c;
@@ -1258,20 +1271,10 @@ static void sibling_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
   XT_OK(xport_accept(lst, T_MS, &a));
   XT_OK(xport_accept(lst, T_MS, &b));
   /* B gets a key that stays good, for writes beside its messages. */
-  XT_OK(xport_mr_reg(ctx, okreg, sizeof okreg, XPORT_ACCESS_REMOTE_WRITE, &okmr));
-  int okn = xport_rkey_pack(okmr, 0, sizeof okreg, okkey, sizeof okkey);
-  XT_CHECK(okn > 0, "pack: %s", xport_strerror(okn));
-  XT_OK(xport_send(b, okkey, (size_t)okn, NULL, NULL));
-  c = xt_wait_op(ctx, XPORT_OP_SEND, T_MS);
-  XT_CHECK(c.status == 0, "key: %s", xport_strerror(c.status));
+  okmr = sibling_key(ctx, b, okreg, sizeof okreg);
   for (long i = 0; i < SIB_RX; i++)
     XT_OK(xport_recv(b, rb[i], SIB_LEN, NULL, (void *)i));
-  XT_OK(xport_mr_reg(ctx, reg, sizeof reg, XPORT_ACCESS_REMOTE_WRITE, &mr));
-  int n = xport_rkey_pack(mr, 0, sizeof reg, key, sizeof key);
-  XT_CHECK(n > 0, "pack: %s", xport_strerror(n));
-  XT_OK(xport_send(a, key, (size_t)n, NULL, NULL));
-  c = xt_wait_op(ctx, XPORT_OP_SEND, T_MS);
-  XT_CHECK(c.status == 0, "key: %s", xport_strerror(c.status));
+  mr = sibling_key(ctx, a, reg, sizeof reg);
   XT_OK(xport_mr_dereg(mr)); /* revoked before the client uses it */
   XT_OK(xport_send(a, "R", 2, NULL, NULL));
   while (r.got < SIB_N && !r.ended) {
