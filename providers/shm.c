@@ -97,10 +97,6 @@ static int shm_claim_name(const char *name, int *lock_p)
     /* The file may have been unlinked by its previous owner between our
      * open and lock: then lock the new one. */
     struct stat a, b;
-    if (fstat(fd, &a) == 0 && a.st_mtime > time(NULL)) {
-      close(fd); /* a dead owner's file that a live peer still needs (shm_keep_name) */
-      return -XPORT_EADDRINUSE;
-    }
     if (fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_ino == b.st_ino) {
       char ep[512];
       snprintf(ep, sizeof ep, SHM_DIR "%s", name);

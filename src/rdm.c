@@ -1474,16 +1474,15 @@ int xport__rdm_listen(xport_listener_t *lst, const char *host, const char *port)
       ret = prof->listen_name(host, p, name, sizeof name);
       if (!ret)
         ret = prof->claim_name(name, &lock);
+      /* The provider may find the name in use where the lock did not (a
+       * file of a live process that is not xport's). */
+      if (!ret && (ret = rep_open(ctx, NULL, name, &rep)))
+        prof->release_name(name, lock);
       if (ret != -XPORT_EADDRINUSE || strcmp(port, "0"))
         break;
     }
     if (ret)
       return ret;
-    ret = rep_open(ctx, NULL, name, &rep);
-    if (ret) {
-      prof->release_name(name, lock);
-      return ret;
-    }
     snprintf(rep->name, sizeof rep->name, "%s", name);
     rep->lock = lock;
     if (host[strspn(host, "0123456789abcdefABCDEF.:")] == '\0' && strchr(host, ':'))
