@@ -49,12 +49,7 @@ static void conn_discard(xport_conn_t *conn);
 /* Queues a connection request at the tail of its listener's backlog. */
 void xport__connreq_push(xport_listener_t *lst, struct xport__connreq *cr)
 {
-  cr->next = NULL;
-  if (lst->pending_tail)
-    lst->pending_tail->next = cr;
-  else
-    lst->pending = cr;
-  lst->pending_tail = cr;
+  XPORT__FIFO_PUSH(lst->pending, lst->pending_tail, cr, next);
   lst->npending++;
 }
 
@@ -64,12 +59,7 @@ void xport__evq_push(xport_ctx_t *ctx, xport_conn_t *conn, int status)
     return;
   conn->ev_queued = 1;
   conn->ev_status = status;
-  conn->ev_next = NULL;
-  if (ctx->evq_tail)
-    ctx->evq_tail->ev_next = conn;
-  else
-    ctx->evq = conn;
-  ctx->evq_tail = conn;
+  XPORT__FIFO_PUSH(ctx->evq, ctx->evq_tail, conn, ev_next);
 }
 
 void xport__evq_remove(xport_ctx_t *ctx, xport_conn_t *conn)

@@ -131,12 +131,7 @@ static void req_finish(xport_ctx_t *ctx, struct xport__req *req, int status, siz
 
 static void done_push(xport_ctx_t *ctx, struct xport__req *req)
 {
-  req->next = NULL;
-  if (ctx->done_tail)
-    ctx->done_tail->next = req;
-  else
-    ctx->done = req;
-  ctx->done_tail = req;
+  XPORT__FIFO_PUSH(ctx->done, ctx->done_tail, req, next);
 }
 
 void xport__done_push(xport_ctx_t *ctx, struct xport__req *req)

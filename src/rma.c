@@ -246,12 +246,7 @@ void xport__wimm_write_done(xport_ctx_t *ctx, struct xport__req *p, int status)
   /* Behind the markers already waiting, in order. */
   if (!ctx->wimm_wait && wimm_try(ctx, p, status))
     return;
-  p->next = NULL;
-  if (ctx->wimm_wait_tail)
-    ctx->wimm_wait_tail->next = p;
-  else
-    ctx->wimm_wait = p;
-  ctx->wimm_wait_tail = p;
+  XPORT__FIFO_PUSH(ctx->wimm_wait, ctx->wimm_wait_tail, p, next);
   p->pair_status = status;
 }
 

@@ -40,6 +40,17 @@
       (head)->prev = (node);                                                                \
     (head) = (node);                                                                        \
   } while (0)
+/* Singly linked queues (done requests, events, backlogs): append at the
+ * tail through the field named. */
+#define XPORT__FIFO_PUSH(head, tail, node, next)                                             \
+  do {                                                                                      \
+    (node)->next = NULL;                                                                    \
+    if (tail)                                                                               \
+      (tail)->next = (node);                                                                \
+    else                                                                                    \
+      (head) = (node);                                                                      \
+    (tail) = (node);                                                                        \
+  } while (0)
 #define XPORT__LIST_UNLINK(head, node, next, prev)                                           \
   do {                                                                                      \
     if ((node)->prev)                                                                       \
