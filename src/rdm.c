@@ -1220,6 +1220,17 @@ static int settle_names(struct xport__rep *rep)
   }
 }
 
+/* Leaves rep's endpoint, and the address vector bound to it, open for the
+ * rest of the process; the context's objects they are bound to stay too. */
+static void rep_leave_open(struct xport__rep *rep)
+{
+  rep->ctx->keep_fids = 1;
+  xport__fid_keep(&rep->ep->fid);
+  xport__fid_keep(rep->av ? &rep->av->fid : NULL);
+  rep->ep = NULL;
+  rep->av = NULL;
+}
+
 static void rep_close(struct xport__rep *rep)
 {
   if (!rep)
@@ -1261,11 +1272,7 @@ static void rep_close(struct xport__rep *rep)
                 "its first message within 4 x XPORT_PEER_TIMEOUT (%ld ms), and would crash on "
                 "it once the file is gone", ctx->caps.provider,
                 rep->name[0] ? rep->name : "(unnamed)", 4 * ctx->peer_check_ms);
-    ctx->keep_fids = 1;
-    xport__fid_keep(&rep->ep->fid);
-    xport__fid_keep(rep->av ? &rep->av->fid : NULL);
-    rep->ep = NULL;
-    rep->av = NULL;
+    rep_leave_open(rep);
     if (rep->name[0] && ctx->prof->keep_name)
       ctx->prof->keep_name(rep->name, rep->lock, 1);
     rep->name[0] = '\0'; /* the name's lock is held until the process ends */
@@ -1283,11 +1290,7 @@ static void rep_close(struct xport__rep *rep)
       ctx->prof->close_after_refusal_crashes) {
     XPORT__INFO("an endpoint whose one-sided operation failed is left open: the provider "
                 "crashes closing it (close_after_refusal_crashes)");
-    ctx->keep_fids = 1;
-    xport__fid_keep(&rep->ep->fid);
-    xport__fid_keep(rep->av ? &rep->av->fid : NULL);
-    rep->ep = NULL;
-    rep->av = NULL; /* bound to it */
+    rep_leave_open(rep);
   }
   if (rep->ep) {
     xport__close_fid(ctx, &rep->ep->fid);
@@ -1784,18 +1787,12 @@ void xport__rdm_rma_failed(xport_conn_t *conn, int status)
   /* The provider carries all of them over one connection of its own,
    * which the refusal broke (rxm): what they had in flight is lost, and
    * the target would never hear of it. */
-  for (xport_conn_t *o = ctx->conns, *next; o; o = next) {
-    next = o->next;
-    if (o != conn && o->rep == conn->rep && o->peer == conn->peer &&
-        o->state == XPORT__CONN_CONNECTED) {
+  for (xport_conn_t *o = ctx->conns; o; o = o->next)
+    if (o->rep == conn->rep && o->peer == conn->peer && o->state == XPORT__CONN_CONNECTED) {
       ctl_send_conn(o, CTL_DISC);
       bye_resent(o);
       conn_lost(o, -XPORT_ECONNRESET, 0);
     }
-  }
-  ctl_send_conn(conn, CTL_DISC);
-  bye_resent(conn);
-  conn_lost(conn, -XPORT_ECONNRESET, 0);
 }
 
 void xport__rdm_close(xport_conn_t *conn)
