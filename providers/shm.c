@@ -292,7 +292,9 @@ static void shm_preinit(void)
 }
 
 /* A peer's command queue has 1024 slots, and a one-sided operation takes
- * two (libfabric 1.17, smr_generic_rma). */
+ * two (libfabric 1.17, smr_generic_rma): at this depth the provider takes
+ * a connection's posts (none waiting in xport, conn->held) unless a read
+ * or another connection holds that peer's channel. */
 static size_t shm_tx_depth(void) { return 512; }
 
 const struct xport__profile xport__profile_shm = {

@@ -268,6 +268,9 @@ static int post_atomic_locked(xport_conn_t *conn, unsigned kind, uint64_t *resul
   ret = xport__post_room(conn, XPORT_OP_ATOMIC, 1);
   if (XPORT__UNLIKELY(ret))
     return ret;
+  /* Not kept behind posts waiting for the provider: it would pass them. */
+  if (XPORT__UNLIKELY(conn->held != NULL))
+    return -XPORT_EAGAIN;
 
   struct xport__req *req = xport__req_new(ctx, conn, XPORT_OP_ATOMIC, user_ctx);
   if (XPORT__UNLIKELY(!req))

@@ -92,6 +92,7 @@ static void conn_release_ep(xport_conn_t *conn, int status)
   xport__cq_drain(ctx);
   while (conn->out)
     xport__req_complete(ctx, conn->out, status);
+  xport__held_flush(conn, status);
 }
 
 static void conn_lost(xport_conn_t *conn, int status)

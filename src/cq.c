@@ -542,6 +542,10 @@ static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t 
         n += deliver(ctx, req, &comps[n]);
     }
   }
+  /* What the provider pushed back may fit now: the entries just read
+   * gave room back, or the target served what held its channel. */
+  if (XPORT__UNLIKELY(ctx->holding != NULL))
+    xport__held_retry(ctx);
   /* Connection events are rare: look at the EQ (or run the RDM checks,
    * which read the clock) once every XPORT__EQ_EVERY polls, and at once
    * after an error completion. Busy or idle alike: a CQ that always has
@@ -634,6 +638,8 @@ static int wait_check(xport_ctx_t *ctx, int drain)
   XPORT__LOCK(ctx);
   if (drain)
     xport__cq_drain(ctx);
+  if (ctx->holding)
+    xport__held_retry(ctx);
   if (!ctx->done && !ctx->evq) {
     if (ctx->rdm)
       xport__rdm_housekeeping(ctx);
@@ -659,6 +665,11 @@ XPORT_API int xport_wait(xport_ctx_t *ctx, int timeout_ms)
      * finds the CQ empty; from then on it signals sig_fd, which is in
      * epfd, for whatever it queues. */
     XPORT__LOCK(ctx);
+    if (ctx->holding)
+      xport__held_retry(ctx);
+    /* Held posts wake nothing when they fit again: look often. */
+    if (ctx->holding)
+      cap = 1;
     int ready = work_queued(ctx);
     if (!ready && ctx->rdm) {
       xport__cq_drain(ctx);
@@ -710,6 +721,8 @@ static void *progress_main(void *arg)
       break;
     }
     xport__cq_drain(ctx);
+    if (ctx->holding)
+      xport__held_retry(ctx);
     if (ctx->sig_fd >= 0 && !ctx->sig_set && (ctx->done || ctx->evq)) {
       uint64_t one = 1;
       ctx->sig_set = 1;

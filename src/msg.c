@@ -2,6 +2,7 @@
  * provider sees anything, so a refused post posts nothing. */
 #include "xport_int.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* Validates a post and returns the total length, or a negative code. */
@@ -148,6 +149,95 @@ int xport__post_end(xport_conn_t *conn, struct xport__req *req, ssize_t ret)
   return 0;
 }
 
+int xport__post_hold(xport_conn_t *conn, struct xport__req *req, const struct xport__held *h)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  struct xport__held *copy = malloc(sizeof *copy);
+  if (XPORT__UNLIKELY(!copy)) {
+    undo_prepare(ctx, req);
+    return -XPORT_EAGAIN;
+  }
+  *copy = *h;
+  req->held = copy;
+  if (!conn->held)
+    XPORT__LIST_PUSH(ctx->holding, conn, hnext, hprev);
+  XPORT__FIFO_PUSH(conn->held, conn->held_tail, req, next);
+  /* Counted as posted: the depth and the CQ's room are promised to it. */
+  conn->nreqs++;
+  conn->ntx++;
+  ctx->nposted++;
+  return 0;
+}
+
+static ssize_t held_post(xport_conn_t *conn, struct xport__req *req)
+{
+  const struct xport__held *h = req->held;
+  switch (h->kind) {
+  case XPORT__H_TSEND: {
+    struct fi_msg_tagged m = {.msg_iov = h->iov, .desc = (void **)h->desc,
+                              .iov_count = h->cnt, .addr = conn->dest, .tag = h->tag,
+                              .context = &req->fictx, .data = h->data};
+    return fi_tsendmsg(conn->ep, &m, h->flags);
+  }
+  case XPORT__H_SEND: {
+    struct fi_msg m = {.msg_iov = h->iov, .desc = (void **)h->desc, .iov_count = h->cnt,
+                       .addr = conn->dest, .context = &req->fictx, .data = h->data};
+    return fi_sendmsg(conn->ep, &m, h->flags);
+  }
+  default: {
+    struct fi_msg_rma m = {.msg_iov = h->iov, .desc = (void **)h->desc, .iov_count = h->cnt,
+                           .addr = conn->dest, .rma_iov = &h->rma, .rma_iov_count = 1,
+                           .context = &req->fictx, .data = h->data};
+    return h->kind == XPORT__H_READ ? fi_readmsg(conn->ep, &m, h->flags)
+                                    : fi_writemsg(conn->ep, &m, h->flags);
+  }
+  }
+}
+
+/* Takes conn's oldest held request off its queue: it is outstanding
+ * from now on, as xport__post_end would have left it. */
+static struct xport__req *held_pop(xport_conn_t *conn)
+{
+  struct xport__req *req = conn->held;
+  conn->held = req->next;
+  if (!conn->held) {
+    conn->held_tail = NULL;
+    XPORT__LIST_UNLINK(conn->ctx->holding, conn, hnext, hprev);
+  }
+  free(req->held);
+  req->held = NULL;
+  XPORT__LIST_PUSH(conn->out, req, cnext, cprev);
+  return req;
+}
+
+void xport__held_retry(xport_ctx_t *ctx)
+{
+  xport_conn_t *conn = ctx->holding;
+  while (conn) {
+    xport_conn_t *next = conn->hnext; /* conn may leave the list */
+    while (conn->held) {
+      struct xport__req *req = conn->held;
+      ssize_t ret = held_post(conn, req);
+      if (xport__pushed_back(ret))
+        break;
+      held_pop(conn);
+      if (ret) {
+        xport__req_complete(ctx, req, xport__err_from_fi((int)ret));
+        continue;
+      }
+      if (XPORT__UNLIKELY(ctx->rma_timeout_ms) && req->posted_ms)
+        req->posted_ms = xport__now_ms(), req->posted_seq = ++ctx->rma_seq;
+    }
+    conn = next;
+  }
+}
+
+void xport__held_flush(xport_conn_t *conn, int status)
+{
+  while (conn->held)
+    xport__req_complete(conn->ctx, held_pop(conn), status);
+}
+
 int xport__post_room(const xport_conn_t *conn, xport_op_t op, size_t n)
 {
   const xport_ctx_t *ctx = conn->ctx;
@@ -156,6 +246,17 @@ int xport__post_room(const xport_conn_t *conn, xport_op_t op, size_t n)
   if (XPORT__UNLIKELY(used + n > depth || ctx->nposted + n > ctx->max_posted))
     return -XPORT_EAGAIN;
   return 0;
+}
+
+static int hold_send(xport_conn_t *conn, struct xport__req *req, const struct iovec *fiov,
+                     void *const *desc, size_t nsge, int with_imm, uint32_t imm)
+{
+  struct xport__held h = {.kind = conn->rep ? XPORT__H_TSEND : XPORT__H_SEND,
+                          .flags = with_imm ? FI_REMOTE_CQ_DATA : 0, .cnt = nsge,
+                          .tag = conn->tag, .data = imm};
+  memcpy(h.iov, fiov, nsge * sizeof *fiov);
+  memcpy(h.desc, desc, nsge * sizeof *desc);
+  return xport__post_hold(conn, req, &h);
 }
 
 static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_t iovcnt,
@@ -185,7 +286,7 @@ static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_
    * so the send is complete as soon as it is posted and the provider
    * need not report it. */
   if (op == XPORT_OP_SEND && cnt == 1 && fiov[0].iov_len <= conn->ctx->caps.inject_size &&
-      conn->ctx->quick_inject) {
+      conn->ctx->quick_inject && !conn->held) {
     if (conn->rep)
       ret = with_imm ? fi_tinjectdata(conn->ep, fiov[0].iov_base, fiov[0].iov_len, imm,
                                       conn->dest, conn->tag)
@@ -209,7 +310,9 @@ static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_
   /* An empty message carries no scatter element: some providers (verbs)
    * would look up a descriptor for it. */
   size_t nsge = req->len ? cnt : 0;
-  if (conn->rep) {
+  if (XPORT__UNLIKELY(conn->held != NULL) && op == XPORT_OP_SEND) {
+    ret = -FI_EAGAIN; /* behind those: messages stay in order */
+  } else if (conn->rep) {
     /* RDM: one endpoint for many connections; the tag picks the
      * connection: the peer's receive tag on sends, ours on receives,
      * which only the two ends know (rdm.c). */
@@ -263,6 +366,11 @@ static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_
     ret = fi_recv(conn->ep, fiov[0].iov_base, fiov[0].iov_len, desc[0], 0, &req->fictx);
   } else {
     ret = fi_recvv(conn->ep, fiov, desc, cnt, 0, &req->fictx);
+  }
+  if (XPORT__UNLIKELY(xport__pushed_back(ret)) && op == XPORT_OP_SEND) {
+    ret = hold_send(conn, req, fiov, desc, nsge, with_imm, imm);
+    XPORT__UNLOCK(conn->ctx);
+    return (int)ret;
   }
   ret = xport__post_end(conn, req, ret);
   XPORT__UNLOCK(conn->ctx);

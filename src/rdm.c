@@ -1754,6 +1754,7 @@ int xport__rdm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
 void xport__rdm_orphan_all(xport_conn_t *conn, int status)
 {
   xport_ctx_t *ctx = conn->ctx;
+  xport__held_flush(conn, status);
   while (conn->out) {
     struct xport__req *req = conn->out;
     /* Receives can be taken back; sends and RMA run their course (or

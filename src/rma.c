@@ -188,6 +188,19 @@ static size_t iov_total(const xport_iov_t *iov, size_t cnt)
   return t;
 }
 
+/* Keeps a read or write the provider pushed back, or that must stay
+ * behind those already waiting (xport__post_hold). */
+static int hold_rma(xport_conn_t *conn, struct xport__req *req, unsigned kind,
+                    const struct iovec *fiov, void *const *desc, size_t cnt,
+                    const struct fi_rma_iov *riov, uint64_t flags, uint64_t data)
+{
+  struct xport__held h = {.kind = kind, .flags = flags, .cnt = cnt, .data = data,
+                          .rma = *riov};
+  memcpy(h.iov, fiov, cnt * sizeof *fiov);
+  memcpy(h.desc, desc, cnt * sizeof *desc);
+  return xport__post_hold(conn, req, &h);
+}
+
 /* Posts the marker of an emulated write_imm: req is its user half, with
  * the value in req->imm. */
 static ssize_t wimm_marker(xport_conn_t *conn, struct xport__req *req, uint64_t flags)
@@ -202,6 +215,18 @@ static ssize_t wimm_marker(xport_conn_t *conn, struct xport__req *req, uint64_t 
   struct fi_msg msg = {.msg_iov = NULL, .desc = NULL, .iov_count = 0,
                        .context = &req->fictx, .data = XPORT__WIMM_MARK << 32 | imm};
   return fi_sendmsg(conn->ep, &msg, FI_REMOTE_CQ_DATA | flags);
+}
+
+static int marker_post(xport_conn_t *conn, struct xport__req *req, uint64_t flags)
+{
+  ssize_t ret = XPORT__UNLIKELY(conn->held != NULL) ? -FI_EAGAIN : wimm_marker(conn, req, flags);
+  if (!XPORT__UNLIKELY(xport__pushed_back(ret)))
+    return xport__post_end(conn, req, ret);
+  struct xport__held h = {.kind = conn->rep ? XPORT__H_TSEND : XPORT__H_SEND,
+                          .flags = FI_REMOTE_CQ_DATA | flags,
+                          .tag = conn->tag | XPORT__WIMM_TAG,
+                          .data = conn->rep ? req->imm : XPORT__WIMM_MARK << 32 | req->imm};
+  return xport__post_hold(conn, req, &h);
 }
 
 /* A deferred user half leaves the connection's deferred count: posted
@@ -328,7 +353,10 @@ static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t 
         struct fi_msg_rma m = {.msg_iov = fiov, .desc = desc, .iov_count = cnt,
                                .addr = conn->dest, .rma_iov = &riov, .rma_iov_count = 1,
                                .context = &req->fictx};
-        ret = xport__post_end(conn, req, fi_writemsg(conn->ep, &m, dc));
+        ret = XPORT__UNLIKELY(conn->held != NULL) ? -FI_EAGAIN : fi_writemsg(conn->ep, &m, dc);
+        ret = xport__pushed_back(ret) ? hold_rma(conn, req, XPORT__H_WRITE, fiov, desc, cnt,
+                                                 &riov, dc, 0)
+                                      : xport__post_end(conn, req, ret);
       }
       if (XPORT__UNLIKELY(ret)) {
         if (dreq) {
@@ -358,7 +386,7 @@ static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t 
       return (int)ret;
     req->len = len;
     req->imm = imm;
-    ret = xport__post_end(conn, req, wimm_marker(conn, req, dc));
+    ret = marker_post(conn, req, dc);
     /* A failed post never completes: the write already out stays silent
      * (the caller posts the whole operation again). */
     if (XPORT__UNLIKELY(ret) || !wreq)
@@ -374,7 +402,10 @@ static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t 
     return (int)ret;
   if (XPORT__UNLIKELY(ctx->rma_timeout_ms))
     req->posted_ms = xport__now_ms(), req->posted_seq = ++ctx->rma_seq;
-  if (op == XPORT_OP_READ) {
+  struct fi_rma_iov riov = {addr, len, rk->key};
+  if (XPORT__UNLIKELY(conn->held != NULL)) {
+    ret = -FI_EAGAIN; /* behind those: one-sided operations stay in order too */
+  } else if (op == XPORT_OP_READ) {
     if (cnt == 1)
       ret = fi_read(conn->ep, fiov[0].iov_base, fiov[0].iov_len, desc[0], conn->dest, addr,
                     rk->key, &req->fictx);
@@ -382,7 +413,6 @@ static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t 
       ret = fi_readv(conn->ep, fiov, desc, cnt, conn->dest, addr, rk->key, &req->fictx);
   } else if (XPORT__UNLIKELY(ctx->write_flags)) {
     /* Delivery-complete: only the message form carries the flag. */
-    struct fi_rma_iov riov = {addr, len, rk->key};
     struct fi_msg_rma m = {.msg_iov = fiov, .desc = desc, .iov_count = len ? cnt : 0,
                            .addr = conn->dest, .rma_iov = &riov, .rma_iov_count = 1,
                            .context = &req->fictx, .data = imm};
@@ -391,7 +421,6 @@ static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t 
     ret = fi_writedata(conn->ep, len ? fiov[0].iov_base : NULL, len, len ? desc[0] : NULL, imm,
                        conn->dest, addr, rk->key, &req->fictx);
   } else if (with_imm) {
-    struct fi_rma_iov riov = {addr, len, rk->key};
     struct fi_msg_rma m = {.msg_iov = fiov, .desc = desc, .iov_count = len ? cnt : 0,
                            .addr = conn->dest, .rma_iov = &riov, .rma_iov_count = 1,
                            .context = &req->fictx, .data = imm};
@@ -401,6 +430,12 @@ static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t 
                    rk->key, &req->fictx);
   } else {
     ret = fi_writev(conn->ep, fiov, desc, cnt, conn->dest, addr, rk->key, &req->fictx);
+  }
+  if (XPORT__UNLIKELY(xport__pushed_back(ret))) {
+    if (op == XPORT_OP_READ)
+      return hold_rma(conn, req, XPORT__H_READ, fiov, desc, cnt, &riov, 0, 0);
+    return hold_rma(conn, req, XPORT__H_WRITE, fiov, desc, len ? cnt : 0, &riov,
+                    ctx->write_flags | (with_imm ? FI_REMOTE_CQ_DATA : 0), imm);
   }
   return xport__post_end(conn, req, ret);
 }

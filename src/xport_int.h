@@ -370,7 +370,28 @@ struct xport__req {
    * that order), and where the fetched value goes at the completion. */
   uint64_t atom[3];
   uint64_t *result;
+  struct xport__held *held;       /* waiting on conn->held, or NULL */
 };
+
+/* A post the provider pushed back (EAGAIN: shm holds a peer's channel
+ * while a read is served, or its queue toward the peer is full), or one
+ * behind such a post on its connection: it waits there, in order, counted
+ * as posted, and goes at a later poll (xport__held_retry). Made only on
+ * that slow path; it holds what the provider call needs. */
+struct xport__held {
+  unsigned kind;                  /* XPORT__H_* */
+  uint64_t flags;
+  size_t cnt;
+  struct iovec iov[XPORT__IOV_MAX];
+  void *desc[XPORT__IOV_MAX];
+  uint64_t tag;                   /* tagged sends (RDM) */
+  uint64_t data;                  /* remote CQ data */
+  struct fi_rma_iov rma;          /* reads and writes */
+};
+#define XPORT__H_SEND 1  /* fi_sendmsg */
+#define XPORT__H_TSEND 2 /* fi_tsendmsg */
+#define XPORT__H_READ 3  /* fi_readmsg */
+#define XPORT__H_WRITE 4 /* fi_writemsg */
 
 /* The provider's text of one failed completion. It belongs to its request
  * until delivered, then to ctx->shown until the next xport_poll, so that
@@ -493,6 +514,10 @@ struct xport_conn {
    * sends on the connection wait too (EAGAIN), to stay behind them. */
   size_t wimm_deferred;
   struct xport__req *out;        /* outstanding (posted) requests */
+  /* Posts waiting for the provider's room, oldest first (through next),
+   * and this connection's place on ctx->holding while there are any. */
+  struct xport__req *held, *held_tail;
+  struct xport_conn *hnext, *hprev;
   /* MSG with emulated atomics (atomic.c): the service channel, a second
    * endpoint to the same peer that carries the requests and answers, so
    * that they never take the user's receives. */
@@ -631,6 +656,7 @@ struct xport_ctx {
    * order; posted again by housekeeping. */
   struct xport__req *wimm_wait, *wimm_wait_tail;
   struct xport_conn *evq, *evq_tail;   /* disconnect events to deliver */
+  struct xport_conn *holding;          /* connections with held posts */
 
   struct xport__bounce *free_bounce;
   struct xport__bounce_chunk *bounce_chunks;
@@ -699,6 +725,20 @@ int xport__post_begin(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov,
                       size_t iovcnt, void *user_ctx, struct iovec *fiov, void **desc,
                       size_t *cnt, struct xport__req **req_p);
 int xport__post_end(xport_conn_t *conn, struct xport__req *req, ssize_t ret);
+/* Instead of end, for a send, read or write the provider pushed back
+ * (xport__pushed_back) or that must stay behind held ones (conn->held):
+ * req waits on conn, in order, to be posted as h says; 0, or
+ * -XPORT_EAGAIN (undone) where no memory is left to keep it. */
+int xport__post_hold(xport_conn_t *conn, struct xport__req *req, const struct xport__held *h);
+static inline int xport__pushed_back(ssize_t ret)
+{
+  /* ENOMEM: the provider's per-endpoint entry pool ran out (shm). */
+  return ret == -FI_EAGAIN || ret == -FI_ENOMEM;
+}
+/* Posts what waits, oldest first, as far as the provider takes it. */
+void xport__held_retry(xport_ctx_t *ctx);
+/* Ends what waits on conn with status: the provider never had it. */
+void xport__held_flush(xport_conn_t *conn, int status);
 /* 0 if n more operations of op's direction fit conn's depth and the
  * context's CQ, else -XPORT_EAGAIN. */
 int xport__post_room(const xport_conn_t *conn, xport_op_t op, size_t n);

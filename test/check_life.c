@@ -226,6 +226,95 @@ START_TEST(close_with_big_read_in_flight)
 }
 END_TEST
 
+/* ---- 1. posts waiting behind a read end at the close ------------------ */
+
+/* shm serves one read per peer at a time, only while the target is inside
+ * xport, and pushes back everything else to that peer meanwhile: xport
+ * keeps those posts in order until they fit. At the close they end at
+ * once (the provider never had them), without the target's help; the
+ * read ends when the provider lets go. A write that says ECANCELED
+ * never lands. */
+static int held_target_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  struct xt_steps *st = arg;
+  xport_completion_t c;
+  xport_mr_t *mr;
+  char *reg = malloc(BIG + 4096);
+  XT_CHECK(reg != NULL, "malloc");
+  xt_fill(reg, BIG + 4096, 3);
+  XT_OK(xport_mr_reg(ctx, reg, BIG + 4096, XPORT_ACCESS_REMOTE_READ | XPORT_ACCESS_REMOTE_WRITE,
+                     &mr));
+  static char orig[4096];
+  memcpy(orig, reg + BIG, sizeof orig);
+  send_key(ctx, conn, mr, BIG + 4096);
+  xt_step_get(st->c2s[0], T_MS); /* not inside xport until then */
+  expect(ctx, &c, XPORT_OP_DISCONNECT, -XPORT_ECONNRESET);
+  xt_step_put(st->s2c[1], 'D');
+  char what = step_get_polling(ctx, st->c2s[0]);
+  if (what == 'X')
+    XT_CHECK(!memcmp(reg + BIG, orig, sizeof orig),
+             "a write that completed with ECANCELED landed");
+  XT_OK(xport_conn_close(conn));
+  XT_OK(xport_mr_dereg(mr));
+  free(reg);
+  return XT_CLOSED;
+}
+
+static int held_read_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  struct xt_steps *st = arg;
+  xport_completion_t c;
+  char *buf = calloc(1, BIG);
+  static char wsrc[4096], msg[100];
+  XT_CHECK(buf != NULL, "calloc");
+  xport_rkey_t *rk = get_key(ctx, conn);
+  xt_fill(wsrc, sizeof wsrc, 7);
+  XT_OK(xport_read(conn, buf, BIG, NULL, rk, 0, buf));
+  XT_OK(xport_write(conn, wsrc, sizeof wsrc, NULL, rk, BIG, wsrc));
+  XT_OK(xport_send(conn, msg, sizeof msg, NULL, msg));
+  XT_OK(xport_conn_close(conn));
+  int status[3], seen[3] = {0}, got = 0, early = 0;
+  char path = 'R';
+  while (got < 3) {
+    if (xt_next(ctx, &c, path == 'R' ? 1000 : T_MS) != 0) {
+      XT_CHECK(path == 'R', "%d of the closed connection's 3 operations never ended", 3 - got);
+      path = 'W'; /* the rest is still the provider's: let the server move */
+      xt_step_put(st->c2s[1], 'W');
+      continue;
+    }
+    int k = c.user_ctx == buf ? 0 : c.user_ctx == wsrc ? 1 : c.user_ctx == msg ? 2 : -1;
+    XT_CHECK(k >= 0 && !seen[k]++, "op %d completed twice or is unknown", c.op);
+    XT_CHECK(c.status == -XPORT_ECANCELED || c.status == 0, "op %d: %s, expected ECANCELED",
+             c.op, xport_strerror(c.status));
+    status[k] = c.status;
+    got++;
+    early += path == 'R' && k > 0;
+  }
+  if (path == 'R')
+    xt_step_put(st->c2s[1], 'R');
+  if (!strcmp(xt_config(), "shm"))
+    XT_CHECK(early == 2, "the posts held behind the read did not end at the close");
+  xt_fill(buf, BIG, 9); /* the buffers are the application's again */
+  xt_fill(wsrc, sizeof wsrc, 9);
+  XT_CHECK(step_get_polling(ctx, st->s2c[0]) == 'D', "server step");
+  size_t bad = xt_verify(buf, BIG, 9);
+  XT_CHECK(bad == BIG, "byte %zu was written after the read completed", bad);
+  xt_step_put(st->c2s[1], status[1] ? 'X' : 'V');
+  XT_CHECK(xt_next(ctx, &c, 300) == -XPORT_ETIMEDOUT, "a second completion: op %d", c.op);
+  xport_rkey_release(rk);
+  free(buf);
+  return XT_CLOSED;
+}
+
+START_TEST(close_with_posts_held_behind_a_read)
+{
+  struct xt_steps st;
+  xt_steps_open(&st);
+  xt_pair(held_target_server, held_read_client, &st);
+  xt_steps_close(&st);
+}
+END_TEST
+
 /* ---- 1. a dead peer's operations end; the context goes on ------------- */
 
 static int dying_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
@@ -745,6 +834,7 @@ static Suite *life_suite(void)
   tcase_set_timeout(own, 90);
   tcase_add_test(own, close_with_big_send_in_flight);
   tcase_add_test(own, close_with_big_read_in_flight);
+  tcase_add_test(own, close_with_posts_held_behind_a_read);
   tcase_add_test(own, dead_peer_ops_end_and_context_goes_on);
   tcase_add_test(own, close_with_big_message_unreceived);
   tcase_add_test(own, destroy_with_operations_out_tells_peer);

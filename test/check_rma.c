@@ -271,6 +271,118 @@ START_TEST(iov_and_many_outstanding)
 }
 END_TEST
 
+/* ---- the depth holds for every kind of operation ---------------------- */
+
+/* Up to tx_depth operations are taken at once, whatever their kinds and
+ * however the provider moves them (shm serves one read per peer at a
+ * time and pushed back everything else to that peer while it is out),
+ * in order: a read sees the write posted before it, a message the writes
+ * before it; the one past tx_depth gets EAGAIN. */
+enum { DH_ROUNDS = 64, DH_SLOT = 4096, DH_FLOOD_OFF = 512 << 10, DH_RD = 64 };
+
+static int depth_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  static uint32_t msg[DH_ROUNDS + 1];
+  xport_mr_t *mr;
+  for (uintptr_t i = 0; i <= DH_ROUNDS; i++)
+    XT_OK(xport_recv(conn, &msg[i], sizeof msg[i], NULL, (void *)i));
+  char *reg = export_region(ctx, conn, 1 << 20,
+                            XPORT_ACCESS_REMOTE_WRITE | XPORT_ACCESS_REMOTE_READ, &mr);
+  for (size_t off = DH_FLOOD_OFF; off < (1 << 20); off += DH_RD)
+    xt_fill(reg + off, DH_RD, (unsigned)(off / DH_RD));
+  for (;;) {
+    xport_completion_t c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS);
+    XT_CHECK(c.status == 0, "message: %s", xport_strerror(c.status));
+    uint32_t k = msg[(uintptr_t)c.user_ctx];
+    if (k == UINT32_MAX)
+      break;
+    XT_CHECK(k < DH_ROUNDS, "message %u", k);
+    /* Its round's write was posted before it: in place now. */
+    XT_CHECK(xt_verify(reg + k * DH_SLOT, DH_SLOT, 100 + k) == DH_SLOT,
+             "message %u came before the write posted ahead of it", k);
+  }
+  xport_mr_dereg(mr);
+  free(reg);
+  return 0;
+}
+
+static int depth_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  xport_caps_t caps;
+  XT_OK(xport_ctx_query(ctx, &caps));
+  xport_rkey_t *rk = import_key(ctx, conn, NULL, NULL);
+  static char src[DH_ROUNDS][DH_SLOT], back[DH_ROUNDS][DH_SLOT];
+  static uint32_t msg[DH_ROUNDS + 1];
+  size_t rounds = caps.tx_depth / 3 < DH_ROUNDS ? caps.tx_depth / 3 : DH_ROUNDS;
+  xport_mr_t *smr, *bmr, *mmr, *rmr;
+  XT_OK(xport_mr_reg(ctx, src, sizeof src, XPORT_ACCESS_LOCAL, &smr));
+  XT_OK(xport_mr_reg(ctx, back, sizeof back, XPORT_ACCESS_LOCAL, &bmr));
+  XT_OK(xport_mr_reg(ctx, msg, sizeof msg, XPORT_ACCESS_LOCAL, &mmr));
+  /* Write, read it back, tell the target: three per round, none polled. */
+  for (uint32_t k = 0; k < rounds; k++) {
+    xt_fill(src[k], DH_SLOT, 100 + k);
+    msg[k] = k;
+    int rc = xport_write(conn, src[k], DH_SLOT, smr, rk, k * DH_SLOT, NULL);
+    XT_CHECK(rc == 0, "round %u: write: %s", k, xport_strerror(rc));
+    rc = xport_read(conn, back[k], DH_SLOT, bmr, rk, k * DH_SLOT, back[k]);
+    XT_CHECK(rc == 0, "round %u: read: %s", k, xport_strerror(rc));
+    rc = xport_send(conn, &msg[k], sizeof msg[k], mmr, NULL);
+    XT_CHECK(rc == 0, "round %u: send: %s", k, xport_strerror(rc));
+  }
+  for (size_t i = 0; i < 3 * rounds; i++) {
+    xport_completion_t c;
+    while (xport_poll(ctx, &c, 1) == 0)
+      XT_CHECK(xport_wait(ctx, T_MS) == 0, "operation %zu of %zu never completed", i,
+               3 * rounds);
+    XT_CHECK(c.status == 0, "op %d: %s", c.op, xport_strerror(c.status));
+    if (c.op == XPORT_OP_READ) {
+      size_t k = (size_t)((char(*)[DH_SLOT])c.user_ctx - back);
+      XT_CHECK(xt_verify(back[k], DH_SLOT, 100 + (unsigned)k) == DH_SLOT,
+               "read %zu did not see the write posted before it", k);
+    }
+  }
+  /* Reads alone, none polled, until the depth says no more. */
+  size_t max = (1 << 20) - DH_FLOOD_OFF, n = 0;
+  char *rd = calloc(1, max);
+  XT_CHECK(rd != NULL, "calloc");
+  XT_OK(xport_mr_reg(ctx, rd, max, XPORT_ACCESS_LOCAL, &rmr));
+  int rc = 0;
+  while (n * DH_RD < max &&
+         (rc = xport_read(conn, rd + n * DH_RD, DH_RD, rmr, rk, DH_FLOOD_OFF + n * DH_RD,
+                          NULL)) == 0)
+    n++;
+  if (n * DH_RD < max)
+    XT_CHECK(rc == -XPORT_EAGAIN, "read %zu: %s", n, xport_strerror(rc));
+  XT_CHECK(n == caps.tx_depth || n * DH_RD == max,
+           "took %zu reads at once, tx_depth says %zu", n, caps.tx_depth);
+  for (size_t i = 0; i < n; i++) {
+    xport_completion_t c = xt_wait_op(ctx, XPORT_OP_READ, T_MS);
+    XT_CHECK(c.status == 0, "read: %s", xport_strerror(c.status));
+  }
+  for (size_t i = 0; i < n; i++)
+    XT_CHECK(xt_verify(rd + i * DH_RD, DH_RD, (unsigned)((DH_FLOOD_OFF + i * DH_RD) / DH_RD)) ==
+                 DH_RD,
+             "read %zu of the flood differs", i);
+  xport_mr_dereg(rmr);
+  xport_mr_dereg(smr);
+  xport_mr_dereg(bmr);
+  free(rd);
+  msg[DH_ROUNDS] = UINT32_MAX;
+  XT_OK(xport_send(conn, &msg[DH_ROUNDS], sizeof msg[DH_ROUNDS], mmr, NULL));
+  expect_ok(ctx, XPORT_OP_SEND);
+  xport_mr_dereg(mmr);
+  xport_rkey_release(rk);
+  return 0;
+}
+
+START_TEST(depth_holds_for_every_kind)
+{
+  xt_pair(depth_server, depth_client, NULL);
+}
+END_TEST
+
 /* ---- write with immediate data ----------------------------------------- */
 
 static const uint32_t wimm[] = {0, 7, 0xdeadbeefu, 0xffffffffu};
@@ -1637,6 +1749,7 @@ static Suite *make_suite(void)
   tcase_add_test(core, write_read_sizes_unregistered);
   tcase_add_test(core, write_read_sizes_registered);
   tcase_add_test(core, iov_and_many_outstanding);
+  tcase_add_test(core, depth_holds_for_every_kind);
   tcase_add_test(core, write_with_immediate);
   tcase_add_test(core, write_imm_names_connection);
   tcase_add_test(core, registration_rules_and_random_keys);
