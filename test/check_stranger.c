@@ -239,15 +239,19 @@ static void st_progress(struct stranger *s)
   }
 }
 
-/* Sends len bytes (already at s->buf) tagged or not; 0, or -1 when the
- * server's endpoint took nothing for 5 s (it is jammed). */
-static int st_send(struct stranger *s, int tagged, uint64_t tag, size_t len)
+/* Sends len bytes (already at s->buf) tagged or not, and returns once at
+ * most window sends are outstanding; 0, or -1 when the server's endpoint
+ * took nothing for 5 s (it is jammed). */
+#define ST_WINDOW_MAX 512
+static int st_post(struct stranger *s, int tagged, uint64_t tag, size_t len, size_t window)
 {
-  static struct fi_context2 tx_ctx;
+  static struct fi_context2 tx_ctx[ST_WINDOW_MAX + 1];
+  static size_t next;
+  struct fi_context2 *txc = &tx_ctx[next++ % (ST_WINDOW_MAX + 1)];
   long end = now_ms() + 5000;
   for (;;) {
-    ssize_t r = tagged ? fi_tsend(s->ep, s->buf, len, s->desc, s->srv, tag, &tx_ctx)
-                       : fi_send(s->ep, s->buf, len, s->desc, s->srv, &tx_ctx);
+    ssize_t r = tagged ? fi_tsend(s->ep, s->buf, len, s->desc, s->srv, tag, txc)
+                       : fi_send(s->ep, s->buf, len, s->desc, s->srv, txc);
     if (r == 0)
       break;
     XT_CHECK(r == -FI_EAGAIN, "stranger send: %s", fi_strerror((int)-r));
@@ -256,12 +260,17 @@ static int st_send(struct stranger *s, int tagged, uint64_t tag, size_t len)
       return -1;
   }
   s->outstanding++;
-  while (s->outstanding) {
+  while (s->outstanding > window) {
     st_progress(s);
     if (now_ms() > end)
       return -1;
   }
   return 0;
+}
+
+static int st_send(struct stranger *s, int tagged, uint64_t tag, size_t len)
+{
+  return st_post(s, tagged, tag, len, 0);
 }
 
 static void st_close(struct stranger *s)
@@ -595,9 +604,14 @@ static void flood_requests(struct stranger *s, uint32_t base)
  * holds a backlog of requests, not all of them: one flood at least must
  * leave it as it was. (Holding them all, 8,000 requests take megabytes.) */
 #define FLOODS 3
+struct flood_arg {
+  size_t max_total; /* the heap may grow by this much in all */
+  int pause_ms;     /* outside xport for this long as each flood begins */
+};
 static void flooded_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
 {
-  size_t max_total = arg ? *(size_t *)arg : 64u << 20;
+  const struct flood_arg *fa = arg;
+  size_t max_total = fa ? fa->max_total : 64u << 20;
   xport_conn_t *conn;
   XT_OK(xport_accept(lst, T_MS, &conn));
   size_t heap[FLOODS + 1];
@@ -608,6 +622,8 @@ static void flooded_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
     struct word w;
     xport_completion_t c;
     listen_for(conn, &w);
+    if (fa && fa->pause_ms)
+      usleep(1000 * (useconds_t)fa->pause_ms);
     c = xt_wait_op(ctx, XPORT_OP_RECV, 10 * T_MS);
     XT_CHECK(c.op == XPORT_OP_RECV && c.status == 0 && !strcmp(w.buf, "flooded"),
              "op %d status %s '%s'", c.op, xport_strerror(c.status), w.buf);
@@ -664,13 +680,18 @@ END_TEST
 
 /* ---- flood of messages under unused tags -------------------------------- */
 
+/* Messages as large as rxm sends eagerly, under random tags and untagged
+ * (at xport's control path) by turns, pipelined, more than the provider
+ * has receive buffers: while the server is outside xport they pile up. */
 static void flood_unused_tags(struct stranger *s, uint32_t base)
 {
   (void)base;
-  for (int i = 0; i < 4000; i++) {
-    xt_fill(s->buf, 256, (unsigned)i);
-    XT_CHECK(st_send(s, 1, rnd64() >> 2, 256) == 0, "message %d did not get through", i);
+  for (int i = 0; i < 2000; i++) {
+    xt_fill(s->buf, 16000, (unsigned)i);
+    XT_CHECK(st_post(s, i % 2 == 0, rnd64() >> 2, 16000, 256) == 0,
+             "message %d did not get through", i);
   }
+  XT_CHECK(st_post(s, 1, rnd64() >> 2, 16, 0) == 0, "the flood's last messages did not go");
 }
 
 START_TEST(stranger_floods_unused_tags)
@@ -688,8 +709,8 @@ START_TEST(stranger_floods_unused_tags)
    * buffer per message) before xport can discard it: the first flood may
    * grow the heap that far, once; the next ones must not (without the
    * discarding, each grew it by some 60 MB). */
-  size_t max_total = (size_t)512 << 20;
-  pid_t pid = xt_spawn_server(flooded_server, &max_total, addr, sizeof addr);
+  struct flood_arg fa = {(size_t)512 << 20, 1000};
+  pid_t pid = xt_spawn_server(flooded_server, &fa, addr, sizeof addr);
   xport_ctx_t *ctx = xt_ctx();
   xport_conn_t *conn;
   struct stranger s;
