@@ -508,6 +508,25 @@ void xport__cq_drain(xport_ctx_t *ctx)
 
 static void sig_clear(xport_ctx_t *ctx);
 
+/* Disconnect events, after whatever is in comps[0, n). */
+static int deliver_events(xport_ctx_t *ctx, xport_completion_t *comps, int n, int max)
+{
+  while (ctx->evq && n < max) {
+    xport_conn_t *conn = ctx->evq;
+    xport_completion_t *c = &comps[n++];
+    ctx->evq = conn->ev_next;
+    if (!ctx->evq)
+      ctx->evq_tail = NULL;
+    conn->ev_queued = 0;
+    memset(c, 0, sizeof *c);
+    c->op = XPORT_OP_DISCONNECT;
+    c->status = conn->ev_status;
+    c->conn = conn;
+    c->hint = xport__err_hint(conn->ev_status);
+  }
+  return n;
+}
+
 static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t *ctx, xport_completion_t *comps, int max)
 {
   struct fi_cq_tagged_entry ents[XPORT__CQ_BATCH];
@@ -520,6 +539,11 @@ static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t 
     details_end(ctx);
 
   n = deliver_done(ctx, comps, n, max);
+  /* Events before new entries, or a CQ that always has some (the caller
+   * asking for one completion at a time) would hold them back for ever;
+   * after the done list, which holds a lost connection's operations. */
+  if (XPORT__UNLIKELY(ctx->evq != NULL) && n < max)
+    n = deliver_events(ctx, comps, n, max);
   if (n < max) {
     size_t want = (size_t)(max - n) < XPORT__CQ_BATCH ? (size_t)(max - n) : XPORT__CQ_BATCH;
     ssize_t got = cq_read(ctx, ents, want, srcs);
@@ -560,19 +584,8 @@ static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t 
      * its disconnect event, as they do where the loss was seen earlier. */
     n = deliver_done(ctx, comps, n, max);
   }
-  while (XPORT__UNLIKELY(ctx->evq != NULL) && n < max) {
-    xport_conn_t *conn = ctx->evq;
-    xport_completion_t *c = &comps[n++];
-    ctx->evq = conn->ev_next;
-    if (!ctx->evq)
-      ctx->evq_tail = NULL;
-    conn->ev_queued = 0;
-    memset(c, 0, sizeof *c);
-    c->op = XPORT_OP_DISCONNECT;
-    c->status = conn->ev_status;
-    c->conn = conn;
-    c->hint = xport__err_hint(conn->ev_status);
-  }
+  if (XPORT__UNLIKELY(ctx->evq != NULL))
+    n = deliver_events(ctx, comps, n, max);
   if (XPORT__UNLIKELY(ctx->sig_set))
     sig_clear(ctx);
   return n;

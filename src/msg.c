@@ -212,6 +212,8 @@ static struct xport__req *held_pop(xport_conn_t *conn)
 
 void xport__held_retry(xport_ctx_t *ctx)
 {
+  if (ctx->ctl_owed)
+    return; /* they go first, at the next housekeeping */
   xport_conn_t *conn = ctx->holding;
   while (conn) {
     xport_conn_t *next = conn->hnext; /* conn may leave the list */

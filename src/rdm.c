@@ -1806,13 +1806,19 @@ void xport__rdm_close(xport_conn_t *conn)
   /* The goodbye follows the operations the provider still has (the peer
    * must see a send's message before the end of the connection: rxm
    * carried a goodbye past a rendezvous send's data). */
-  int said_bye = connected && !conn->nzombies && ctl_send_conn(conn, CTL_DISC) == 0;
+  int sent = connected && !conn->nzombies ? ctl_send_conn(conn, CTL_DISC) : -XPORT_EINVAL;
+  int said_bye = sent == 0;
   if (conn->state == XPORT__CONN_CONNECTED || conn->state == XPORT__CONN_DISCONNECTED)
     sink_start(conn);
-  if (!conn->nzombies) {
+  /* A goodbye the provider pushed back (the peer's queue is full: it is
+   * busy elsewhere while others stream to it) is owed, and goes later
+   * (rdm_reap); dropped, it would leave the peer's side open. */
+  if (!conn->nzombies && sent != -XPORT_EAGAIN) {
     conn_detach(conn, said_bye);
     return;
   }
+  if (!conn->nzombies)
+    ctx->reap = 1;
   /* The provider still owns some of its operations, which may still
    * reach the peer: the peer stays in the address vector, and the
    * endpoint open, until they end (rdm_reap). The goodbye goes out then:
@@ -1822,11 +1828,38 @@ void xport__rdm_close(xport_conn_t *conn)
   XPORT__LIST_PUSH(ctx->draining, conn, dnext, dprev);
 }
 
-/* Sends the goodbye a closed connection still owes its peer, if any. */
-static void pay_bye(xport_conn_t *c)
+/* Sends the goodbye a closed connection still owes its peer, if any.
+ * Pushed back, it stays owed (said_bye -1) for 4 x XPORT_PEER_TIMEOUT,
+ * unless final, and is tried at every housekeeping; the posts waiting for
+ * room (xport__held_retry) let it go first meanwhile (ctx->ctl_owed). */
+static void pay_bye(xport_conn_t *c, int final)
 {
-  if (c->said_bye < 0)
-    c->said_bye = !c->dead && ctl_send_conn(c, CTL_DISC) == 0;
+  xport_ctx_t *ctx = c->ctx;
+  if (c->said_bye >= 0)
+    return;
+  int ret = -XPORT_ECONNRESET;
+  if (!c->dead) {
+    struct ctl_args a = {.src_id = c->id, .dst_id = c->peer_id, .cookie = c->tag,
+                         .once = !final};
+    ret = ctl_send(c->rep, c->dest, CTL_DISC, &a);
+  }
+  long now = xport__now_ms();
+  if (ret == -XPORT_EAGAIN && !final) {
+    if (!c->bye_owed) {
+      c->bye_owed = 1;
+      c->bye_until = now + 4 * ctx->peer_check_ms;
+      ctx->ctl_owed++;
+    }
+    if (now < c->bye_until)
+      return;
+    XPORT__WARN("connection %u: its peer took no goodbye for %ld ms: its side stays open "
+                "until its process ends", c->id, 4 * ctx->peer_check_ms);
+  }
+  c->said_bye = ret == 0;
+  if (c->bye_owed) {
+    c->bye_owed = 0;
+    ctx->ctl_owed--;
+  }
 }
 
 /* Detaches the closed connections whose last operation ended, and closes
@@ -1839,8 +1872,12 @@ static void rdm_reap(xport_ctx_t *ctx)
     next = c->dnext;
     if (c->nzombies)
       continue;
+    pay_bye(c, 0);
+    if (c->said_bye < 0) {
+      ctx->reap = 1; /* owed still: again at the next housekeeping */
+      continue;
+    }
     XPORT__LIST_UNLINK(ctx->draining, c, dnext, dprev);
-    pay_bye(c);
     conn_detach(c, c->said_bye);
     xport__conn_free_if_done(c);
     next = ctx->draining; /* a closed endpoint may have taken others along */
@@ -2042,7 +2079,7 @@ void xport__rdm_fini(xport_ctx_t *ctx)
    * peer's address must stay while the operations are the provider's. */
   for (xport_conn_t *c = ctx->draining; c; c = c->dnext)
     if (c->said_bye < 0 && c->rep && c->rep->ep && c->peer) {
-      pay_bye(c);
+      pay_bye(c, 1);
       if (c->said_bye && bye_start(c))
         c->peer->refs++;
     }

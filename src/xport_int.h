@@ -499,6 +499,8 @@ struct xport_conn {
   size_t nzombies;                /* orphaned, still owned by the provider */
   int dead;                       /* RDM: the peer cannot complete anything */
   int said_bye;                   /* RDM: closed, a goodbye went out (-1: owed) */
+  int bye_owed;                   /* ... and the provider pushed it back, */
+  long bye_until;                 /* ... tried until then (rdm.c pay_bye) */
   struct xport_conn *dnext, *dprev; /* RDM: ctx->draining */
   enum xport__conn_state state;
   int fail_code;                 /* why FAILED */
@@ -657,6 +659,10 @@ struct xport_ctx {
   struct xport__req *wimm_wait, *wimm_wait_tail;
   struct xport_conn *evq, *evq_tail;   /* disconnect events to deliver */
   struct xport_conn *holding;          /* connections with held posts */
+  /* Control messages the provider pushed back and that go again (RDM
+   * goodbyes): held posts wait while there are any, so that a stream of
+   * data cannot take every slot the peer frees. */
+  size_t ctl_owed;
 
   struct xport__bounce *free_bounce;
   struct xport__bounce_chunk *bounce_chunks;

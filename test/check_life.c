@@ -622,6 +622,127 @@ START_TEST(busy_peer_stays_alive)
 }
 END_TEST
 
+/* A disconnect is delivered while the completion queue stays busy: one
+ * connection streams messages, the other is closed by its peer while the
+ * server is outside xport, and the server then polls for one completion
+ * at a time. The event must come before
+ * the stream ends (the client streams until the server has it, or for
+ * 10 s; a stream that ends first means the event waited for the queue to
+ * run empty). */
+static void busy_cq_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  (void)arg;
+  static char bufs[FLOOD_WIN][FLOOD_MSG];
+  xport_conn_t *a, *b;
+  xport_completion_t c;
+  XT_OK(xport_accept(lst, T_MS, &a));
+  XT_OK(xport_accept(lst, T_MS, &b));
+  for (int i = 0; i < FLOOD_WIN; i++)
+    XT_OK(xport_recv(b, bufs[i], FLOOD_MSG, NULL, bufs[i]));
+  /* Outside xport for a while first: the stream fills every queue toward
+   * this process, the goodbye of the other connection included (shm
+   * pushes it back). */
+  usleep(1000 * 1000);
+  uint32_t got = 0;
+  for (int gone = 0; !gone;) {
+    int n = xport_poll(ctx, &c, 1);
+    XT_CHECK(n >= 0, "poll: %s", xport_strerror(n));
+    if (!n) {
+      xport_wait(ctx, 10);
+      continue;
+    }
+    if (c.op == XPORT_OP_DISCONNECT) {
+      XT_CHECK(c.conn == a, "a disconnect of the streaming connection");
+      gone = 1;
+      break;
+    }
+    XT_CHECK(c.op == XPORT_OP_RECV && c.status == 0, "server: op %d %s", c.op,
+             xport_strerror(c.status));
+    uint32_t seq;
+    memcpy(&seq, c.user_ctx, sizeof seq);
+    XT_CHECK(seq != FLOOD_END, "the stream ended (%u messages) before the disconnect of the "
+             "other connection came out of xport_poll", got);
+    got++;
+    XT_OK(xport_recv(b, c.user_ctx, FLOOD_MSG, NULL, c.user_ctx));
+  }
+  XT_OK(xport_conn_close(a));
+  XT_OK(xport_send(b, "seen", 5, NULL, NULL));
+  /* The rest of the stream, up to its end, then the word's completion. */
+  for (int ended = 0, sent = 0; !ended || !sent;) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "server: the stream's end never came");
+    XT_CHECK(c.status == 0, "server: op %d %s", c.op, xport_strerror(c.status));
+    if (c.op == XPORT_OP_SEND) {
+      sent = 1;
+      continue;
+    }
+    uint32_t seq;
+    memcpy(&seq, c.user_ctx, sizeof seq);
+    if (seq == FLOOD_END)
+      ended = 1;
+    else
+      XT_OK(xport_recv(b, c.user_ctx, FLOOD_MSG, NULL, c.user_ctx));
+  }
+  XT_OK(xport_conn_close(b));
+}
+
+START_TEST(busy_cq_delivers_disconnect)
+{
+  char addr[128], seen[8] = "";
+  static char msgs[FLOOD_WIN][FLOOD_MSG];
+  xport_completion_t comps[16];
+  xport_conn_t *a, *b;
+  pid_t pid = xt_spawn_server(busy_cq_server, NULL, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  XT_OK(xport_connect(ctx, addr, T_MS, &a));
+  XT_OK(xport_connect(ctx, addr, T_MS, &b));
+  XT_OK(xport_recv(b, seen, sizeof seen, NULL, seen));
+  long start = now_ms(), end = start + 10000;
+  int inflight = 0, slot = 0, closed = 0, told = 0;
+  uint32_t seq = 0;
+  for (int done = 0; !done || inflight;) {
+    if (!closed && now_ms() - start > 200) {
+      XT_OK(xport_conn_close(a));
+      closed = 1;
+    }
+    while (!done && inflight < FLOOD_WIN) {
+      char *m = msgs[slot];
+      uint32_t v = told || now_ms() >= end ? FLOOD_END : seq;
+      memcpy(m, &v, 4);
+      int rc = xport_send(b, m, FLOOD_MSG, NULL, m);
+      if (rc == -XPORT_EAGAIN)
+        break;
+      XT_OK(rc);
+      inflight++;
+      slot = (slot + 1) % FLOOD_WIN;
+      seq++;
+      done = v == FLOOD_END;
+    }
+    int n = xport_poll(ctx, comps, 16);
+    XT_CHECK(n >= 0, "poll: %s", xport_strerror(n));
+    for (int i = 0; i < n; i++) {
+      XT_CHECK(comps[i].status == 0 && comps[i].conn == b, "client: op %d %s", comps[i].op,
+               xport_strerror(comps[i].status));
+      if (comps[i].op == XPORT_OP_SEND)
+        inflight--;
+      else if (comps[i].op == XPORT_OP_RECV)
+        told = 1;
+    }
+  }
+  while (!told) {
+    xport_completion_t c;
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "client: the server's word never came");
+    told = c.op == XPORT_OP_RECV && c.status == 0;
+  }
+  XT_CHECK(!strcmp(seen, "seen"), "the server's word");
+  /* The server closes first, once it has the whole stream. */
+  for (xport_completion_t c = {0}; c.op != XPORT_OP_DISCONNECT;)
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "client: the server never closed");
+  XT_OK(xport_conn_close(b));
+  xport_ctx_destroy(ctx);
+  XT_CHECK(xt_reap(pid) == 0, "server failed on %s", xt_config());
+}
+END_TEST
+
 /* ---- 4. a busy target is not a refusal --------------------------------- */
 
 static int busy_target_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
@@ -843,6 +964,7 @@ static Suite *life_suite(void)
   TCase *live = tcase_create("Liveness");
   tcase_set_timeout(live, 90);
   tcase_add_test(live, busy_peer_stays_alive);
+  tcase_add_test(live, busy_cq_delivers_disconnect);
   tcase_add_test(live, busy_target_is_no_refusal);
   tcase_add_test(live, depth_is_what_caps_say);
   suite_add_tcase(s, live);
