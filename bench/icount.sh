@@ -11,6 +11,8 @@
 # Polls that find nothing are waiting, not work: each run counts them,
 # a second run measures what one empty poll costs, and that is taken
 # out. Printed: instructions per round trip for each, and the ratio.
+# The raw side always opens FI_EP_RDM: compare like with like on shm and
+# tcp;ofi_rxm (over plain tcp xport runs FI_EP_MSG).
 # Needs valgrind (Debian's valgrind package); a benchmark: it asserts
 # nothing. Run from the build directory.
 set -u
