@@ -113,6 +113,20 @@ int xport__svc_open(xport_conn_t *conn, struct fi_info *info)
   return ret;
 }
 
+void xport__svc_lost(xport_conn_t *conn, int status)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  xport__svc_close(conn);
+  /* Their answers would have come over it. */
+  for (struct xport__req *r = conn->out, *next; r; r = next) {
+    next = r->cnext;
+    if (r->op == XPORT_OP_ATOMIC) {
+      conn->natom--;
+      xport__req_complete(ctx, r, status);
+    }
+  }
+}
+
 void xport__svc_close(xport_conn_t *conn)
 {
   xport_ctx_t *ctx = conn->ctx;

@@ -88,6 +88,10 @@ static void conn_release_ep(xport_conn_t *conn, int status)
     return;
   xport__close_fid(ctx, &conn->ep->fid);
   conn->ep = NULL;
+  if (conn->svc_gone_at) {
+    conn->svc_gone_at = 0;
+    ctx->nsvc_gone--;
+  }
   xport__svc_close(conn);
   xport__cq_drain(ctx);
   while (conn->out)
@@ -113,15 +117,47 @@ static void conn_lost(xport_conn_t *conn, int status)
 }
 
 /* An endpoint of a connection failed or shut down: the connection, or
- * its service channel while it is being made. */
+ * its service channel. The channel's end is not the connection's: a peer
+ * that closes both ends the channel first as seen from here whenever the
+ * connection's own stream is backed up (its FIN waits behind the data),
+ * and ending the connection then would drop messages whose sends had
+ * completed. The connection ends with its own endpoint. */
 static void ep_lost(struct fid *fid, int status)
 {
   xport_conn_t *conn = fid->context;
-  if (conn->svc && fid == &conn->svc->fid && conn->svc_state == 1) {
-    conn->svc_state = -1;
+  if (conn->svc && fid == &conn->svc->fid) {
+    if (conn->svc_state == 1) {
+      conn->svc_state = -1;
+      return;
+    }
+    xport__svc_lost(conn, status);
+    /* A dead peer's connection may never hear of it by itself (tcp reads
+     * nothing where no receive is posted): one that stays quiet ends. */
+    if (conn->state == XPORT__CONN_CONNECTED && !conn->svc_gone_at) {
+      conn->svc_gone_at = xport__now_ms();
+      conn->ndone_seen = conn->ndone;
+      conn->ctx->nsvc_gone++;
+    }
     return;
   }
   conn_lost(conn, status);
+}
+
+/* Connections whose service channel the peer shut: lost once nothing on
+ * them completed for XPORT_PEER_TIMEOUT. */
+static void svc_gone_check(xport_ctx_t *ctx)
+{
+  long now = xport__now_ms();
+  for (xport_conn_t *c = ctx->conns; c; c = c->next) {
+    if (!c->svc_gone_at)
+      continue;
+    if (c->ndone != c->ndone_seen) {
+      c->ndone_seen = c->ndone;
+      c->svc_gone_at = now;
+    } else if (now - c->svc_gone_at >= ctx->peer_check_ms) {
+      conn_lost(c, -XPORT_ECONNRESET);
+    }
+  }
 }
 
 /* A client's service channel: taken only for a connection whose
@@ -222,6 +258,8 @@ void xport__eq_dispatch(xport_ctx_t *ctx)
 
   if (XPORT__UNLIKELY(ctx->nbroken))
     lose_broken(ctx);
+  if (XPORT__UNLIKELY(ctx->nsvc_gone))
+    svc_gone_check(ctx);
   if (!ctx->eq)
     return;
   for (;;) {

@@ -109,9 +109,10 @@ static void unlink_out(struct xport__req *req)
 {
   xport_conn_t *conn = req->conn;
   XPORT__LIST_UNLINK(conn->out, req, cnext, cprev);
+  conn->ndone++;
   if (req->op == XPORT_OP_RECV)
     conn->nrx--;
-  else
+  else if (req->op != XPORT__OP_SILENT)
     conn->ntx--;
 }
 

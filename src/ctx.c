@@ -372,8 +372,11 @@ static void fill_caps(xport_ctx_t *ctx, const struct settings *s)
   c->rx_depth = fi->rx_attr->size;
   if (c->ep_type == XPORT_EP_RDM && c->rx_depth > XPORT__CTL_RX)
     c->rx_depth -= XPORT__CTL_RX;
-  if (c->tx_depth > ctx->max_posted)
-    c->tx_depth = ctx->max_posted;
+  /* An emulated write_imm holds two CQ entries (its write and its
+   * message): a connection reaches tx_depth with any kind of post. */
+  size_t tx_room = ctx->native_wimm ? ctx->max_posted : ctx->max_posted / 2;
+  if (c->tx_depth > tx_room)
+    c->tx_depth = tx_room;
   if (c->rx_depth > ctx->max_posted)
     c->rx_depth = ctx->max_posted;
   c->imm_bits = 32;

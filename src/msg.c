@@ -143,7 +143,7 @@ int xport__post_end(xport_conn_t *conn, struct xport__req *req, ssize_t ret)
   conn->nreqs++;
   if (req->op == XPORT_OP_RECV)
     conn->nrx++;
-  else
+  else if (req->op != XPORT__OP_SILENT) /* a write_imm counts once, by its user half */
     conn->ntx++;
   conn->ctx->nposted++;
   return 0;
@@ -164,7 +164,7 @@ int xport__post_hold(xport_conn_t *conn, struct xport__req *req, const struct xp
   XPORT__FIFO_PUSH(conn->held, conn->held_tail, req, next);
   /* Counted as posted: the depth and the CQ's room are promised to it. */
   conn->nreqs++;
-  conn->ntx++;
+  conn->ntx += req->op != XPORT__OP_SILENT;
   ctx->nposted++;
   return 0;
 }
@@ -245,7 +245,9 @@ int xport__post_room(const xport_conn_t *conn, xport_op_t op, size_t n)
   const xport_ctx_t *ctx = conn->ctx;
   size_t used = op == XPORT_OP_RECV ? conn->nrx : conn->ntx;
   size_t depth = op == XPORT_OP_RECV ? ctx->caps.rx_depth : ctx->caps.tx_depth;
-  if (XPORT__UNLIKELY(used + n > depth || ctx->nposted + n > ctx->max_posted))
+  /* The silent half of a write_imm takes room in the CQ only. */
+  size_t d = op == XPORT__OP_SILENT ? 0 : n;
+  if (XPORT__UNLIKELY(used + d > depth || ctx->nposted + n > ctx->max_posted))
     return -XPORT_EAGAIN;
   return 0;
 }

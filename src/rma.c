@@ -314,7 +314,9 @@ static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t 
     return -XPORT_ENOSYS;
   if (with_imm && !ctx->native_wimm) {
     /* Both halves fit, or neither is posted. */
-    ret = xport__post_room(conn, XPORT_OP_WRITE, len ? 2 : 1);
+    ret = xport__post_room(conn, XPORT_OP_WRITE, 1);
+    if (!ret && len)
+      ret = xport__post_room(conn, XPORT__OP_SILENT, 2); /* its CQ room */
     if (XPORT__UNLIKELY(ret))
       return (int)ret;
     /* Emulation for providers whose write-with-immediate consumes no

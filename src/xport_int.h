@@ -530,6 +530,11 @@ struct xport_conn {
   struct xport__req *svc_out;    /* its receives and messages posted */
   uint32_t atom_seq;             /* numbers requests; answers name theirs */
   size_t natom;                  /* emulated atomics awaiting their answer */
+  /* The peer shut the service channel down at this time (0: not): the
+   * connection ends with its own endpoint, or once nothing on it has
+   * completed for XPORT_PEER_TIMEOUT (conn.c svc_gone_check). */
+  long svc_gone_at;
+  size_t ndone, ndone_seen;      /* operations ended, and at the last look */
   struct xport_conn *shake_next; /* MSG: lst->shaking, until accept returns it */
   long shake_deadline;
   int handed;                    /* returned to the application (xport__conn_link) */
@@ -663,6 +668,7 @@ struct xport_ctx {
    * goodbyes): held posts wait while there are any, so that a stream of
    * data cannot take every slot the peer frees. */
   size_t ctl_owed;
+  size_t nsvc_gone;                    /* MSG: connections with svc_gone_at set */
 
   struct xport__bounce *free_bounce;
   struct xport__bounce_chunk *bounce_chunks;
@@ -865,6 +871,9 @@ int xport__wait_eq(xport_ctx_t *ctx, int timeout_ms);
 int xport__svc_open(xport_conn_t *conn, struct fi_info *info);
 /* Closes it; its requests end, silently. */
 void xport__svc_close(xport_conn_t *conn);
+/* The peer shut the service channel down: it closes here, and the emulated
+ * atomics waiting for answers over it end with status. */
+void xport__svc_lost(xport_conn_t *conn, int status);
 /* A completion on a service channel (e: the entry; status 0 on success). */
 void xport__svc_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
                          const struct fi_cq_data_entry *e);

@@ -226,6 +226,72 @@ START_TEST(close_with_big_read_in_flight)
 }
 END_TEST
 
+/* ---- 1. a close after sends completed delivers them -------------------- */
+
+/* Messages whose sends completed before the close reach the peer before
+ * its disconnect event, however many are still on their way (tcp: the
+ * atomic service channel's end overtook the backed-up stream's and ended
+ * the connection at the receiver, dropping what was still in flight). */
+#define CS_LEN 20000
+static size_t cs_count(void)
+{
+  size_t n = xt_caps()->rx_depth;
+  return n < 200 ? n : 200;
+}
+
+static int sent_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  struct xt_steps *st = arg;
+  xport_completion_t c;
+  size_t n = cs_count();
+  char *bufs = malloc(n * CS_LEN);
+  XT_CHECK(bufs != NULL, "malloc");
+  for (size_t i = 0; i < n; i++)
+    XT_OK(xport_recv(conn, bufs + i * CS_LEN, CS_LEN, NULL, bufs + i * CS_LEN));
+  xt_step_put(st->s2c[1], 'P');
+  for (size_t got = 0; got < n; got++) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "server: message %zu of %zu never came", got, n);
+    XT_CHECK(c.op == XPORT_OP_RECV && c.status == 0,
+             "server: %zu of %zu messages, then op %d %s", got, n, c.op,
+             xport_strerror(c.status));
+    size_t k = (size_t)((char *)c.user_ctx - bufs) / CS_LEN;
+    XT_CHECK(k == got && xt_verify(c.user_ctx, CS_LEN, (unsigned)k) == CS_LEN,
+             "message %zu arrived as %zu or changed", got, k);
+  }
+  expect(ctx, &c, XPORT_OP_DISCONNECT, -XPORT_ECONNRESET);
+  XT_OK(xport_conn_close(conn));
+  free(bufs);
+  return XT_CLOSED;
+}
+
+static int sent_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  struct xt_steps *st = arg;
+  xport_completion_t c;
+  size_t n = cs_count();
+  char *msgs = malloc(n * CS_LEN);
+  XT_CHECK(msgs != NULL, "malloc");
+  XT_CHECK(xt_step_get(st->s2c[0], T_MS) == 'P', "server step");
+  for (size_t i = 0; i < n; i++) {
+    xt_fill(msgs + i * CS_LEN, CS_LEN, (unsigned)i);
+    XT_OK(xport_send(conn, msgs + i * CS_LEN, CS_LEN, NULL, NULL));
+  }
+  for (size_t i = 0; i < n; i++)
+    expect(ctx, &c, XPORT_OP_SEND, 0);
+  XT_OK(xport_conn_close(conn));
+  free(msgs);
+  return XT_CLOSED;
+}
+
+START_TEST(close_after_sends_completed_delivers)
+{
+  struct xt_steps st;
+  xt_steps_open(&st);
+  xt_pair(sent_server, sent_client, &st);
+  xt_steps_close(&st);
+}
+END_TEST
+
 /* ---- 1. posts waiting behind a read end at the close ------------------ */
 
 /* shm serves one read per peer at a time, only while the target is inside
@@ -956,6 +1022,7 @@ static Suite *life_suite(void)
   tcase_add_test(own, close_with_big_send_in_flight);
   tcase_add_test(own, close_with_big_read_in_flight);
   tcase_add_test(own, close_with_posts_held_behind_a_read);
+  tcase_add_test(own, close_after_sends_completed_delivers);
   tcase_add_test(own, dead_peer_ops_end_and_context_goes_on);
   tcase_add_test(own, close_with_big_message_unreceived);
   tcase_add_test(own, destroy_with_operations_out_tells_peer);

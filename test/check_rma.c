@@ -280,20 +280,40 @@ END_TEST
  * before it; the one past tx_depth gets EAGAIN. */
 enum { DH_ROUNDS = 64, DH_SLOT = 4096, DH_FLOOD_OFF = 512 << 10, DH_RD = 64 };
 
+/* Write_imms of the flood: each takes a receive at the target, and the
+ * target has rx_depth in all. */
+static size_t dh_wimms(const xport_caps_t *caps)
+{
+  size_t room = caps->rx_depth > DH_ROUNDS + 1 ? caps->rx_depth - (DH_ROUNDS + 1) : 0;
+  return caps->write_imm == XPORT_SUPPORT_NONE ? 0 : room < caps->tx_depth ? room : caps->tx_depth;
+}
+
 static int depth_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 {
   (void)arg;
-  static uint32_t msg[DH_ROUNDS + 1];
-  xport_mr_t *mr;
-  for (uintptr_t i = 0; i <= DH_ROUNDS; i++)
-    XT_OK(xport_recv(conn, &msg[i], sizeof msg[i], NULL, (void *)i));
+  xport_caps_t caps;
+  XT_OK(xport_ctx_query(ctx, &caps));
+  size_t nrx = DH_ROUNDS + 1 + dh_wimms(&caps), wimms = 0;
+  uint32_t *msg = calloc(nrx, sizeof *msg);
+  xport_mr_t *mr, *mmr;
+  XT_CHECK(msg != NULL, "calloc");
+  XT_OK(xport_mr_reg(ctx, msg, nrx * sizeof *msg, XPORT_ACCESS_LOCAL, &mmr));
+  /* Messages and write_imms take receives in turn: each names its slot. */
+  for (uintptr_t i = 0; i < nrx; i++)
+    XT_OK(xport_recv(conn, &msg[i], sizeof msg[i], mmr, (void *)i));
   char *reg = export_region(ctx, conn, 1 << 20,
                             XPORT_ACCESS_REMOTE_WRITE | XPORT_ACCESS_REMOTE_READ, &mr);
   for (size_t off = DH_FLOOD_OFF; off < (1 << 20); off += DH_RD)
     xt_fill(reg + off, DH_RD, (unsigned)(off / DH_RD));
   for (;;) {
-    xport_completion_t c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS);
-    XT_CHECK(c.status == 0, "message: %s", xport_strerror(c.status));
+    xport_completion_t c;
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "server: the client's next message never came");
+    XT_CHECK(c.status == 0, "op %d: %s", c.op, xport_strerror(c.status));
+    if (c.op == XPORT_OP_REMOTE_WRITE_IMM) {
+      wimms++;
+      continue;
+    }
+    XT_CHECK(c.op == XPORT_OP_RECV, "op %d", c.op);
     uint32_t k = msg[(uintptr_t)c.user_ctx];
     if (k == UINT32_MAX)
       break;
@@ -302,8 +322,12 @@ static int depth_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
     XT_CHECK(xt_verify(reg + k * DH_SLOT, DH_SLOT, 100 + k) == DH_SLOT,
              "message %u came before the write posted ahead of it", k);
   }
+  XT_CHECK(wimms == dh_wimms(&caps), "%zu of %zu write_imms arrived before the last message",
+           wimms, dh_wimms(&caps));
   xport_mr_dereg(mr);
+  xport_mr_dereg(mmr);
   free(reg);
+  free(msg);
   return 0;
 }
 
@@ -365,6 +389,19 @@ static int depth_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
     XT_CHECK(xt_verify(rd + i * DH_RD, DH_RD, (unsigned)((DH_FLOOD_OFF + i * DH_RD) / DH_RD)) ==
                  DH_RD,
              "read %zu of the flood differs", i);
+  /* Write_imms, none polled: one each against the depth, though an
+   * emulated one is a write and a message. */
+  size_t w = dh_wimms(&caps);
+  for (n = 0; n < w; n++) {
+    rc = xport_write_imm(conn, src[0], DH_RD, smr, rk, n % DH_ROUNDS * DH_SLOT, (uint32_t)n,
+                         NULL);
+    XT_CHECK(rc == 0, "write_imm %zu of %zu (tx_depth %zu): %s", n, w, caps.tx_depth,
+             xport_strerror(rc));
+  }
+  for (size_t i = 0; i < w; i++) {
+    xport_completion_t c = xt_wait_op(ctx, XPORT_OP_WRITE, T_MS);
+    XT_CHECK(c.status == 0, "write_imm: %s", xport_strerror(c.status));
+  }
   xport_mr_dereg(rmr);
   xport_mr_dereg(smr);
   xport_mr_dereg(bmr);
