@@ -390,10 +390,11 @@ static int depth_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
                  DH_RD,
              "read %zu of the flood differs", i);
   /* Write_imms, none polled: one each against the depth, though an
-   * emulated one is a write and a message. */
+   * emulated one is a write and a message. Over the flood's range, read
+   * already: the target may still be checking the rounds' slots. */
   size_t w = dh_wimms(&caps);
   for (n = 0; n < w; n++) {
-    rc = xport_write_imm(conn, src[0], DH_RD, smr, rk, n % DH_ROUNDS * DH_SLOT, (uint32_t)n,
+    rc = xport_write_imm(conn, src[0], DH_RD, smr, rk, DH_FLOOD_OFF + n * DH_RD, (uint32_t)n,
                          NULL);
     XT_CHECK(rc == 0, "write_imm %zu of %zu (tx_depth %zu): %s", n, w, caps.tx_depth,
              xport_strerror(rc));
