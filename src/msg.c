@@ -149,7 +149,8 @@ int xport__post_end(xport_conn_t *conn, struct xport__req *req, ssize_t ret)
   return 0;
 }
 
-int xport__post_hold(xport_conn_t *conn, struct xport__req *req, const struct xport__held *h)
+int xport__post_hold(xport_conn_t *conn, struct xport__req *req, const struct xport__held *h,
+                     const struct iovec *fiov, void *const *desc)
 {
   xport_ctx_t *ctx = conn->ctx;
   struct xport__held *copy = malloc(sizeof *copy);
@@ -158,6 +159,10 @@ int xport__post_hold(xport_conn_t *conn, struct xport__req *req, const struct xp
     return -XPORT_EAGAIN;
   }
   *copy = *h;
+  if (h->cnt) { /* a write_imm's marker carries none (fiov NULL) */
+    memcpy(copy->iov, fiov, h->cnt * sizeof *fiov);
+    memcpy(copy->desc, desc, h->cnt * sizeof *desc);
+  }
   req->held = copy;
   if (!conn->held)
     XPORT__LIST_PUSH(ctx->holding, conn, hnext, hprev);
@@ -250,17 +255,6 @@ int xport__post_room(const xport_conn_t *conn, xport_op_t op, size_t n)
   if (XPORT__UNLIKELY(used + d > depth || ctx->nposted + n > ctx->max_posted))
     return -XPORT_EAGAIN;
   return 0;
-}
-
-static int hold_send(xport_conn_t *conn, struct xport__req *req, const struct iovec *fiov,
-                     void *const *desc, size_t nsge, int with_imm, uint32_t imm)
-{
-  struct xport__held h = {.kind = conn->rep ? XPORT__H_TSEND : XPORT__H_SEND,
-                          .flags = with_imm ? FI_REMOTE_CQ_DATA : 0, .cnt = nsge,
-                          .tag = conn->tag, .data = imm};
-  memcpy(h.iov, fiov, nsge * sizeof *fiov);
-  memcpy(h.desc, desc, nsge * sizeof *desc);
-  return xport__post_hold(conn, req, &h);
 }
 
 static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_t iovcnt,
@@ -372,7 +366,10 @@ static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_
     ret = fi_recvv(conn->ep, fiov, desc, cnt, 0, &req->fictx);
   }
   if (XPORT__UNLIKELY(xport__pushed_back(ret)) && op == XPORT_OP_SEND) {
-    ret = hold_send(conn, req, fiov, desc, nsge, with_imm, imm);
+    struct xport__held h = {.kind = conn->rep ? XPORT__H_TSEND : XPORT__H_SEND,
+                            .flags = with_imm ? FI_REMOTE_CQ_DATA : 0, .cnt = nsge,
+                            .tag = conn->tag, .data = imm};
+    ret = xport__post_hold(conn, req, &h, fiov, desc);
     XPORT__UNLOCK(conn->ctx);
     return (int)ret;
   }

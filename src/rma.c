@@ -188,19 +188,6 @@ static size_t iov_total(const xport_iov_t *iov, size_t cnt)
   return t;
 }
 
-/* Keeps a read or write the provider pushed back, or that must stay
- * behind those already waiting (xport__post_hold). */
-static int hold_rma(xport_conn_t *conn, struct xport__req *req, unsigned kind,
-                    const struct iovec *fiov, void *const *desc, size_t cnt,
-                    const struct fi_rma_iov *riov, uint64_t flags, uint64_t data)
-{
-  struct xport__held h = {.kind = kind, .flags = flags, .cnt = cnt, .data = data,
-                          .rma = *riov};
-  memcpy(h.iov, fiov, cnt * sizeof *fiov);
-  memcpy(h.desc, desc, cnt * sizeof *desc);
-  return xport__post_hold(conn, req, &h);
-}
-
 /* Posts the marker of an emulated write_imm: req is its user half, with
  * the value in req->imm. */
 static ssize_t wimm_marker(xport_conn_t *conn, struct xport__req *req, uint64_t flags)
@@ -226,7 +213,7 @@ static int marker_post(xport_conn_t *conn, struct xport__req *req, uint64_t flag
                           .flags = FI_REMOTE_CQ_DATA | flags,
                           .tag = conn->tag | XPORT__WIMM_TAG,
                           .data = conn->rep ? req->imm : XPORT__WIMM_MARK << 32 | req->imm};
-  return xport__post_hold(conn, req, &h);
+  return xport__post_hold(conn, req, &h, NULL, NULL);
 }
 
 /* A deferred user half leaves the connection's deferred count: posted
@@ -356,8 +343,8 @@ static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t 
                                .addr = conn->dest, .rma_iov = &riov, .rma_iov_count = 1,
                                .context = &req->fictx};
         ret = XPORT__UNLIKELY(conn->held != NULL) ? -FI_EAGAIN : fi_writemsg(conn->ep, &m, dc);
-        ret = xport__pushed_back(ret) ? hold_rma(conn, req, XPORT__H_WRITE, fiov, desc, cnt,
-                                                 &riov, dc, 0)
+        struct xport__held h = {.kind = XPORT__H_WRITE, .flags = dc, .cnt = cnt, .rma = riov};
+        ret = xport__pushed_back(ret) ? xport__post_hold(conn, req, &h, fiov, desc)
                                       : xport__post_end(conn, req, ret);
       }
       if (XPORT__UNLIKELY(ret)) {
@@ -434,10 +421,13 @@ static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t 
     ret = fi_writev(conn->ep, fiov, desc, cnt, conn->dest, addr, rk->key, &req->fictx);
   }
   if (XPORT__UNLIKELY(xport__pushed_back(ret))) {
-    if (op == XPORT_OP_READ)
-      return hold_rma(conn, req, XPORT__H_READ, fiov, desc, cnt, &riov, 0, 0);
-    return hold_rma(conn, req, XPORT__H_WRITE, fiov, desc, len ? cnt : 0, &riov,
-                    ctx->write_flags | (with_imm ? FI_REMOTE_CQ_DATA : 0), imm);
+    /* Kept, to go behind the posts already waiting (xport__post_hold). */
+    struct xport__held h = {.kind = XPORT__H_READ, .cnt = cnt, .rma = riov};
+    if (op != XPORT_OP_READ)
+      h = (struct xport__held){.kind = XPORT__H_WRITE, .cnt = len ? cnt : 0, .rma = riov,
+                               .flags = ctx->write_flags | (with_imm ? FI_REMOTE_CQ_DATA : 0),
+                               .data = imm};
+    return xport__post_hold(conn, req, &h, fiov, desc);
   }
   return xport__post_end(conn, req, ret);
 }

@@ -739,9 +739,11 @@ int xport__post_begin(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov,
 int xport__post_end(xport_conn_t *conn, struct xport__req *req, ssize_t ret);
 /* Instead of end, for a send, read or write the provider pushed back
  * (xport__pushed_back) or that must stay behind held ones (conn->held):
- * req waits on conn, in order, to be posted as h says; 0, or
+ * req waits on conn, in order, to be posted as h says, with h->cnt
+ * elements of fiov and desc; 0, or
  * -XPORT_EAGAIN (undone) where no memory is left to keep it. */
-int xport__post_hold(xport_conn_t *conn, struct xport__req *req, const struct xport__held *h);
+int xport__post_hold(xport_conn_t *conn, struct xport__req *req, const struct xport__held *h,
+                     const struct iovec *fiov, void *const *desc);
 static inline int xport__pushed_back(ssize_t ret)
 {
   /* ENOMEM: the provider's per-endpoint entry pool ran out (shm). */
