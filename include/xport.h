@@ -286,6 +286,25 @@ XPORT_API int xport_poll(xport_ctx_t *ctx, xport_completion_t *comps, int max);
 /* Sleeps until a completion may be ready: 0, or -XPORT_ETIMEDOUT. */
 XPORT_API int xport_wait(xport_ctx_t *ctx, int timeout_ms);
 
+/* ---- jobs: wire-up through the launcher (xport_job(3)) ------------------
+ * Under mpirun or srun --mpi=pmix, every rank joins with xport_job_init
+ * (collective); connections are made on demand, one per pair of ranks,
+ * and belong to the job: xport_job_fini (collective) closes them. Built
+ * without PMIx, xport_job_init returns -XPORT_ENOSYS. */
+typedef struct xport_job xport_job_t;
+
+XPORT_API int xport_job_init(xport_ctx_t *ctx, xport_job_t **job_p);
+/* Return the rank (0 ... size-1) and the size, or a negative code. */
+XPORT_API int xport_job_rank(const xport_job_t *job);
+XPORT_API int xport_job_size(const xport_job_t *job);
+/* The peer must make progress (any call on its context) for a new
+ * connection to be made; do not close what this returns. */
+XPORT_API int xport_job_conn(xport_job_t *job, int rank, xport_conn_t **conn_p);
+/* The rank at the other end of conn, or -XPORT_ENOENT. */
+XPORT_API int xport_job_peer(const xport_job_t *job, const xport_conn_t *conn);
+XPORT_API int xport_job_barrier(xport_job_t *job);
+XPORT_API int xport_job_fini(xport_job_t *job);
+
 /* The XPORT_* environment variables, declared once in the library. */
 typedef struct xport_env_var {
   const char *name;

@@ -51,6 +51,8 @@ void xport__connreq_push(xport_listener_t *lst, struct xport__connreq *cr)
 {
   XPORT__FIFO_PUSH(lst->pending, lst->pending_tail, cr, next);
   lst->npending++;
+  if (lst->admit)
+    lst->ctx->accept_due = 1;
 }
 
 void xport__evq_push(xport_ctx_t *ctx, xport_conn_t *conn, int status)
@@ -251,17 +253,11 @@ static void lose_broken(xport_ctx_t *ctx)
   }
 }
 
-void xport__eq_dispatch(xport_ctx_t *ctx)
+static void eq_read_all(xport_ctx_t *ctx)
 {
   struct cm_buf buf;
   uint32_t event;
 
-  if (XPORT__UNLIKELY(ctx->nbroken))
-    lose_broken(ctx);
-  if (XPORT__UNLIKELY(ctx->nsvc_gone))
-    svc_gone_check(ctx);
-  if (!ctx->eq)
-    return;
   for (;;) {
     ssize_t r = fi_eq_read(ctx->eq, &event, &buf, sizeof buf, 0);
     if (r == -FI_EAGAIN)
@@ -316,6 +312,21 @@ void xport__eq_dispatch(xport_ctx_t *ctx)
       break;
     }
   }
+}
+
+void xport__eq_dispatch(xport_ctx_t *ctx)
+{
+  if (XPORT__UNLIKELY(ctx->nbroken))
+    lose_broken(ctx);
+  if (XPORT__UNLIKELY(ctx->nsvc_gone))
+    svc_gone_check(ctx);
+  if (!ctx->eq)
+    return;
+  eq_read_all(ctx);
+  /* Handshakes of a listener that accepts in the background move on
+   * with the events just read. */
+  if (XPORT__UNLIKELY(ctx->nhooked))
+    xport__auto_accept(ctx);
 }
 
 /* Waits up to timeout_ms for an EQ event. Called with the progress lock
@@ -494,6 +505,7 @@ static int xport_listener_close__locked(xport_listener_t *lst)
   if (!lst)
     return 0;
   xport_ctx_t *ctx = lst->ctx;
+  xport__listener_hook(lst, NULL, NULL, NULL); /* what waits is refused */
   if (ctx->rdm) {
     xport__rdm_listener_close(lst);
   } else {
@@ -691,7 +703,11 @@ static int handshake_start(xport_listener_t *lst)
       conn->svc_cookie = xport__random_key(8);
     h.cookie = conn->svc_cookie;
   }
-  int ret = conn ? ep_open(conn, cr->info) : -FI_ENOMEM;
+  int ret = conn ? 0 : -FI_ENOMEM;
+  if (!ret && lst->admit && !lst->admit(lst->hook_arg, cr->peer_ctx_id))
+    ret = -FI_ECONNREFUSED; /* the layer that owns lst said no */
+  if (!ret)
+    ret = ep_open(conn, cr->info);
   if (!ret)
     ret = fi_accept(conn->ep, &h, sizeof h);
   if (ret)
@@ -778,6 +794,38 @@ static int xport_accept__locked(xport_listener_t *lst, int timeout_ms, xport_con
       return -XPORT_ETIMEDOUT;
     xport__wait_eq(ctx, left < 100 ? (int)left : 100);
   }
+}
+
+void xport__listener_hook(xport_listener_t *lst, int (*admit)(void *, uint64_t),
+                          void (*accepted)(void *, xport_conn_t *), void *arg)
+{
+  lst->ctx->nhooked += (admit != NULL) - (lst->admit != NULL);
+  lst->admit = admit;
+  lst->accepted = accepted;
+  lst->hook_arg = arg;
+  if (admit && lst->pending)
+    lst->ctx->accept_due = 1;
+}
+
+/* Runs where the context makes progress (EQ dispatch, the RDM drain and
+ * housekeeping), and so inside a connect that waits: two peers that
+ * connect to each other at once each accept the other meanwhile. An
+ * accept that would wait does not: a timeout of 0. */
+void xport__auto_accept(xport_ctx_t *ctx)
+{
+  if (ctx->in_auto)
+    return;
+  ctx->in_auto = 1;
+  ctx->accept_due = 0;
+  for (xport_listener_t *l = ctx->listeners, *next; l; l = next) {
+    next = l->next;
+    if (!l->admit)
+      continue;
+    xport_conn_t *conn;
+    while ((l->pending || l->shaking) && xport_accept__locked(l, 0, &conn) == 0)
+      l->accepted(l->hook_arg, conn);
+  }
+  ctx->in_auto = 0;
 }
 
 void xport__conn_free_if_done(xport_conn_t *conn)

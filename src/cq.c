@@ -485,13 +485,13 @@ void xport__cq_drain(xport_ctx_t *ctx)
     if (n == -FI_EAVAIL) {
       struct xport__req *req = NULL;
       if (!read_error(ctx, &req))
-        return;
+        break;
       if (req)
         done_push(ctx, req);
       continue;
     }
     if (n <= 0)
-      return;
+      break;
     for (ssize_t i = 0; i < n; i++) {
       const struct fi_cq_data_entry *e = entry_at(ctx, ents, i);
       struct xport__req *req = e->op_context;
@@ -505,6 +505,10 @@ void xport__cq_drain(xport_ctx_t *ctx)
       done_push(ctx, req);
     }
   }
+  /* A request drained here may be for a listener that accepts in the
+   * background (waits of connect and accept drain, and never poll). */
+  if (XPORT__UNLIKELY(ctx->accept_due))
+    xport__auto_accept(ctx);
 }
 
 static void sig_clear(xport_ctx_t *ctx);

@@ -79,6 +79,20 @@ static const xport_env_var_t env_table[XPORT__ENV_COUNT] = {
     "answers heartbeats only inside xport (xport_poll, xport_wait) or with "
     "its progress thread on: make it longer than the longest time a peer "
     "computes outside xport, or run the progress thread there."},
+  [XPORT__ENV_JOB] = {"XPORT_JOB", "string", "auto",
+    "How xport_job_init(3) finds its job. auto: through the launcher's "
+    "PMIx server (mpirun, srun --mpi=pmix) when one started the process, "
+    "else a job of one rank; pmix: a launcher is required, and its absence "
+    "is an error that names the variables a launcher sets; single: a job "
+    "of one rank, whatever started it."},
+  [XPORT__ENV_JOB_HOST] = {"XPORT_JOB_HOST", "string", "(the provider's address)",
+    "The host (name or address) at which a job's rank listens and which it "
+    "publishes to its peers; by default the address of the network the "
+    "context's provider opened, or 127.0.0.1 where it has none (shm)."},
+  [XPORT__ENV_JOB_TIMEOUT] = {"XPORT_JOB_TIMEOUT", "size", "60000",
+    "Milliseconds xport_job_conn(3) waits for a connection to a rank, and "
+    "after which a fence (xport_job_init, xport_job_barrier, xport_job_fini) "
+    "still waiting says so in the log."},
 };
 
 XPORT_API int xport_env_list(const xport_env_var_t **vars_p)

@@ -1722,6 +1722,12 @@ int xport__rdm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
       lst->pending_tail = NULL;
     lst->npending--;
     int ret = 0;
+    if (lst->admit && !lst->admit(lst->hook_arg, cr->peer_ctx_id)) {
+      answer(rep, cr->ctl, CTL_CONNREJ, 1); /* the layer that owns lst said no */
+      free(cr->ctl);
+      free(cr);
+      continue;
+    }
     struct xport__peer *peer = peer_get(rep, cr->ctl->addr, cr->ctl->addrlen, &ret);
     xport_conn_t *conn = peer ? conn_new(rep, peer) : NULL;
     if (conn) {
@@ -1997,6 +2003,8 @@ void xport__rdm_housekeeping(xport_ctx_t *ctx)
 {
   if (ctx->wimm_wait)
     xport__wimm_retry(ctx, 0);
+  if (ctx->accept_due)
+    xport__auto_accept(ctx);
   /* Every time (every XPORT__EQ_EVERY polls, busy or idle): a flood
    * grows the provider's memory at the rate it arrives. */
   if (ctx->prof && ctx->prof->peek_discard) {

@@ -259,6 +259,9 @@ enum xport__env_id {
   XPORT__ENV_DELIVERY_COMPLETE,
   XPORT__ENV_LISTEN_BACKLOG,
   XPORT__ENV_KEEPALIVE_TIMEOUT,
+  XPORT__ENV_JOB,
+  XPORT__ENV_JOB_HOST,
+  XPORT__ENV_JOB_TIMEOUT,
   XPORT__ENV_COUNT
 };
 
@@ -579,6 +582,13 @@ struct xport_listener {
   /* MSG: requests answered whose handshake goes on (accept) */
   xport_conn_t *shaking;
   size_t nshaking;
+  /* A layer above (the job layer) may own a listener: then it accepts in
+   * the background, wherever the context makes progress, asking admit
+   * first (0 refuses the request: its peer's connect fails) and handing
+   * each connection to accepted. NULL: the application accepts. */
+  int (*admit)(void *arg, uint64_t peer_ctx_id);
+  void (*accepted)(void *arg, xport_conn_t *conn);
+  void *hook_arg;
   char addr[96];
   struct xport_listener *next, *prev; /* ctx->listeners */
 };
@@ -655,6 +665,9 @@ struct xport_ctx {
   int cq_fd, eq_fd;   /* their wait fds, or -1 */
   unsigned eq_skip;   /* empty polls since the EQ was last read */
   int nbroken;        /* MSG: connections marked broken since the last dispatch */
+  int nhooked;        /* listeners that accept in the background (admit set) */
+  int accept_due;     /* a request reached such a listener */
+  int in_auto;        /* xport__auto_accept is running: no recursion */
 
   struct xport__req *free_reqs;
   struct xport__req_chunk *req_chunks;
@@ -861,6 +874,11 @@ void xport__eq_dispatch(xport_ctx_t *ctx);
 void xport__conn_link(xport_conn_t *conn);
 void xport__conn_unlink(xport_conn_t *conn);
 void xport__connreq_push(xport_listener_t *lst, struct xport__connreq *cr);
+/* Hands lst to a layer above: see struct xport_listener (admit NULL
+ * gives it back to the application). */
+void xport__listener_hook(xport_listener_t *lst, int (*admit)(void *, uint64_t),
+                          void (*accepted)(void *, xport_conn_t *), void *arg);
+void xport__auto_accept(xport_ctx_t *ctx);
 void xport__evq_push(xport_ctx_t *ctx, xport_conn_t *conn, int status);
 void xport__evq_remove(xport_ctx_t *ctx, xport_conn_t *conn);
 void xport__conn_free_if_done(xport_conn_t *conn);

@@ -1,0 +1,510 @@
+/*
+ * The job layer: wire-up through the launcher's PMIx server (mpirun,
+ * srun --mpi=pmix). Each rank listens, publishes its listener's address
+ * and its context's id, and fences; connections are then made on demand,
+ * one per pair of ranks. It sits on top of the core: it uses the public
+ * API, and one hook of the core's listeners (xport__listener_hook), by
+ * which the job's listener accepts in the background wherever the
+ * context makes progress.
+ *
+ * One connection per pair, whichever side asks first, without a third
+ * party: a rank asks its peer by connecting to it. Two that ask each
+ * other at once both connect; the lower rank's connection wins. The
+ * lower rank refuses the higher's request while its own is on the way
+ * (admit), the higher accepts the lower's always, and a higher rank whose
+ * request was refused waits for the lower's connection, which the
+ * refusal promises. A request is weighed when it is accepted, under the
+ * context's lock, as a rank decides to connect: the two cannot cross.
+ */
+#include "xport_int.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef XPORT_HAVE_PMIX
+#include <pmix.h>
+#endif
+
+#define JOB_KEY "xport.addr"
+#define JOB_VALUE_MAX 160
+
+struct job_peer {
+  char addr[96];         /* its listener, as it published it */
+  uint64_t ctx_id;       /* its context, as it published it */
+  xport_conn_t *conn;    /* the pair's connection, once made */
+  int connecting;        /* this rank's connect to it is under way */
+  int accepting;         /* its request was admitted; the accept goes on */
+};
+
+struct xport_job {
+  xport_ctx_t *ctx;
+  xport_listener_t *lst;
+  int rank, size;
+  long timeout_ms;
+  struct job_peer *peers;
+#ifdef XPORT_HAVE_PMIX
+  pmix_proc_t me;
+  int pmix;
+#endif
+};
+
+static int rank_of(const xport_job_t *job, uint64_t ctx_id)
+{
+  for (int r = 0; r < job->size; r++)
+    if (r != job->rank && job->peers[r].ctx_id == ctx_id)
+      return r;
+  return -1;
+}
+
+/* Under the context's lock, from the core's accept. */
+static int job_admit(void *arg, uint64_t peer_ctx_id)
+{
+  xport_job_t *job = arg;
+  int r = rank_of(job, peer_ctx_id);
+  if (r < 0) {
+    XPORT__INFO("job: refused a connection from a context that is no rank of this job");
+    return 0;
+  }
+  struct job_peer *p = &job->peers[r];
+  if (p->conn || p->accepting || (p->connecting && r > job->rank))
+    return 0;
+  p->accepting = 1;
+  return 1;
+}
+
+static void job_accepted(void *arg, xport_conn_t *conn)
+{
+  xport_job_t *job = arg;
+  int r = rank_of(job, conn->peer_ctx_id);
+  if (r < 0 || job->peers[r].conn) {
+    /* Cannot be, by admit; a second connection would only mislead. */
+    xport_conn_close(conn);
+    return;
+  }
+  job->peers[r].accepting = 0;
+  job->peers[r].conn = conn;
+}
+
+/* One step of the context's progress that delivers nothing: what it
+ * reads waits for the application's xport_poll. The CQ is read too, as
+ * providers with manual progress (tcp) move data only then: a message
+ * this rank sent before a fence must reach its peer during the fence.
+ * Under the lock. */
+static void job_progress(xport_ctx_t *ctx)
+{
+  xport__cq_drain(ctx);
+  if (ctx->rdm)
+    xport__rdm_housekeeping(ctx);
+  else
+    xport__eq_dispatch(ctx);
+}
+
+static void job_nap(xport_ctx_t *ctx)
+{
+  struct timespec ts = {0, 500 * 1000};
+  XPORT__UNLOCK(ctx);
+  nanosleep(&ts, NULL);
+  XPORT__LOCK(ctx);
+  job_progress(ctx);
+}
+
+XPORT_API int xport_job_rank(const xport_job_t *job)
+{
+  return job ? job->rank : -XPORT_EINVAL;
+}
+
+XPORT_API int xport_job_size(const xport_job_t *job)
+{
+  return job ? job->size : -XPORT_EINVAL;
+}
+
+XPORT_API int xport_job_peer(const xport_job_t *job, const xport_conn_t *conn)
+{
+  if (!job || !conn)
+    return -XPORT_EINVAL;
+  for (int r = 0; r < job->size; r++)
+    if (job->peers[r].conn == conn)
+      return r;
+  return -XPORT_ENOENT;
+}
+
+XPORT_API int xport_job_conn(xport_job_t *job, int rank, xport_conn_t **conn_p)
+{
+  if (!job || !conn_p)
+    return -XPORT_EINVAL;
+  if (rank < 0 || rank >= job->size || rank == job->rank) {
+    XPORT__INFO("job: rank %d: no such peer (rank %d of %d)", rank, job->rank, job->size);
+    return -XPORT_EINVAL;
+  }
+  xport_ctx_t *ctx = job->ctx;
+  struct job_peer *p = &job->peers[rank];
+  long deadline = xport__now_ms() + job->timeout_ms;
+  int ret = 0;
+
+  XPORT__LOCK(ctx);
+  /* Requests that already came in are weighed before this rank asks. */
+  job_progress(ctx);
+  xport__auto_accept(ctx);
+  while (!p->conn && p->accepting && xport__now_ms() < deadline)
+    job_nap(ctx);
+  if (!p->conn && !p->accepting) {
+    p->connecting = 1;
+    XPORT__UNLOCK(ctx);
+    xport_conn_t *conn = NULL;
+    long left = deadline - xport__now_ms();
+    ret = xport_connect(ctx, p->addr, left > 0 ? (int)left : 0, &conn);
+    XPORT__LOCK(ctx);
+    p->connecting = 0;
+    if (!ret && conn->peer_ctx_id != p->ctx_id) {
+      XPORT__WARN("job: %s answered for rank %d, but as another context", p->addr, rank);
+      xport_conn_close(conn);
+      ret = -XPORT_EPROTO;
+    } else if (!ret && p->conn) {
+      xport_conn_close(conn); /* the lower rank's connection came first */
+    } else if (!ret) {
+      p->conn = conn;
+    }
+  }
+  /* Refused while the peer's own connection is on its way (the peer is
+   * the lower rank), or that connection is being accepted: wait for it. */
+  while (!p->conn && (rank < job->rank || p->accepting) && xport__now_ms() < deadline)
+    job_nap(ctx);
+  xport_conn_t *conn = p->conn;
+  if (!conn && p->accepting)
+    p->accepting = 0; /* a handshake that never ended */
+  XPORT__UNLOCK(ctx);
+  if (!conn) {
+    if (!ret || ret == -XPORT_ECONNREFUSED)
+      ret = -XPORT_ETIMEDOUT;
+    XPORT__WARN("job: no connection to rank %d (%s): %s", rank, p->addr, xport_strerror(ret));
+    return ret;
+  }
+  *conn_p = conn;
+  return 0;
+}
+
+/* Closes what job opened; job_leave, then free, end it. */
+static void job_close(xport_job_t *job)
+{
+  for (int r = 0; job->peers && r < job->size; r++)
+    if (job->peers[r].conn)
+      xport_conn_close(job->peers[r].conn);
+  if (job->lst) {
+    XPORT__LOCK(job->ctx);
+    xport__listener_hook(job->lst, NULL, NULL, NULL);
+    XPORT__UNLOCK(job->ctx);
+    xport_listener_close(job->lst);
+  }
+  free(job->peers);
+  job->peers = NULL;
+}
+
+#ifdef XPORT_HAVE_PMIX
+
+static int err_from_pmix(pmix_status_t st)
+{
+  switch (st) {
+  case PMIX_SUCCESS:
+    return 0;
+  case PMIX_ERR_TIMEOUT:
+    return -XPORT_ETIMEDOUT;
+  case PMIX_ERR_NOMEM:
+    return -XPORT_ENOMEM;
+  case PMIX_ERR_NOT_FOUND:
+    return -XPORT_ENOENT;
+  case PMIX_ERR_UNREACH:
+    return -XPORT_ENOENT;
+  default:
+    return -XPORT_EIO;
+  }
+}
+
+/* The host this rank publishes: XPORT_JOB_HOST, or the address of the
+ * network the context's provider opened, or the loopback address (a
+ * provider without IP addresses: shm, one node). */
+static void job_host(xport_ctx_t *ctx, char *host, size_t len)
+{
+  const char *env = xport__env_str(XPORT__ENV_JOB_HOST);
+  const struct fi_info *info = ctx->info;
+  snprintf(host, len, "127.0.0.1");
+  if (env) {
+    snprintf(host, len, "%s", env);
+  } else if (info && info->src_addr && info->addr_format == FI_SOCKADDR_IN) {
+    const struct sockaddr_in *sin = info->src_addr;
+    if (sin->sin_addr.s_addr != htonl(INADDR_ANY))
+      inet_ntop(AF_INET, &sin->sin_addr, host, (socklen_t)len);
+  } else if (info && info->src_addr && info->addr_format == FI_SOCKADDR_IN6) {
+    const struct sockaddr_in6 *sin6 = info->src_addr;
+    char a[INET6_ADDRSTRLEN];
+    if (!IN6_IS_ADDR_UNSPECIFIED(&sin6->sin6_addr) && !IN6_IS_ADDR_LINKLOCAL(&sin6->sin6_addr) &&
+        inet_ntop(AF_INET6, &sin6->sin6_addr, a, sizeof a))
+      snprintf(host, len, "[%s]", a);
+  }
+}
+
+struct fence_wait {
+  volatile int done;
+  pmix_status_t status;
+};
+
+static void fence_done(pmix_status_t status, void *cbdata)
+{
+  struct fence_wait *w = cbdata;
+  w->status = status;
+  __atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
+}
+
+/* A fence that lets the context go on meanwhile: a peer still connecting
+ * to this rank must be accepted, or the fence would wait for it forever. */
+static int job_fence(xport_job_t *job, int collect)
+{
+  struct fence_wait w = {0, PMIX_SUCCESS};
+  pmix_info_t info;
+  bool flag = true;
+  size_t ninfo = 0;
+  PMIX_INFO_CONSTRUCT(&info);
+  if (collect) {
+    PMIX_INFO_LOAD(&info, PMIX_COLLECT_DATA, &flag, PMIX_BOOL);
+    ninfo = 1;
+  }
+  pmix_status_t st = PMIx_Fence_nb(NULL, 0, ninfo ? &info : NULL, ninfo, fence_done, &w);
+  if (st == PMIX_OPERATION_SUCCEEDED)
+    return 0;
+  if (st != PMIX_SUCCESS)
+    return err_from_pmix(st);
+  xport_ctx_t *ctx = job->ctx;
+  long deadline = xport__now_ms() + job->timeout_ms;
+  XPORT__LOCK(ctx);
+  while (!__atomic_load_n(&w.done, __ATOMIC_ACQUIRE) && xport__now_ms() < deadline)
+    job_nap(ctx);
+  XPORT__UNLOCK(ctx);
+  if (!__atomic_load_n(&w.done, __ATOMIC_ACQUIRE)) {
+    /* The callback still owns w: wait for it however long, or the fence
+     * writes into a stack frame that is gone. The launcher ends a job
+     * whose rank died, and with it this wait. */
+    XPORT__WARN("job: the fence has taken more than %ld ms (XPORT_JOB_TIMEOUT); a rank is "
+                "missing or stuck", job->timeout_ms);
+    while (!__atomic_load_n(&w.done, __ATOMIC_ACQUIRE)) {
+      XPORT__LOCK(ctx);
+      job_nap(ctx);
+      XPORT__UNLOCK(ctx);
+    }
+  }
+  return err_from_pmix(w.status);
+}
+
+static int job_publish(xport_job_t *job)
+{
+  char host[80], value[JOB_VALUE_MAX], addr[96];
+  job_host(job->ctx, host, sizeof host);
+  snprintf(addr, sizeof addr, "%s:0", host);
+  int ret = xport_listen(job->ctx, addr, &job->lst);
+  if (ret) {
+    XPORT__WARN("job: cannot listen at %s: %s (set XPORT_JOB_HOST)", addr, xport_strerror(ret));
+    return ret;
+  }
+  if ((ret = xport_listener_addr(job->lst, addr, sizeof addr)) < 0)
+    return ret;
+  snprintf(value, sizeof value, "%016llx %s", (unsigned long long)job->ctx->id, addr);
+  pmix_value_t v;
+  PMIX_VALUE_CONSTRUCT(&v);
+  v.type = PMIX_STRING;
+  v.data.string = value;
+  pmix_status_t st = PMIx_Put(PMIX_GLOBAL, JOB_KEY, &v);
+  if (st == PMIX_SUCCESS)
+    st = PMIx_Commit();
+  if (st != PMIX_SUCCESS) {
+    XPORT__WARN("job: PMIx_Put: %s", PMIx_Error_string(st));
+    return err_from_pmix(st);
+  }
+  return 0;
+}
+
+static int job_lookup(xport_job_t *job)
+{
+  for (int r = 0; r < job->size; r++) {
+    if (r == job->rank)
+      continue;
+    pmix_proc_t proc;
+    pmix_value_t *v = NULL;
+    PMIX_PROC_LOAD(&proc, job->me.nspace, (pmix_rank_t)r);
+    pmix_status_t st = PMIx_Get(&proc, JOB_KEY, NULL, 0, &v);
+    unsigned long long id = 0;
+    int ok = st == PMIX_SUCCESS && v && v->type == PMIX_STRING && v->data.string &&
+             sscanf(v->data.string, "%llx %95s", &id, job->peers[r].addr) == 2 && id;
+    if (v)
+      PMIX_VALUE_RELEASE(v);
+    if (!ok) {
+      XPORT__WARN("job: rank %d published no xport address (%s): is it an xport job rank?", r,
+                  st == PMIX_SUCCESS ? "malformed" : PMIx_Error_string(st));
+      return st == PMIX_SUCCESS ? -XPORT_EPROTO : err_from_pmix(st);
+    }
+    job->peers[r].ctx_id = id;
+  }
+  return 0;
+}
+
+static int job_size(xport_job_t *job)
+{
+  pmix_proc_t wild;
+  pmix_value_t *v = NULL;
+  PMIX_PROC_LOAD(&wild, job->me.nspace, PMIX_RANK_WILDCARD);
+  pmix_status_t st = PMIx_Get(&wild, PMIX_JOB_SIZE, NULL, 0, &v);
+  if (st != PMIX_SUCCESS || !v || v->type != PMIX_UINT32 || !v->data.uint32 ||
+      v->data.uint32 > 1u << 20) {
+    if (v)
+      PMIX_VALUE_RELEASE(v);
+    XPORT__WARN("job: the launcher gave no job size (%s)", PMIx_Error_string(st));
+    return st == PMIX_SUCCESS ? -XPORT_EPROTO : err_from_pmix(st);
+  }
+  job->size = (int)v->data.uint32;
+  PMIX_VALUE_RELEASE(v);
+  return 0;
+}
+
+static int job_join(xport_job_t *job)
+{
+  pmix_status_t st = PMIx_Init(&job->me, NULL, 0);
+  if (st != PMIX_SUCCESS)
+    return 1; /* no launcher */
+  job->pmix = 1;
+  job->rank = (int)job->me.rank;
+  int ret = job_size(job);
+  if (!ret && job->rank >= job->size)
+    ret = -XPORT_EPROTO;
+  if (!ret && !(job->peers = calloc((size_t)job->size, sizeof *job->peers)))
+    ret = -XPORT_ENOMEM;
+  if (!ret)
+    ret = job_publish(job);
+  if (!ret)
+    ret = job_fence(job, 1);
+  if (!ret)
+    ret = job_lookup(job);
+  if (!ret) {
+    XPORT__LOCK(job->ctx);
+    xport__listener_hook(job->lst, job_admit, job_accepted, job);
+    XPORT__UNLOCK(job->ctx);
+  }
+  return ret;
+}
+
+static void job_leave(xport_job_t *job)
+{
+  if (job->pmix)
+    PMIx_Finalize(NULL, 0);
+}
+
+#else /* no PMIx */
+
+static int job_join(xport_job_t *job)
+{
+  (void)job;
+  return 1;
+}
+
+static void job_leave(xport_job_t *job)
+{
+  (void)job;
+}
+
+static int job_fence(xport_job_t *job, int collect)
+{
+  (void)job;
+  (void)collect;
+  return 0;
+}
+
+#endif
+
+/* What a PMIx launcher sets in its ranks' environment. */
+static void say_missing(void)
+{
+  static const char *vars[] = {"PMIX_NAMESPACE", "PMIX_RANK", "PMIX_SERVER_URI41",
+                               "PMIX_SERVER_URI4", "PMIX_SERVER_URI3", "PMIX_SERVER_URI2"};
+  char missing[160] = "";
+  int have_uri = 0;
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    if (i >= 2) {
+      have_uri |= getenv(vars[i]) != NULL;
+      continue;
+    }
+    if (!getenv(vars[i]))
+      snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s%s",
+               *missing ? ", " : "", vars[i]);
+  }
+  if (!have_uri)
+    snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%sPMIX_SERVER_URI*",
+             *missing ? ", " : "");
+  XPORT__WARN("job: XPORT_JOB=pmix, but no PMIx launcher started this process (%s: %s); "
+               "run it under mpirun or srun --mpi=pmix",
+               *missing ? "unset" : "set, but its server did not answer", missing);
+}
+
+XPORT_API int xport_job_init(xport_ctx_t *ctx, xport_job_t **job_p)
+{
+  if (!ctx || !job_p)
+    return -XPORT_EINVAL;
+  const char *mode = xport__env_str(XPORT__ENV_JOB);
+  if (!mode)
+    mode = "auto";
+  if (strcmp(mode, "auto") && strcmp(mode, "pmix") && strcmp(mode, "single")) {
+    XPORT__WARN("job: XPORT_JOB=%s: expected auto, pmix or single", mode);
+    return -XPORT_EINVAL;
+  }
+#ifndef XPORT_HAVE_PMIX
+  if (strcmp(mode, "single")) {
+    XPORT__WARN("job: this libxport was built without PMIx (libpmix-dev): it cannot join a "
+                 "launcher's job; XPORT_JOB=single gives a job of one rank");
+    return -XPORT_ENOSYS;
+  }
+#endif
+  xport_job_t *job = calloc(1, sizeof *job);
+  if (!job)
+    return -XPORT_ENOMEM;
+  job->ctx = ctx;
+  job->timeout_ms = (long)xport__env_size(XPORT__ENV_JOB_TIMEOUT, 60000);
+  job->size = 1;
+  int ret = strcmp(mode, "single") ? job_join(job) : 1;
+  if (ret == 1) {
+    if (!strcmp(mode, "pmix")) {
+      say_missing();
+      ret = -XPORT_ENOENT;
+    } else {
+      ret = 0; /* a job of one rank */
+      job->rank = 0;
+      job->size = 1;
+    }
+  }
+  if (ret) {
+    job_close(job);
+    job_leave(job);
+    free(job);
+    return ret;
+  }
+  *job_p = job;
+  return 0;
+}
+
+XPORT_API int xport_job_barrier(xport_job_t *job)
+{
+  if (!job)
+    return -XPORT_EINVAL;
+  return job->size > 1 ? job_fence(job, 0) : 0;
+}
+
+/* Collective, as MPI_Finalize: no rank closes its connections while a
+ * peer may still be using them. */
+XPORT_API int xport_job_fini(xport_job_t *job)
+{
+  if (!job)
+    return -XPORT_EINVAL;
+  int ret = job->size > 1 ? job_fence(job, 0) : 0;
+  job_close(job);
+  job_leave(job);
+  free(job);
+  return ret;
+}
