@@ -1,0 +1,211 @@
+#!/bin/sh
+# The job layer under real launchers: test/job_ranks as 4 ranks under
+# mpirun on one node (shm, tcp, tcp;ofi_rxm), across two simulated nodes
+# (network and mount namespaces joined by a veth pair: tcp, tcp;ofi_rxm),
+# under srun --mpi=pmix with Slurm started here, with a rank killed
+# mid-job, and without any launcher. Every address is one this script
+# assigns inside namespaces it made, and every client and server runs
+# inside them: nothing connects from the machine's own namespace to them.
+# Each case prints PASS/FAIL/SKIP with why; the last line counts them.
+set -u
+b=${top_builddir:-.}
+ranks="$b/test/job_ranks"
+pass=0; fail=0; skip=0
+tmp=$(mktemp -d /tmp/xport-jobs.XXXXXX)
+ns_a="xjA$$"; ns_b="xjB$$"
+slurm_pids=""
+
+cleanup() {
+  for p in $slurm_pids; do kill "$p" 2>/dev/null; done
+  ip netns del "$ns_a" 2>/dev/null
+  ip netns del "$ns_b" 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT INT TERM
+
+ok()   { pass=$((pass + 1)); echo "PASS: jobs: $*"; }
+bad()  { fail=$((fail + 1)); echo "FAIL: jobs: $*"; }
+skip() { skip=$((skip + 1)); echo "SKIP: jobs $1: $2"; }
+
+# Open MPI as root needs both variables; 4 ranks on 2 cores oversubscribe.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+# Keep Open MPI's own traffic off the machine's network.
+export OMPI_MCA_btl=self,vader,tcp
+
+# count_ok LOG N: N ranks said ok, and none failed
+count_ok() {
+  n=$(grep -c '^job_ranks: rank .*: ok' "$1")
+  [ "$n" = "$2" ] && ! grep -q 'FAIL' "$1"
+}
+
+# Runs "$@" in a mount namespace with a /dev/shm of its own: libfabric's
+# shm files of killed ranks go with it, and two "nodes" never share one.
+private_shm() {
+  unshare -m sh -c 'mount -t tmpfs -o mode=1777 none /dev/shm && exec "$@"' sh "$@"
+}
+
+# ---- without a launcher -----------------------------------------------------
+if ! grep -q '^#define XPORT_HAVE_PMIX 1' "$b/config.h" 2>/dev/null; then
+  skip "(all)" "libxport was built without PMIx (install libpmix-dev and reconfigure)"
+  echo "jobs: $pass passed, $fail failed, $skip skipped"
+  exit 77
+fi
+out=$(env -u PMIX_NAMESPACE -u PMIX_RANK XPORT_JOB=auto XPORT_PROVIDER=tcp timeout 60 "$ranks" 2>&1)
+case "$out" in
+*"rank 0 of 1 on"*ok*) ok "no launcher: a job of size 1" ;;
+*) bad "no launcher: expected a job of size 1, got: $out" ;;
+esac
+out=$(XPORT_JOB=pmix XPORT_PROVIDER=tcp timeout 60 "$ranks" 2>&1); rc=$?
+case "$rc:$out" in
+124:*) bad "XPORT_JOB=pmix without a launcher hung" ;;
+0:*) bad "XPORT_JOB=pmix without a launcher succeeded" ;;
+*PMIX_NAMESPACE*mpirun*) ok "XPORT_JOB=pmix without a launcher fails, naming the launcher's variables" ;;
+*) bad "XPORT_JOB=pmix without a launcher: unclear failure: $out" ;;
+esac
+
+# ---- mpirun on one node -------------------------------------------------------
+if ! command -v mpirun >/dev/null 2>&1; then
+  skip "mpirun" "no mpirun (Debian: openmpi-bin)"
+else
+  for prov in shm tcp "tcp;ofi_rxm"; do
+    log="$tmp/one.log"
+    private_shm timeout 120 mpirun -np 4 -x XPORT_PROVIDER="$prov" "$ranks" >"$log" 2>&1
+    rc=$?
+    if [ $rc = 0 ] && count_ok "$log" 4; then
+      ok "mpirun -np 4, one node, $prov: every pair connected; messages, writes, reads verified"
+    else
+      bad "mpirun -np 4, one node, $prov (rc $rc):"; sed 's/^/  /' "$log" | tail -20
+    fi
+  done
+
+  # A rank killed mid-job: the survivors' operations to it fail (recovery
+  # on, so the launcher lets them finish and say so), and under the
+  # launcher's default it ends the job with its own report, not a hang.
+  for prov in shm tcp "tcp;ofi_rxm"; do
+    log="$tmp/kill.log"
+    private_shm timeout 120 mpirun --enable-recovery -np 4 -x JOB_DIE_RANK=3 \
+      -x JOB_SURVIVORS_EXIT=1 -x XPORT_PROVIDER="$prov" "$ranks" >"$log" 2>&1
+    rc=$?
+    n=$(grep -c 'rank 3 died' "$log")
+    if [ $rc != 124 ] && [ "$n" = 3 ] && ! grep -q FAIL "$log"; then
+      ok "a rank killed mid-job, $prov: its 3 peers' operations to it failed"
+    else
+      bad "a rank killed mid-job, $prov (rc $rc, $n of 3 saw it):"; sed 's/^/  /' "$log" | tail -20
+    fi
+    private_shm timeout 120 mpirun -np 4 -x JOB_DIE_RANK=3 -x XPORT_PROVIDER="$prov" \
+      "$ranks" >"$log" 2>&1
+    rc=$?
+    if [ $rc != 0 ] && [ $rc != 124 ] && grep -q 'signal 9' "$log"; then
+      ok "a rank killed mid-job, $prov: mpirun ends the job and reports it (rc $rc)"
+    else
+      bad "a rank killed mid-job, $prov: mpirun rc $rc, no report:"; sed 's/^/  /' "$log" | tail -20
+    fi
+  done
+
+  # ---- two nodes: namespaces joined by a veth pair --------------------------
+  if [ "$(id -u)" != 0 ] || ! ip netns add "$ns_a" 2>/dev/null; then
+    skip "two nodes" "network namespaces need root and ip netns (iproute2)"
+  elif ! ip netns add "$ns_b" ||
+       ! ip link add "v$ns_a" type veth peer name "v$ns_b" ||
+       ! ip link set "v$ns_a" netns "$ns_a" || ! ip link set "v$ns_b" netns "$ns_b"; then
+    skip "two nodes" "cannot make a veth pair between namespaces here"
+  else
+    ip -n "$ns_a" addr add 10.98.0.1/24 dev "v$ns_a"
+    ip -n "$ns_b" addr add 10.98.0.2/24 dev "v$ns_b"
+    for n in "$ns_a" "$ns_b"; do
+      ip -n "$n" link set lo up; ip -n "$n" link set "v$n" up
+    done
+    # Open MPI's launch agent: enter the node's namespaces instead of ssh.
+    cat >"$tmp/agent" <<EOF
+#!/bin/sh
+host=\$1; shift
+exec ip netns exec "\$host" unshare -m -u sh -c 'mount -t tmpfs -o mode=1777 none /dev/shm && hostname "\$0" && exec sh -c "\$*"' "\$host" "\$*"
+EOF
+    chmod +x "$tmp/agent"
+    printf '%s slots=2\n%s slots=2\n' "$ns_a" "$ns_b" >"$tmp/hosts"
+    for prov in tcp "tcp;ofi_rxm"; do
+      log="$tmp/two.log"
+      ip netns exec "$ns_a" unshare -m -u sh -c \
+        'mount -t tmpfs -o mode=1777 none /dev/shm && hostname "$0" && exec "$@"' "$ns_a" \
+        timeout 180 mpirun --hostfile "$tmp/hosts" -np 4 --mca plm_rsh_agent "$tmp/agent" \
+        --mca oob_tcp_if_include 10.98.0.0/24 --mca btl_tcp_if_include 10.98.0.0/24 \
+        -x XPORT_PROVIDER="$prov" "$(cd "$b" && pwd)/test/job_ranks" >"$log" 2>&1
+      rc=$?
+      na=$(grep -c "($ns_a): ok" "$log"); nb=$(grep -c "($ns_b): ok" "$log")
+      if [ $rc = 0 ] && count_ok "$log" 4 && [ "$na" = 2 ] && [ "$nb" = 2 ]; then
+        ok "mpirun -np 4 over two nodes (2 + 2), $prov: every pair verified"
+      else
+        bad "mpirun -np 4 over two nodes, $prov (rc $rc, $na + $nb ranks ok):"
+        sed 's/^/  /' "$log" | tail -20
+      fi
+    done
+  fi
+fi
+
+# ---- srun --mpi=pmix, with Slurm started here ---------------------------------
+srun_case() {
+  if ! command -v srun >/dev/null || ! command -v slurmctld >/dev/null ||
+     ! command -v slurmd >/dev/null || ! command -v munged >/dev/null; then
+    skip "srun" "no Slurm (Debian: slurmctld slurmd slurm-client munge)"; return
+  fi
+  if [ "$(id -u)" != 0 ]; then skip "srun" "starting slurmd needs root"; return; fi
+  s="$tmp/slurm"; mkdir -p "$s/spool" "$s/state" /run/munge
+  chown munge:munge /run/munge 2>/dev/null
+  if ! pgrep -x munged >/dev/null; then
+    su -s /bin/sh munge -c munged 2>"$s/munge.err" ||
+      { skip "srun" "munged does not start: $(cat "$s/munge.err")"; return; }
+  fi
+  host=$(hostname -s)
+  port=$((20000 + $$ % 20000))
+  cat >"$s/slurm.conf" <<EOF
+ClusterName=xport
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$port
+SlurmdPort=$((port + 1))
+AuthType=auth/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=$s/state
+SlurmdSpoolDir=$s/spool
+SlurmctldPidFile=$s/ctld.pid
+SlurmdPidFile=$s/d.pid
+SlurmctldLogFile=$s/ctld.log
+SlurmdLogFile=$s/d.log
+ReturnToService=2
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$(nproc) State=UNKNOWN
+PartitionName=xport Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+EOF
+  export SLURM_CONF="$s/slurm.conf"
+  slurmctld -D >/dev/null 2>&1 & slurm_pids="$slurm_pids $!"
+  slurmd -D >/dev/null 2>&1 & slurm_pids="$slurm_pids $!"
+  i=0
+  until sinfo -h -o %T 2>/dev/null | grep -q idle; do
+    i=$((i + 1))
+    if [ $i -gt 60 ]; then
+      skip "srun" "Slurm did not come up in 30 s: $(tail -3 "$s/ctld.log" "$s/d.log" 2>/dev/null | tr '\n' ' ')"
+      return
+    fi
+    sleep 0.5
+  done
+  for prov in tcp shm; do
+    log="$tmp/srun.log"
+    XPORT_PROVIDER="$prov" timeout 180 srun --mpi=pmix -n 4 --overcommit "$(cd "$b" && pwd)/test/job_ranks" >"$log" 2>&1
+    rc=$?
+    if [ $rc = 0 ] && count_ok "$log" 4; then
+      ok "srun --mpi=pmix -n 4, $prov: every pair verified"
+    else
+      bad "srun --mpi=pmix -n 4, $prov (rc $rc):"; sed 's/^/  /' "$log" | tail -20
+    fi
+  done
+}
+srun_case
+
+echo "jobs: $pass passed, $fail failed, $skip skipped"
+[ $fail = 0 ]
