@@ -24,6 +24,12 @@ done <<'LIST'
 xport_atomic_add.3 xport_fetch_add.3
 xport_cswap.3 xport_fetch_add.3
 xport_ctx_destroy.3 xport_ctx_create.3
+xport_job_rank.3 xport_job_init.3
+xport_job_size.3 xport_job_init.3
+xport_job_conn.3 xport_job_init.3
+xport_job_peer.3 xport_job_init.3
+xport_job_barrier.3 xport_job_init.3
+xport_job_fini.3 xport_job_init.3
 xport_listener_addr.3 xport_listen.3
 xport_listener_close.3 xport_listen.3
 xport_mr_dereg.3 xport_mr_reg.3

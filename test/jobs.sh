@@ -30,8 +30,11 @@ skip() { skip=$((skip + 1)); echo "SKIP: jobs $1: $2"; }
 # Open MPI as root needs both variables; 4 ranks on 2 cores oversubscribe.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
-# Keep Open MPI's own traffic off the machine's network.
 export OMPI_MCA_btl=self,vader,tcp
+# Under AddressSanitizer (make check-sanitizers): libpmix keeps a few bytes
+# of its own to the end (pmix_rte_init); the leaks that count are xport's.
+printf 'leak:libpmix.so\n' >"$tmp/lsan.supp"
+export LSAN_OPTIONS="suppressions=$tmp/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 
 # count_ok LOG N: N ranks said ok, and none failed
 count_ok() {
@@ -70,7 +73,7 @@ if ! command -v mpirun >/dev/null 2>&1; then
 else
   for prov in shm tcp "tcp;ofi_rxm"; do
     log="$tmp/one.log"
-    private_shm timeout 120 mpirun -np 4 -x XPORT_PROVIDER="$prov" "$ranks" >"$log" 2>&1
+    private_shm timeout 120 mpirun -np 4 -x LSAN_OPTIONS -x XPORT_PROVIDER="$prov" "$ranks" >"$log" 2>&1
     rc=$?
     if [ $rc = 0 ] && count_ok "$log" 4; then
       ok "mpirun -np 4, one node, $prov: every pair connected; messages, writes, reads verified"
@@ -85,7 +88,7 @@ else
   for prov in shm tcp "tcp;ofi_rxm"; do
     log="$tmp/kill.log"
     private_shm timeout 120 mpirun --enable-recovery -np 4 -x JOB_DIE_RANK=3 \
-      -x JOB_SURVIVORS_EXIT=1 -x XPORT_PROVIDER="$prov" "$ranks" >"$log" 2>&1
+      -x JOB_SURVIVORS_EXIT=1 -x LSAN_OPTIONS -x XPORT_PROVIDER="$prov" "$ranks" >"$log" 2>&1
     rc=$?
     n=$(grep -c 'rank 3 died' "$log")
     if [ $rc != 124 ] && [ "$n" = 3 ] && ! grep -q FAIL "$log"; then
@@ -93,7 +96,7 @@ else
     else
       bad "a rank killed mid-job, $prov (rc $rc, $n of 3 saw it):"; sed 's/^/  /' "$log" | tail -20
     fi
-    private_shm timeout 120 mpirun -np 4 -x JOB_DIE_RANK=3 -x XPORT_PROVIDER="$prov" \
+    private_shm timeout 120 mpirun -np 4 -x JOB_DIE_RANK=3 -x LSAN_OPTIONS -x XPORT_PROVIDER="$prov" \
       "$ranks" >"$log" 2>&1
     rc=$?
     if [ $rc != 0 ] && [ $rc != 124 ] && grep -q 'signal 9' "$log"; then
@@ -130,7 +133,7 @@ EOF
         'mount -t tmpfs -o mode=1777 none /dev/shm && hostname "$0" && exec "$@"' "$ns_a" \
         timeout 180 mpirun --hostfile "$tmp/hosts" -np 4 --mca plm_rsh_agent "$tmp/agent" \
         --mca oob_tcp_if_include 10.98.0.0/24 --mca btl_tcp_if_include 10.98.0.0/24 \
-        -x XPORT_PROVIDER="$prov" "$(cd "$b" && pwd)/test/job_ranks" >"$log" 2>&1
+        -x LSAN_OPTIONS -x XPORT_PROVIDER="$prov" "$(cd "$b" && pwd)/test/job_ranks" >"$log" 2>&1
       rc=$?
       na=$(grep -c "($ns_a): ok" "$log"); nb=$(grep -c "($ns_b): ok" "$log")
       if [ $rc = 0 ] && count_ok "$log" 4 && [ "$na" = 2 ] && [ "$nb" = 2 ]; then
