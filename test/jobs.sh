@@ -82,6 +82,14 @@ else
     fi
   done
 
+  log="$tmp/ring.log"
+  private_shm timeout 120 mpirun -np 4 -x LSAN_OPTIONS -x XPORT_PROVIDER=tcp "$b/examples/ring" >"$log" 2>&1
+  if [ $? = 0 ] && grep -q 'ring: 4 ranks over tcp, 3 laps' "$log"; then
+    ok "mpirun -np 4 ./examples/ring, as the README shows"
+  else
+    bad "mpirun -np 4 ./examples/ring:"; sed 's/^/  /' "$log" | tail -20
+  fi
+
   # A rank killed mid-job: the survivors' operations to it fail (recovery
   # on, so the launcher lets them finish and say so), and under the
   # launcher's default it ends the job with its own report, not a hang.
