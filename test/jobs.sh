@@ -90,6 +90,17 @@ else
     bad "mpirun -np 4 ./examples/ring:"; sed 's/^/  /' "$log" | tail -20
   fi
 
+  for prov in shm tcp; do
+    log="$tmp/perf.log"
+    private_shm timeout 120 mpirun -np 2 -x LSAN_OPTIONS "$b/tools/xport_perf" -p "$prov" \
+      -t send_lat --check -n 200 --json >"$log" 2>&1
+    if [ $? = 0 ] && grep -q "\"provider\":\"$prov\".*\"check\":\"ok\"" "$log"; then
+      ok "mpirun -np 2 xport_perf -p $prov -t send_lat --check: rank 0 served, rank 1 measured"
+    else
+      bad "mpirun -np 2 xport_perf -p $prov:"; sed 's/^/  /' "$log" | tail -20
+    fi
+  done
+
   # A rank killed mid-job: the survivors' operations to it fail (recovery
   # on, so the launcher lets them finish and say so), and under the
   # launcher's default it ends the job with its own report, not a hang.

@@ -63,6 +63,7 @@ struct side {
   const char *provider;
   int json, csv, quiet;
   int sleep; /* --sleep: block in xport_wait between polls */
+  xport_job_t *job; /* run as a job: the connection is the job's */
   /* Consumed receives that came while next_op waited for something else
    * (the peer's write_imm can overtake our own write's completion, which
    * waits for the target with delivery-complete on): kept for the next
@@ -707,7 +708,8 @@ static int session(struct side *s)
     ctl_send(s, "fin", 4);
     ctl_recv(s, m, sizeof m);
   }
-  xport_conn_close(s->conn);
+  if (!s->job)
+    xport_conn_close(s->conn);
   xport_mr_dereg(s->mr);
   free(s->buf);
   return bad;
@@ -774,12 +776,53 @@ static int drive(struct side *s, const char *addr)
   return bad ? 1 : 0;
 }
 
+/* Started by a launcher (mpirun -np 2, srun --mpi=pmix -n 2) with no
+ * address: rank 0 serves, rank 1 drives, over the job's connection. */
+static int as_job(struct side *s)
+{
+  xport_caps_t caps;
+  static char prov[32];
+  s->ctx = open_ctx(s->provider, s->sleep);
+  ok(xport_job_init(s->ctx, &s->job), "xport_job_init");
+  if (xport_job_size(s->job) != 2)
+    die("run as a job of 2 ranks (mpirun -np 2), not %d", xport_job_size(s->job));
+  int rank = xport_job_rank(s->job);
+  xport_ctx_query(s->ctx, &caps);
+  snprintf(prov, sizeof prov, "%s", caps.provider);
+  s->provider = prov;
+  if (is_atomic((int)s->p.test) && caps.atomics == XPORT_SUPPORT_NONE) {
+    if (rank == 1)
+      fprintf(stderr, "xport_perf: %s: provider %s has no remote atomics\n",
+              test_name[s->p.test], prov);
+    xport_job_fini(s->job);
+    xport_ctx_destroy(s->ctx);
+    return EXIT_UNSUPPORTED;
+  }
+  ok(xport_job_conn(s->job, !rank, &s->conn), "xport_job_conn");
+  s->server = rank == 0;
+  s->quiet |= s->server;
+  if (s->server) {
+    struct plan p;
+    if (ctl_recv(s, &p, sizeof p) != sizeof p || p.magic != MAGIC || p.test >= NTESTS)
+      die("the client rank sent no valid plan");
+    s->p = p;
+  } else {
+    s->p.magic = MAGIC;
+    ctl_send(s, &s->p, sizeof s->p);
+  }
+  int bad = session(s);
+  ok(xport_job_fini(s->job), "xport_job_fini");
+  xport_ctx_destroy(s->ctx);
+  return bad ? 1 : 0;
+}
+
 static void usage(FILE *f)
 {
   fprintf(f,
           "usage: xport_perf [-b HOST:PORT] [--persistent]   serve (default 0.0.0.0:%s)\n"
           "       xport_perf [options] HOST:PORT              run against a server\n"
           "       xport_perf --loopback [options]             both, as two processes\n"
+          "       mpirun -np 2 xport_perf [options]           both, as the ranks of a job\n"
           "options:\n"
           "  -t TEST      send_lat (default), send_bw, write_lat, write_bw, read_lat,\n"
           "               read_bw, write_imm_lat; 64-bit remote atomics on one counter:\n"
@@ -883,5 +926,7 @@ int main(int argc, char **argv)
   }
   if (optind < argc)
     return drive(&s, argv[optind]);
+  if (!bind && !persistent && getenv("PMIX_RANK"))
+    return as_job(&s);
   return serve(&s, bind ? bind : "0.0.0.0:" DEFAULT_PORT, persistent, -1) ? 1 : 0;
 }
