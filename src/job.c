@@ -126,10 +126,13 @@ XPORT_API int xport_job_peer(const xport_job_t *job, const xport_conn_t *conn)
 {
   if (!job || !conn)
     return -XPORT_EINVAL;
-  for (int r = 0; r < job->size; r++)
-    if (job->peers[r].conn == conn)
-      return r;
-  return -XPORT_ENOENT;
+  int rank = -XPORT_ENOENT;
+  XPORT__LOCK(job->ctx); /* the progress thread may be accepting */
+  for (int r = 0; r < job->size && rank < 0; r++)
+    if (job->peers && job->peers[r].conn == conn)
+      rank = r;
+  XPORT__UNLOCK(job->ctx);
+  return rank;
 }
 
 XPORT_API int xport_job_conn(xport_job_t *job, int rank, xport_conn_t **conn_p)
@@ -190,15 +193,18 @@ XPORT_API int xport_job_conn(xport_job_t *job, int rank, xport_conn_t **conn_p)
 /* Closes what job opened; job_leave, then free, end it. */
 static void job_close(xport_job_t *job)
 {
-  for (int r = 0; job->peers && r < job->size; r++)
-    if (job->peers[r].conn)
-      xport_conn_close(job->peers[r].conn);
+  /* First no more accepts (the progress thread may run them), then the
+   * connections, then the listener. */
   if (job->lst) {
     XPORT__LOCK(job->ctx);
     xport__listener_hook(job->lst, NULL, NULL, NULL);
     XPORT__UNLOCK(job->ctx);
-    xport_listener_close(job->lst);
   }
+  for (int r = 0; job->peers && r < job->size; r++)
+    if (job->peers[r].conn)
+      xport_conn_close(job->peers[r].conn);
+  if (job->lst)
+    xport_listener_close(job->lst);
   free(job->peers);
   job->peers = NULL;
 }

@@ -15,8 +15,10 @@ tmp=$(mktemp -d /tmp/xport-jobs.XXXXXX)
 ns_a="xjA$$"; ns_b="xjB$$"
 slurm_pids=""
 
+started_munged=0
 cleanup() {
   for p in $slurm_pids; do kill "$p" 2>/dev/null; done
+  [ "$started_munged" = 1 ] && pkill -x -u munge munged
   ip netns del "$ns_a" 2>/dev/null
   ip netns del "$ns_b" 2>/dev/null
   rm -rf "$tmp"
@@ -177,6 +179,7 @@ srun_case() {
   if ! pgrep -x munged >/dev/null; then
     su -s /bin/sh munge -c munged 2>"$s/munge.err" ||
       { skip "srun" "munged does not start: $(cat "$s/munge.err")"; return; }
+    started_munged=1 # stopped again at the end
   fi
   host=$(hostname -s)
   port=$((20000 + $$ % 20000))
