@@ -12,6 +12,7 @@
 #include <xport.h>
 
 #include <getopt.h>
+#include <sys/prctl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -902,8 +903,14 @@ int main(int argc, char **argv)
     if (pipe(p))
       die("pipe");
     fflush(NULL);
-    pid_t pid = fork();
+    pid_t parent = getpid(), pid = fork();
     if (pid == 0) {
+      /* The server half ends with the client half, however that ends:
+       * a client killed before it connected must not leave a server
+       * waiting in xport_accept for ever. */
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent)
+        _exit(1);
       close(p[0]);
       s.quiet = 1;
       _exit(serve(&s, bind ? bind : "127.0.0.1:0", 0, p[1]) ? 1 : 0);
