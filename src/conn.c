@@ -807,6 +807,14 @@ void xport__listener_hook(xport_listener_t *lst, int (*admit)(void *, uint64_t),
     lst->ctx->accept_due = 1;
 }
 
+int xport__listener_shaking_from(const xport_listener_t *lst, uint64_t peer_ctx_id)
+{
+  for (const xport_conn_t *c = lst->shaking; c; c = c->shake_next)
+    if (c->peer_ctx_id == peer_ctx_id)
+      return 1;
+  return 0;
+}
+
 /* Runs where the context makes progress (EQ dispatch, the RDM drain and
  * housekeeping), and so inside a connect that waits: two peers that
  * connect to each other at once each accept the other meanwhile. An
@@ -911,6 +919,12 @@ XPORT_API int xport_conn_close(xport_conn_t *conn)
     return xport_conn_close__locked(conn);
   xport_ctx_t *lctx = conn->ctx;
   XPORT__LOCK(lctx);
+  if (conn->owned && conn->state != XPORT__CONN_CLOSED) {
+    XPORT__UNLOCK(lctx);
+    XPORT__WARN("connection %llu belongs to a job: xport_job_fini closes it",
+                (unsigned long long)conn->id);
+    return -XPORT_EPERM;
+  }
   int ret = xport_conn_close__locked(conn);
   XPORT__UNLOCK(lctx);
   return ret;

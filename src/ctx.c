@@ -712,6 +712,11 @@ XPORT_API int xport_ctx_destroy(xport_ctx_t *ctx)
 {
   if (!ctx)
     return 0;
+  if (ctx->nhooked) {
+    /* A job's connections and listener: it would be left pointing here. */
+    XPORT__WARN("xport_ctx_destroy: a job still uses this context: xport_job_fini it first");
+    return -XPORT_EBUSY;
+  }
   xport__progress_stop(ctx);
   while (ctx->conns)
     xport_conn_close(ctx->conns);

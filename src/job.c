@@ -29,15 +29,16 @@
 #include <pmix.h>
 #endif
 
-#define JOB_KEY "xport.addr"
+#define JOB_KEY "xport.addr" /* then the generation: .0, .1, ... */
 #define JOB_VALUE_MAX 160
+
+static int jobs_live; /* a process is in one job at a time */
 
 struct job_peer {
   char addr[96];         /* its listener, as it published it */
   uint64_t ctx_id;       /* its context, as it published it */
   xport_conn_t *conn;    /* the pair's connection, once made */
   int connecting;        /* this rank's connect to it is under way */
-  int accepting;         /* its request was admitted; the accept goes on */
 };
 
 struct xport_job {
@@ -46,6 +47,7 @@ struct xport_job {
   int rank, size;
   long timeout_ms;
   struct job_peer *peers;
+  char key[32];          /* this join's PMIx key */
 #ifdef XPORT_HAVE_PMIX
   pmix_proc_t me;
   int pmix;
@@ -60,7 +62,8 @@ static int rank_of(const xport_job_t *job, uint64_t ctx_id)
   return -1;
 }
 
-/* Under the context's lock, from the core's accept. */
+/* Under the context's lock, from the core's accept: a request from a
+ * rank is weighed as it is accepted. */
 static int job_admit(void *arg, uint64_t peer_ctx_id)
 {
   xport_job_t *job = arg;
@@ -70,10 +73,18 @@ static int job_admit(void *arg, uint64_t peer_ctx_id)
     return 0;
   }
   struct job_peer *p = &job->peers[r];
-  if (p->conn || p->accepting || (p->connecting && r > job->rank))
+  /* One per pair: not while one is made already, or being accepted, or,
+   * for a higher rank, while this rank's own is on its way. */
+  if (p->conn || xport__listener_shaking_from(job->lst, peer_ctx_id) ||
+      (p->connecting && r > job->rank))
     return 0;
-  p->accepting = 1;
   return 1;
+}
+
+static void job_keep(xport_job_t *job, int r, xport_conn_t *conn)
+{
+  conn->owned = 1;
+  job->peers[r].conn = conn;
 }
 
 static void job_accepted(void *arg, xport_conn_t *conn)
@@ -85,8 +96,7 @@ static void job_accepted(void *arg, xport_conn_t *conn)
     xport_conn_close(conn);
     return;
   }
-  job->peers[r].accepting = 0;
-  job->peers[r].conn = conn;
+  job_keep(job, r, conn);
 }
 
 /* One step of the context's progress that delivers nothing: what it
@@ -135,6 +145,7 @@ XPORT_API int xport_job_peer(const xport_job_t *job, const xport_conn_t *conn)
   return rank;
 }
 
+#define JOB_RETRY_MS 20
 XPORT_API int xport_job_conn(xport_job_t *job, int rank, xport_conn_t **conn_p)
 {
   if (!job || !conn_p)
@@ -146,15 +157,17 @@ XPORT_API int xport_job_conn(xport_job_t *job, int rank, xport_conn_t **conn_p)
   xport_ctx_t *ctx = job->ctx;
   struct job_peer *p = &job->peers[rank];
   long deadline = xport__now_ms() + job->timeout_ms;
-  int ret = 0;
+  int ret = -XPORT_ETIMEDOUT;
 
   XPORT__LOCK(ctx);
   /* Requests that already came in are weighed before this rank asks. */
   job_progress(ctx);
   xport__auto_accept(ctx);
-  while (!p->conn && p->accepting && xport__now_ms() < deadline)
-    job_nap(ctx);
-  if (!p->conn && !p->accepting) {
+  while (!p->conn && xport__now_ms() < deadline) {
+    if (xport__listener_shaking_from(job->lst, p->ctx_id)) {
+      job_nap(ctx); /* the peer's request is being accepted */
+      continue;
+    }
     p->connecting = 1;
     XPORT__UNLOCK(ctx);
     xport_conn_t *conn = NULL;
@@ -166,22 +179,28 @@ XPORT_API int xport_job_conn(xport_job_t *job, int rank, xport_conn_t **conn_p)
       XPORT__WARN("job: %s answered for rank %d, but as another context", p->addr, rank);
       xport_conn_close(conn);
       ret = -XPORT_EPROTO;
-    } else if (!ret && p->conn) {
-      xport_conn_close(conn); /* the lower rank's connection came first */
-    } else if (!ret) {
-      p->conn = conn;
+      break;
     }
+    if (!ret) {
+      if (p->conn)
+        xport_conn_close(conn); /* the lower rank's connection came first */
+      else
+        job_keep(job, rank, conn);
+      break;
+    }
+    if (ret != -XPORT_ECONNREFUSED)
+      break;
+    /* Refused: the peer's own connection is on its way (it is the lower
+     * rank), or a request of ours that we gave up on is still in its
+     * accept; both end soon. Ask again, pacing the requests. */
+    long until = xport__now_ms() + JOB_RETRY_MS;
+    while (!p->conn && xport__now_ms() < until)
+      job_nap(ctx);
   }
-  /* Refused while the peer's own connection is on its way (the peer is
-   * the lower rank), or that connection is being accepted: wait for it. */
-  while (!p->conn && (rank < job->rank || p->accepting) && xport__now_ms() < deadline)
-    job_nap(ctx);
   xport_conn_t *conn = p->conn;
-  if (!conn && p->accepting)
-    p->accepting = 0; /* a handshake that never ended */
   XPORT__UNLOCK(ctx);
   if (!conn) {
-    if (!ret || ret == -XPORT_ECONNREFUSED)
+    if (ret == -XPORT_ECONNREFUSED)
       ret = -XPORT_ETIMEDOUT;
     XPORT__WARN("job: no connection to rank %d (%s): %s", rank, p->addr, xport_strerror(ret));
     return ret;
@@ -201,8 +220,10 @@ static void job_close(xport_job_t *job)
     XPORT__UNLOCK(job->ctx);
   }
   for (int r = 0; job->peers && r < job->size; r++)
-    if (job->peers[r].conn)
+    if (job->peers[r].conn) {
+      job->peers[r].conn->owned = 0;
       xport_conn_close(job->peers[r].conn);
+    }
   if (job->lst)
     xport_listener_close(job->lst);
   free(job->peers);
@@ -300,6 +321,8 @@ static int job_fence(xport_job_t *job, int collect)
       XPORT__UNLOCK(ctx);
     }
   }
+  if (w.status != PMIX_SUCCESS)
+    XPORT__WARN("job: PMIx fence: %s", PMIx_Error_string(w.status));
   return err_from_pmix(w.status);
 }
 
@@ -320,7 +343,7 @@ static int job_publish(xport_job_t *job)
   PMIX_VALUE_CONSTRUCT(&v);
   v.type = PMIX_STRING;
   v.data.string = value;
-  pmix_status_t st = PMIx_Put(PMIX_GLOBAL, JOB_KEY, &v);
+  pmix_status_t st = PMIx_Put(PMIX_GLOBAL, job->key, &v);
   if (st == PMIX_SUCCESS)
     st = PMIx_Commit();
   if (st != PMIX_SUCCESS) {
@@ -338,7 +361,7 @@ static int job_lookup(xport_job_t *job)
     pmix_proc_t proc;
     pmix_value_t *v = NULL;
     PMIX_PROC_LOAD(&proc, job->me.nspace, (pmix_rank_t)r);
-    pmix_status_t st = PMIx_Get(&proc, JOB_KEY, NULL, 0, &v);
+    pmix_status_t st = PMIx_Get(&proc, job->key, NULL, 0, &v);
     unsigned long long id = 0;
     int ok = st == PMIX_SUCCESS && v && v->type == PMIX_STRING && v->data.string &&
              sscanf(v->data.string, "%llx %95s", &id, job->peers[r].addr) == 2 && id;
@@ -372,13 +395,35 @@ static int job_size(xport_job_t *job)
   return 0;
 }
 
+/* PMIx is joined once per process and left when the process ends (or
+ * libxport is unloaded): a PMIx client finalized and initialized again
+ * is not one the launcher serves reliably. Jobs follow one another, each
+ * under a key of its own (the ranks join in the same order, so the
+ * generations agree), so that no rank reads a peer's address from a
+ * join before. */
+static int pmix_up;
+static pmix_proc_t pmix_me;
+static unsigned job_generation;
+
+__attribute__((destructor)) static void pmix_leave_at_exit(void)
+{
+  if (pmix_up)
+    PMIx_Finalize(NULL, 0);
+  pmix_up = 0;
+}
+
 static int job_join(xport_job_t *job)
 {
-  pmix_status_t st = PMIx_Init(&job->me, NULL, 0);
-  if (st != PMIX_SUCCESS)
-    return 1; /* no launcher */
+  if (!pmix_up) {
+    pmix_status_t st = PMIx_Init(&pmix_me, NULL, 0);
+    if (st != PMIX_SUCCESS)
+      return 1; /* no launcher */
+    pmix_up = 1;
+  }
+  job->me = pmix_me;
   job->pmix = 1;
   job->rank = (int)job->me.rank;
+  snprintf(job->key, sizeof job->key, "%s.%u", JOB_KEY, job_generation++);
   int ret = job_size(job);
   if (!ret && job->rank >= job->size)
     ret = -XPORT_EPROTO;
@@ -400,8 +445,7 @@ static int job_join(xport_job_t *job)
 
 static void job_leave(xport_job_t *job)
 {
-  if (job->pmix)
-    PMIx_Finalize(NULL, 0);
+  (void)job; /* PMIx stays joined: see pmix_leave_at_exit */
 }
 
 #else /* no PMIx */
@@ -468,6 +512,12 @@ XPORT_API int xport_job_init(xport_ctx_t *ctx, xport_job_t **job_p)
     return -XPORT_ENOSYS;
   }
 #endif
+  /* The ranks of a job are processes: one job at a time in each, or
+   * two jobs' collectives could pair up across them. */
+  if (jobs_live) {
+    XPORT__WARN("job: this process is in a job already: xport_job_fini it first");
+    return -XPORT_EBUSY;
+  }
   xport_job_t *job = calloc(1, sizeof *job);
   if (!job)
     return -XPORT_ENOMEM;
@@ -491,6 +541,7 @@ XPORT_API int xport_job_init(xport_ctx_t *ctx, xport_job_t **job_p)
     free(job);
     return ret;
   }
+  jobs_live = 1;
   *job_p = job;
   return 0;
 }
@@ -512,5 +563,6 @@ XPORT_API int xport_job_fini(xport_job_t *job)
   job_close(job);
   job_leave(job);
   free(job);
+  jobs_live = 0;
   return ret;
 }

@@ -546,6 +546,7 @@ struct xport_conn {
    * is lost at the next EQ dispatch. */
   int broken;
   int ev_queued;                 /* disconnect event waiting in ctx->evq */
+  int owned;                     /* a layer above (a job) closes it, not the application */
   int ev_status;
   struct xport_conn *ev_next;
   struct xport_conn *next, *prev; /* ctx->conns */
@@ -879,6 +880,8 @@ void xport__connreq_push(xport_listener_t *lst, struct xport__connreq *cr);
 void xport__listener_hook(xport_listener_t *lst, int (*admit)(void *, uint64_t),
                           void (*accepted)(void *, xport_conn_t *), void *arg);
 void xport__auto_accept(xport_ctx_t *ctx);
+/* 1 if a handshake with the context peer_ctx_id is under way at lst. */
+int xport__listener_shaking_from(const xport_listener_t *lst, uint64_t peer_ctx_id);
 void xport__evq_push(xport_ctx_t *ctx, xport_conn_t *conn, int status);
 void xport__evq_remove(xport_ctx_t *ctx, xport_conn_t *conn);
 void xport__conn_free_if_done(xport_conn_t *conn);
