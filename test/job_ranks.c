@@ -124,6 +124,11 @@ int main(void)
     FAIL("job_init: %s", xport_strerror(rc));
   xport_ctx_query(ctx, &caps);
   me = xport_job_rank(job);
+  xport_job_t *again_job = (xport_job_t *)0x1;
+  if ((rc = xport_job_init(ctx, &again_job)) != -XPORT_EBUSY || again_job != (xport_job_t *)0x1)
+    FAIL("a second xport_job_init in a live job: %s, not EBUSY", xport_strerror(rc));
+  if (xport_job_size(job) > 1 && (rc = xport_ctx_destroy(ctx)) != -XPORT_EBUSY)
+    FAIL("xport_ctx_destroy under a live job: %s, not EBUSY", xport_strerror(rc));
   int n = xport_job_size(job);
   const char *die = getenv("JOB_DIE_RANK");
   int dead = die ? atoi(die) : -1;
@@ -133,12 +138,21 @@ int main(void)
   xport_conn_t **conns = calloc((size_t)n, sizeof *conns);
   for (int k = 0; k < K_COUNT; k++)
     done[k] = calloc((size_t)n, sizeof *done[k]);
+  const char *busy = getenv("JOB_BUSY_RANK");
+  if (busy && atoi(busy) == me) {
+    sleep(3); /* outside xport: its peers' requests wait */
+    busy = NULL;
+  }
   /* Rank r asks r+1 first, then r-1, ...: neighbours ask each other at once. */
   for (int k = 1; k < n; k++) {
     int p = (me + (k % 2 ? (k + 1) / 2 : n - k / 2)) % n;
     if (p == me || conns[p])
       continue;
-    if ((rc = xport_job_conn(job, p, &conns[p])))
+    int tries = 0;
+    while ((rc = xport_job_conn(job, p, &conns[p])) == -XPORT_ETIMEDOUT && busy &&
+           atoi(busy) == p && ++tries < 20)
+      ; /* the busy rank: ask again */
+    if (rc)
       FAIL("job_conn(%d): %s", p, xport_strerror(rc));
     if (xport_job_peer(job, conns[p]) != p)
       FAIL("job_peer of the connection to %d says %d", p, xport_job_peer(job, conns[p]));
@@ -148,6 +162,10 @@ int main(void)
     if (p != me && (xport_job_conn(job, p, &again) || again != conns[p]))
       FAIL("a second job_conn(%d) gave another connection", p);
   }
+  /* A rank busy outside xport (JOB_BUSY_RANK sleeps 3 s) makes its peers'
+   * first tries time out (XPORT_JOB_TIMEOUT short); later ones succeed. */
+    if (n > 1 && (rc = xport_conn_close(conns[(me + 1) % n])) != -XPORT_EPERM)
+    FAIL("xport_conn_close of a job's connection: %s, not EPERM", xport_strerror(rc));
   if (xport_job_conn(job, me, &conns[0]) != -XPORT_EINVAL || xport_job_conn(job, n, &conns[0]) !=
       -XPORT_EINVAL)
     FAIL("job_conn to itself or past the size did not fail with EINVAL");
@@ -258,11 +276,44 @@ int main(void)
   for (int p = 0; p < n; p++)
     if (keys[p])
       xport_rkey_release(keys[p]);
-  printf("job_ranks: rank %d of %d on %s (%s): ok: %d peers, messages, writes and reads "
-         "verified\n", me, n, caps.provider, host, n - 1);
-  fflush(stdout);
   if ((rc = xport_job_fini(job)))
     FAIL("job_fini: %s", xport_strerror(rc));
+  /* A second job on the same context: new connections, a token each way. */
+  if ((rc = xport_job_init(ctx, &job)))
+    FAIL("job_init again after fini: %s", xport_strerror(rc));
+  if (xport_job_rank(job) != me || xport_job_size(job) != n)
+    FAIL("the second job says rank %d of %d", xport_job_rank(job), xport_job_size(job));
+  for (int p = 0; p < n; p++) {
+    if (p == me)
+      continue;
+    xport_conn_t *c2;
+    if ((rc = xport_job_conn(job, p, &c2)))
+      FAIL("second job: job_conn(%d): %s", p, xport_strerror(rc));
+    done_in[p] = -1;
+    for (int k = 0; k < K_COUNT; k++)
+      done[k][p] = 0;
+    if ((rc = xport_recv(c2, &done_in[p], sizeof done_in[p], NULL, FLAG(K_DONE_IN, p))))
+      FAIL("second job: recv: %s", xport_strerror(rc));
+  }
+  if ((rc = xport_job_barrier(job)))
+    FAIL("second job: barrier: %s", xport_strerror(rc));
+  for (int p = 0; p < n; p++) {
+    xport_conn_t *c2;
+    done_out[p] = 1000 + me;
+    if (p != me && (xport_job_conn(job, p, &c2) ||
+                    xport_send(c2, &done_out[p], sizeof done_out[p], NULL, FLAG(K_DONE_OUT, p))))
+      FAIL("second job: send to %d", p);
+  }
+  collect(ctx, job, n, 1u << K_DONE_IN | 1u << K_DONE_OUT, "second job's messages");
+  for (int p = 0; p < n; p++)
+    if (p != me && done_in[p] != 1000 + p)
+      FAIL("second job: rank %d's message says %d", p, done_in[p]);
+  if ((rc = xport_job_fini(job)))
+    FAIL("second job: job_fini: %s", xport_strerror(rc));
+  printf("job_ranks: rank %d of %d on %s (%s): ok: %d peers, messages, writes and reads "
+         "verified, then a second job\n", me, n, caps.provider, host, n - 1);
+  fflush(stdout);
+
   xport_mr_dereg(rmr);
   xport_mr_dereg(imr);
   xport_mr_dereg(omr);

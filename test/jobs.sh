@@ -84,6 +84,20 @@ else
     fi
   done
 
+  # A rank busy outside xport for longer than XPORT_JOB_TIMEOUT: its
+  # peers' xport_job_conn time out, and asking again then succeeds.
+  for prov in tcp "tcp;ofi_rxm"; do
+    log="$tmp/busy.log"
+    private_shm timeout 120 mpirun -np 4 -x JOB_BUSY_RANK=1 -x XPORT_JOB_TIMEOUT=1000 \
+      -x LSAN_OPTIONS -x XPORT_PROVIDER="$prov" "$ranks" >"$log" 2>&1
+    rc=$?
+    if [ $rc = 0 ] && count_ok "$log" 4; then
+      ok "a rank busy past XPORT_JOB_TIMEOUT, $prov: asking again connects"
+    else
+      bad "a rank busy past XPORT_JOB_TIMEOUT, $prov (rc $rc):"; sed 's/^/  /' "$log" | tail -20
+    fi
+  done
+
   log="$tmp/ring.log"
   private_shm timeout 120 mpirun -np 4 -x LSAN_OPTIONS -x XPORT_PROVIDER=tcp "$b/examples/ring" >"$log" 2>&1
   if [ $? = 0 ] && grep -q 'ring: 4 ranks over tcp, 3 laps' "$log"; then
