@@ -50,6 +50,20 @@ private_shm() {
   unshare -m sh -c 'mount -t tmpfs -o mode=1777 none /dev/shm && exec "$@"' sh "$@"
 }
 
+# job_case WHAT CMD...: CMD (a launcher running job_ranks, in a /dev/shm of
+# its own) must exit 0 with all 4 ranks ok.
+job_case() {
+  what=$1; shift
+  log="$tmp/case.log"
+  private_shm timeout 120 "$@" >"$log" 2>&1
+  rc=$?
+  if [ $rc = 0 ] && count_ok "$log" 4; then
+    ok "$what"
+  else
+    bad "$what (rc $rc):"; sed 's/^/  /' "$log" | tail -20
+  fi
+}
+
 # ---- without a launcher -----------------------------------------------------
 if ! grep -q '^#define XPORT_HAVE_PMIX 1' "$b/config.h" 2>/dev/null; then
   skip "(all)" "libxport was built without PMIx (install libpmix-dev and reconfigure)"
@@ -74,28 +88,16 @@ if ! command -v mpirun >/dev/null 2>&1; then
   skip "mpirun" "no mpirun (Debian: openmpi-bin)"
 else
   for prov in shm tcp "tcp;ofi_rxm"; do
-    log="$tmp/one.log"
-    private_shm timeout 120 mpirun -np 4 -x LSAN_OPTIONS -x XPORT_PROVIDER="$prov" "$ranks" >"$log" 2>&1
-    rc=$?
-    if [ $rc = 0 ] && count_ok "$log" 4; then
-      ok "mpirun -np 4, one node, $prov: every pair connected; messages, writes, reads verified"
-    else
-      bad "mpirun -np 4, one node, $prov (rc $rc):"; sed 's/^/  /' "$log" | tail -20
-    fi
+    job_case "mpirun -np 4, one node, $prov: every pair connected; messages, writes, reads verified" \
+      mpirun -np 4 -x LSAN_OPTIONS -x XPORT_PROVIDER="$prov" "$ranks"
   done
 
   # A rank busy outside xport for longer than XPORT_JOB_TIMEOUT: its
   # peers' xport_job_conn time out, and asking again then succeeds.
   for prov in tcp "tcp;ofi_rxm"; do
-    log="$tmp/busy.log"
-    private_shm timeout 120 mpirun -np 4 -x JOB_BUSY_RANK=1 -x XPORT_JOB_TIMEOUT=1000 \
-      -x LSAN_OPTIONS -x XPORT_PROVIDER="$prov" "$ranks" >"$log" 2>&1
-    rc=$?
-    if [ $rc = 0 ] && count_ok "$log" 4; then
-      ok "a rank busy past XPORT_JOB_TIMEOUT, $prov: asking again connects"
-    else
-      bad "a rank busy past XPORT_JOB_TIMEOUT, $prov (rc $rc):"; sed 's/^/  /' "$log" | tail -20
-    fi
+    job_case "a rank busy past XPORT_JOB_TIMEOUT, $prov: asking again connects" \
+      mpirun -np 4 -x JOB_BUSY_RANK=1 -x XPORT_JOB_TIMEOUT=1000 -x LSAN_OPTIONS \
+      -x XPORT_PROVIDER="$prov" "$ranks"
   done
 
   log="$tmp/ring.log"
