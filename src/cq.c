@@ -741,6 +741,11 @@ static void *progress_main(void *arg)
     xport__cq_drain(ctx);
     if (ctx->holding)
       xport__held_retry(ctx);
+    /* A listener that accepts in the background (a job's) is served from
+     * here too: over MSG its requests and handshakes come through the EQ
+     * (RDM ones through the CQ, just drained). Within one sleep below. */
+    if (XPORT__UNLIKELY(ctx->nhooked) && !ctx->rdm)
+      xport__eq_dispatch(ctx);
     if (ctx->sig_fd >= 0 && !ctx->sig_set && (ctx->done || ctx->evq)) {
       uint64_t one = 1;
       ctx->sig_set = 1;

@@ -100,6 +100,14 @@ else
       -x XPORT_PROVIDER="$prov" "$ranks"
   done
 
+  # ... and with its progress thread on, it accepts while it is busy:
+  # the first xport_job_conn connects.
+  for prov in shm tcp "tcp;ofi_rxm"; do
+    job_case "a rank busy outside xport with its progress thread on, $prov: connected at once" \
+      mpirun -np 4 -x JOB_BUSY_RANK=1 -x JOB_NO_RETRY=1 -x XPORT_JOB_TIMEOUT=2000 \
+      -x XPORT_PROGRESS_THREAD=1 -x LSAN_OPTIONS -x XPORT_PROVIDER="$prov" "$ranks"
+  done
+
   log="$tmp/ring.log"
   private_shm timeout 120 mpirun -np 4 -x LSAN_OPTIONS -x XPORT_PROVIDER=tcp "$b/examples/ring" >"$log" 2>&1
   if [ $? = 0 ] && grep -q 'ring: 4 ranks over tcp, 3 laps' "$log"; then
