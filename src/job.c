@@ -50,10 +50,16 @@ struct xport_job {
   char key[32];          /* this join's PMIx key */
 #ifdef XPORT_HAVE_PMIX
   pmix_proc_t me;
-  int pmix;
 #endif
 };
 
+static void job_keep(xport_job_t *job, int r, xport_conn_t *conn)
+{
+  conn->owned = 1;
+  job->peers[r].conn = conn;
+}
+
+#ifdef XPORT_HAVE_PMIX /* the hooks of the job's listener, set by job_join */
 static int rank_of(const xport_job_t *job, uint64_t ctx_id)
 {
   for (int r = 0; r < job->size; r++)
@@ -81,12 +87,6 @@ static int job_admit(void *arg, uint64_t peer_ctx_id)
   return 1;
 }
 
-static void job_keep(xport_job_t *job, int r, xport_conn_t *conn)
-{
-  conn->owned = 1;
-  job->peers[r].conn = conn;
-}
-
 static void job_accepted(void *arg, xport_conn_t *conn)
 {
   xport_job_t *job = arg;
@@ -98,6 +98,7 @@ static void job_accepted(void *arg, xport_conn_t *conn)
   }
   job_keep(job, r, conn);
 }
+#endif
 
 /* One step of the context's progress that delivers nothing: what it
  * reads waits for the application's xport_poll. The CQ is read too, as
@@ -209,7 +210,7 @@ XPORT_API int xport_job_conn(xport_job_t *job, int rank, xport_conn_t **conn_p)
   return 0;
 }
 
-/* Closes what job opened; job_leave, then free, end it. */
+/* Closes what job opened; free ends it. */
 static void job_close(xport_job_t *job)
 {
   /* First no more accepts (the progress thread may run them), then the
@@ -421,7 +422,6 @@ static int job_join(xport_job_t *job)
     pmix_up = 1;
   }
   job->me = pmix_me;
-  job->pmix = 1;
   job->rank = (int)job->me.rank;
   snprintf(job->key, sizeof job->key, "%s.%u", JOB_KEY, job_generation++);
   int ret = job_size(job);
@@ -443,22 +443,12 @@ static int job_join(xport_job_t *job)
   return ret;
 }
 
-static void job_leave(xport_job_t *job)
-{
-  (void)job; /* PMIx stays joined: see pmix_leave_at_exit */
-}
-
 #else /* no PMIx */
 
 static int job_join(xport_job_t *job)
 {
   (void)job;
   return 1;
-}
-
-static void job_leave(xport_job_t *job)
-{
-  (void)job;
 }
 
 static int job_fence(xport_job_t *job, int collect)
@@ -537,7 +527,6 @@ XPORT_API int xport_job_init(xport_ctx_t *ctx, xport_job_t **job_p)
   }
   if (ret) {
     job_close(job);
-    job_leave(job);
     free(job);
     return ret;
   }
@@ -561,7 +550,6 @@ XPORT_API int xport_job_fini(xport_job_t *job)
     return -XPORT_EINVAL;
   int ret = job->size > 1 ? job_fence(job, 0) : 0;
   job_close(job);
-  job_leave(job);
   free(job);
   jobs_live = 0;
   return ret;
