@@ -138,10 +138,29 @@ int main(void)
   xport_conn_t **conns = calloc((size_t)n, sizeof *conns);
   for (int k = 0; k < K_COUNT; k++)
     done[k] = calloc((size_t)n, sizeof *done[k]);
-  const char *busy = getenv("JOB_BUSY_RANK");
-  if (busy && atoi(busy) == me) {
-    sleep(3); /* outside xport: its peers' requests wait */
-    busy = NULL;
+  /* JOB_BUSY_RANK=b: rank b stays outside xport while its peers ask it.
+   * Without JOB_MARKS it sleeps 3 s, past a short XPORT_JOB_TIMEOUT: the
+   * first tries time out and asking again connects. Every rank asks again
+   * on a timeout then, not only b's peers: a rank waiting on b is itself
+   * late to answer the others, by however much the machine's load adds.
+   * With JOB_MARKS=dir (and the progress thread on) b stays out until
+   * each peer has left a mark there saying it connected to b, or 60 s:
+   * nothing but b's progress thread can accept them, and no clock
+   * decides the outcome (the peers ask once, with a long timeout). */
+  const char *busy_s = getenv("JOB_BUSY_RANK"), *marks = getenv("JOB_MARKS");
+  int busy = busy_s ? atoi(busy_s) : -1;
+  if (busy == me && !marks)
+    sleep(3);
+  for (long end = now_ms() + DEADLINE_MS; busy == me && marks && now_ms() < end;) {
+    int seen = 0;
+    for (int p = 0; p < n; p++) {
+      char path[512];
+      snprintf(path, sizeof path, "%s/%d", marks, p);
+      seen += p != me && access(path, F_OK) == 0;
+    }
+    if (seen == n - 1)
+      break;
+    usleep(10 * 1000);
   }
   /* Rank r asks r+1 first, then r-1, ...: neighbours ask each other at once. */
   for (int k = 1; k < n; k++) {
@@ -149,23 +168,28 @@ int main(void)
     if (p == me || conns[p])
       continue;
     int tries = 0;
-    /* JOB_NO_RETRY: the busy rank's progress thread must accept at once. */
-    while ((rc = xport_job_conn(job, p, &conns[p])) == -XPORT_ETIMEDOUT && busy &&
-           atoi(busy) == p && !getenv("JOB_NO_RETRY") && ++tries < 20)
-      ; /* the busy rank: ask again */
+    while ((rc = xport_job_conn(job, p, &conns[p])) == -XPORT_ETIMEDOUT && busy >= 0 &&
+           !marks && ++tries < 60)
+      ; /* late because of the busy rank: ask again */
     if (rc)
-      FAIL("job_conn(%d): %s", p, xport_strerror(rc));
+      FAIL("job_conn(%d)%s: %s", p, p == busy ? " (the busy rank)" : "", xport_strerror(rc));
     if (xport_job_peer(job, conns[p]) != p)
       FAIL("job_peer of the connection to %d says %d", p, xport_job_peer(job, conns[p]));
+    if (p == busy && marks) {
+      char path[512];
+      snprintf(path, sizeof path, "%s/%d", marks, me);
+      FILE *f = fopen(path, "w");
+      if (!f)
+        FAIL("cannot leave a mark in %s", marks);
+      fclose(f);
+    }
   }
   for (int p = 0; p < n; p++) {
     xport_conn_t *again;
     if (p != me && (xport_job_conn(job, p, &again) || again != conns[p]))
       FAIL("a second job_conn(%d) gave another connection", p);
   }
-  /* A rank busy outside xport (JOB_BUSY_RANK sleeps 3 s) makes its peers'
-   * first tries time out (XPORT_JOB_TIMEOUT short); later ones succeed. */
-    if (n > 1 && (rc = xport_conn_close(conns[(me + 1) % n])) != -XPORT_EPERM)
+  if (n > 1 && (rc = xport_conn_close(conns[(me + 1) % n])) != -XPORT_EPERM)
     FAIL("xport_conn_close of a job's connection: %s, not EPERM", xport_strerror(rc));
   if (xport_job_conn(job, me, &conns[0]) != -XPORT_EINVAL || xport_job_conn(job, n, &conns[0]) !=
       -XPORT_EINVAL)
