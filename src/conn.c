@@ -61,6 +61,7 @@ void xport__evq_push(xport_ctx_t *ctx, xport_conn_t *conn, int status)
     return;
   conn->ev_queued = 1;
   conn->ev_status = status;
+  conn->ev_after = ctx->done_in;
   XPORT__FIFO_PUSH(ctx->evq, ctx->evq_tail, conn, ev_next);
 }
 

@@ -133,6 +133,7 @@ static void req_finish(xport_ctx_t *ctx, struct xport__req *req, int status, siz
 static void done_push(xport_ctx_t *ctx, struct xport__req *req)
 {
   XPORT__FIFO_PUSH(ctx->done, ctx->done_tail, req, next);
+  ctx->done_in++;
 }
 
 void xport__done_push(xport_ctx_t *ctx, struct xport__req *req)
@@ -367,6 +368,7 @@ void xport__done_discard(xport_ctx_t *ctx)
     ctx->done = r->next;
     if (!ctx->done)
       ctx->done_tail = NULL;
+    ctx->done_out++;
     if (r->op == XPORT__OP_SILENT && r->user_ctx)
       pair_done(ctx, r);
     xport__req_release(ctx, r);
@@ -412,6 +414,7 @@ static inline int deliver_done(xport_ctx_t *ctx, xport_completion_t *comps, int 
     ctx->done = req->next;
     if (!ctx->done)
       ctx->done_tail = NULL;
+    ctx->done_out++;
     n += deliver(ctx, req, &comps[n]);
   }
   return n;
@@ -513,10 +516,12 @@ void xport__cq_drain(xport_ctx_t *ctx)
 
 static void sig_clear(xport_ctx_t *ctx);
 
-/* Disconnect events, after whatever is in comps[0, n). */
+/* Disconnect events, after whatever is in comps[0, n): those whose
+ * connection's ended operations, pushed to the done list before the
+ * event, have been delivered (FIFO, so the queue's head decides). */
 static int deliver_events(xport_ctx_t *ctx, xport_completion_t *comps, int n, int max)
 {
-  while (ctx->evq && n < max) {
+  while (ctx->evq && n < max && (int64_t)(ctx->evq->ev_after - ctx->done_out) <= 0) {
     xport_conn_t *conn = ctx->evq;
     xport_completion_t *c = &comps[n++];
     ctx->evq = conn->ev_next;
@@ -543,10 +548,14 @@ static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t 
   if (XPORT__UNLIKELY(ctx->shown != NULL))
     details_end(ctx);
 
-  n = deliver_done(ctx, comps, n, max);
   /* Events before new entries, or a CQ that always has some (the caller
    * asking for one completion at a time) would hold them back for ever;
-   * after the done list, which holds a lost connection's operations. */
+   * and before done-list entries pushed after them, which the RDM checks
+   * refill from that CQ, but after those pushed before them: a lost
+   * connection's operations. */
+  if (XPORT__UNLIKELY(ctx->evq != NULL))
+    n = deliver_events(ctx, comps, n, max);
+  n = deliver_done(ctx, comps, n, max);
   if (XPORT__UNLIKELY(ctx->evq != NULL) && n < max)
     n = deliver_events(ctx, comps, n, max);
   if (n < max) {

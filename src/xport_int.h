@@ -548,6 +548,7 @@ struct xport_conn {
   int ev_queued;                 /* disconnect event waiting in ctx->evq */
   int owned;                     /* a layer above (a job) closes it, not the application */
   int ev_status;
+  uint64_t ev_after;             /* ctx->done_in when the event was queued */
   struct xport_conn *ev_next;
   struct xport_conn *next, *prev; /* ctx->conns */
 };
@@ -673,6 +674,10 @@ struct xport_ctx {
   struct xport__req *free_reqs;
   struct xport__req_chunk *req_chunks;
   struct xport__req *done, *done_tail; /* completed, not yet delivered */
+  /* Entries ever pushed to and taken from the done list: a disconnect
+   * event waits only for those pushed before it (its connection's ended
+   * operations), not for a list that a busy CQ keeps refilling. */
+  uint64_t done_in, done_out;
   /* Deferred write_imm markers the provider refused for now (EAGAIN), in
    * order; posted again by housekeeping. */
   struct xport__req *wimm_wait, *wimm_wait_tail;

@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define T_MS 20000
@@ -690,29 +691,37 @@ START_TEST(busy_peer_stays_alive)
 END_TEST
 
 /* A disconnect is delivered while the completion queue stays busy: one
- * connection streams messages, the other is closed by its peer while the
- * server is outside xport, and the server then polls for one completion
- * at a time. The event must come while the stream still runs: the
- * client streams until the server says it has the event, so no clock
- * decides the outcome. An event that waits for the queue to run empty
- * never comes, and the client gives up after BUSY_GIVE_UP_MS of
- * streaming, a bound far past any load (the server then sees the stream
- * end first and says so). */
+ * connection streams messages, the other is closed by its peer, and the
+ * server polls for one completion at a time. Two moments of the close:
+ * while the server is outside xport (the stream fills every queue toward
+ * it, the goodbye included: shm pushes it back), and, from a process of
+ * its own, while the server polls, slower than the stream (what the RDM
+ * checks take from the CQ keeps its done list full: the event must not
+ * wait behind entries that came after it). The event must
+ * come while the stream still runs: the client streams until the server
+ * says it has the event, so no clock decides the outcome. An event that
+ * waits for the queue to run empty never comes, and the client gives up
+ * after BUSY_GIVE_UP_MS of streaming, a bound far past any load (the
+ * server then sees the stream end first and says so). */
 #define BUSY_GIVE_UP_MS (3 * T_MS)
+static char busy_seen_word[] = "seen";
 static void busy_cq_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
 {
-  (void)arg;
-  static char bufs[FLOOD_WIN][FLOOD_MSG];
+  int polling = arg != NULL; /* the close comes while this side polls */
+  /* Polling: more receives than polls between two RDM checks, so that
+   * what one check takes in is not all delivered before the next. */
+  static char bufs[4 * FLOOD_WIN][FLOOD_MSG];
+  int nrecv = polling ? 4 * FLOOD_WIN : FLOOD_WIN;
   xport_conn_t *a, *b;
   xport_completion_t c;
   XT_OK(xport_accept(lst, T_MS, &a));
   XT_OK(xport_accept(lst, T_MS, &b));
-  for (int i = 0; i < FLOOD_WIN; i++)
+  for (int i = 0; i < nrecv; i++)
     XT_OK(xport_recv(b, bufs[i], FLOOD_MSG, NULL, bufs[i]));
-  /* Outside xport for a while first: the stream fills every queue toward
-   * this process, the goodbye of the other connection included (shm
-   * pushes it back). */
-  usleep(1000 * 1000);
+  if (polling)
+    XT_OK(xport_send(b, "poll", 5, NULL, NULL)); /* the client closes a then */
+  else
+    usleep(1000 * 1000);
   uint32_t got = 0;
   for (int gone = 0; !gone;) {
     int n = xport_poll(ctx, &c, 1);
@@ -721,28 +730,35 @@ static void busy_cq_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
       xport_wait(ctx, 10);
       continue;
     }
+    /* Slower than the stream: it gets ahead of the receives, so the RDM
+     * checks find what waits unexpected and take the CQ in with them. */
+    if (polling)
+      usleep(100);
     if (c.op == XPORT_OP_DISCONNECT) {
       XT_CHECK(c.conn == a, "a disconnect of the streaming connection");
       gone = 1;
       break;
     }
+    if (c.op == XPORT_OP_SEND && c.status == 0)
+      continue; /* "poll" */
     XT_CHECK(c.op == XPORT_OP_RECV && c.status == 0, "server: op %d %s", c.op,
              xport_strerror(c.status));
     uint32_t seq;
     memcpy(&seq, c.user_ctx, sizeof seq);
     XT_CHECK(seq != FLOOD_END, "the stream ended (%u messages) before the disconnect of the "
-             "other connection came out of xport_poll", got);
+             "other connection came out of xport_poll (closed while the server %s)", got,
+             polling ? "polled" : "was outside xport");
     got++;
     XT_OK(xport_recv(b, c.user_ctx, FLOOD_MSG, NULL, c.user_ctx));
   }
   XT_OK(xport_conn_close(a));
-  XT_OK(xport_send(b, "seen", 5, NULL, NULL));
+  XT_OK(xport_send(b, busy_seen_word, 5, NULL, busy_seen_word));
   /* The rest of the stream, up to its end, then the word's completion. */
   for (int ended = 0, sent = 0; !ended || !sent;) {
     XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "server: the stream's end never came");
     XT_CHECK(c.status == 0, "server: op %d %s", c.op, xport_strerror(c.status));
     if (c.op == XPORT_OP_SEND) {
-      sent = 1;
+      sent |= c.user_ctx == busy_seen_word;
       continue;
     }
     uint32_t seq;
@@ -755,23 +771,65 @@ static void busy_cq_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
   XT_OK(xport_conn_close(b));
 }
 
-START_TEST(busy_cq_delivers_disconnect)
+/* The closing side in a process of its own: connects, says so, and
+ * closes when told (on a pipe, outside xport until then). */
+static pid_t busy_cq_closer(const char *addr, int *tell)
 {
-  char addr[128], seen[8] = "";
+  int up[2], go[2];
+  XT_CHECK(pipe(up) == 0 && pipe(go) == 0, "pipe");
+  pid_t pid = fork();
+  XT_CHECK(pid >= 0, "fork");
+  if (!pid) {
+    xport_ctx_t *ctx = xt_ctx();
+    xport_conn_t *a;
+    char x;
+    XT_OK(xport_connect(ctx, addr, T_MS, &a));
+    XT_CHECK(write(up[1], "c", 1) == 1, "pipe");
+    XT_CHECK(read(go[0], &x, 1) == 1, "pipe");
+    XT_OK(xport_conn_close(a));
+    xport_ctx_destroy(ctx);
+    _exit(0);
+  }
+  char x;
+  XT_CHECK(read(up[0], &x, 1) == 1, "the closing process did not connect");
+  close(up[0]);
+  close(up[1]);
+  close(go[0]);
+  *tell = go[1];
+  return pid;
+}
+
+/* Messages streamed after the server polls before the close: counted, not
+ * timed, so that the stream is ahead of the server whatever the load. */
+#define BUSY_AHEAD 10000
+static void busy_cq_client(int polling)
+{
+  char addr[128], seen[8] = "", go[8] = "";
   static char msgs[FLOOD_WIN][FLOOD_MSG];
   xport_completion_t comps[16];
-  xport_conn_t *a, *b;
-  pid_t pid = xt_spawn_server(busy_cq_server, NULL, addr, sizeof addr);
+  xport_conn_t *a = NULL, *b;
+  int tell = -1;
+  pid_t pid = xt_spawn_server(busy_cq_server, polling ? (void *)1 : NULL, addr, sizeof addr);
+  /* The server accepts the closing connection first. */
+  pid_t closer = polling ? busy_cq_closer(addr, &tell) : -1;
   xport_ctx_t *ctx = xt_ctx();
-  XT_OK(xport_connect(ctx, addr, T_MS, &a));
+  if (!polling)
+    XT_OK(xport_connect(ctx, addr, T_MS, &a));
   XT_OK(xport_connect(ctx, addr, T_MS, &b));
+  if (polling)
+    XT_OK(xport_recv(b, go, sizeof go, NULL, go));
   XT_OK(xport_recv(b, seen, sizeof seen, NULL, seen));
   long start = now_ms(), end = start + BUSY_GIVE_UP_MS;
-  int inflight = 0, slot = 0, closed = 0, told = 0, gave_up = 0;
-  uint32_t seq = 0;
+  int inflight = 0, slot = 0, closed = 0, told = 0, gave_up = 0, may_close = !polling;
+  uint32_t seq = 0, close_at = UINT32_MAX;
   for (int done = 0; !done || inflight;) {
-    if (!closed && now_ms() - start > 200) {
-      XT_OK(xport_conn_close(a));
+    if (polling && seq >= close_at)
+      may_close = 1;
+    if (!closed && may_close && (polling || now_ms() - start > 200)) {
+      if (polling)
+        XT_CHECK(write(tell, "g", 1) == 1, "pipe");
+      else
+        XT_OK(xport_conn_close(a));
       closed = 1;
     }
     while (!done && inflight < FLOOD_WIN) {
@@ -797,6 +855,8 @@ START_TEST(busy_cq_delivers_disconnect)
                xport_strerror(comps[i].status));
       if (comps[i].op == XPORT_OP_SEND)
         inflight--;
+      else if (comps[i].op == XPORT_OP_RECV && comps[i].user_ctx == go)
+        close_at = seq + BUSY_AHEAD;
       else if (comps[i].op == XPORT_OP_RECV)
         told = 1;
     }
@@ -806,7 +866,7 @@ START_TEST(busy_cq_delivers_disconnect)
   while (!told) {
     xport_completion_t c;
     XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "client: the server's word never came");
-    told = c.op == XPORT_OP_RECV && c.status == 0;
+    told = c.op == XPORT_OP_RECV && c.status == 0 && c.user_ctx == seen;
   }
   XT_CHECK(!strcmp(seen, "seen"), "the server's word");
   /* The server closes first, once it has the whole stream. */
@@ -814,7 +874,24 @@ START_TEST(busy_cq_delivers_disconnect)
     XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "client: the server never closed");
   XT_OK(xport_conn_close(b));
   xport_ctx_destroy(ctx);
+  if (polling) {
+    int st;
+    close(tell);
+    XT_CHECK(waitpid(closer, &st, 0) == closer && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+             "the closing process failed");
+  }
   XT_CHECK(xt_reap(pid) == 0, "server failed on %s", xt_config());
+}
+
+START_TEST(busy_cq_delivers_disconnect)
+{
+  busy_cq_client(0);
+}
+END_TEST
+
+START_TEST(busy_cq_delivers_disconnect_while_polled)
+{
+  busy_cq_client(1);
 }
 END_TEST
 
@@ -1041,6 +1118,7 @@ static Suite *life_suite(void)
   tcase_set_timeout(live, 90);
   tcase_add_test(live, busy_peer_stays_alive);
   tcase_add_test(live, busy_cq_delivers_disconnect);
+  tcase_add_test(live, busy_cq_delivers_disconnect_while_polled);
   tcase_add_test(live, busy_target_is_no_refusal);
   tcase_add_test(live, depth_is_what_caps_say);
   suite_add_tcase(s, live);
