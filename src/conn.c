@@ -179,7 +179,9 @@ static void on_svc_request(xport_listener_t *lst, struct fi_info *info, const st
       xport__svc_close(conn);
     conn->svc_accepted = !ret;
   } else {
-    XPORT__WARN("listener %s: rejected a service channel no accepted connection asked for",
+    /* A stranger's doing, as below: a debug line, so that strangers do not
+     * decide how much a listener writes to stderr. */
+    XPORT__DEBUG("listener %s: rejected a service channel no accepted connection asked for",
                 lst->addr);
   }
   if (ret)
@@ -193,7 +195,7 @@ static void on_connreq(xport_listener_t *lst, struct fi_info *info,
   struct xport__connreq *cr;
   struct hello h;
   if (!hello_ok(data, dlen, &h)) {
-    XPORT__WARN("listener %s: rejected a connection request without xport's "
+    XPORT__DEBUG("listener %s: rejected a connection request without xport's "
                 "greeting", lst->addr);
     fi_reject(lst->pep, info->handle, NULL, 0);
     fi_freeinfo(info);

@@ -134,6 +134,10 @@ static void done_push(xport_ctx_t *ctx, struct xport__req *req)
 {
   XPORT__FIFO_PUSH(ctx->done, ctx->done_tail, req, next);
   ctx->done_in++;
+  /* A lost connection's operations ended after its event was queued
+   * (held posts, what the provider gave back) still come before it. */
+  if (XPORT__UNLIKELY(req->conn != NULL && req->conn->ev_queued))
+    req->conn->ev_after = ctx->done_in;
 }
 
 void xport__done_push(xport_ctx_t *ctx, struct xport__req *req)
@@ -336,6 +340,10 @@ static void fill_comp(xport_ctx_t *ctx, xport_completion_t *c, struct xport__req
       req->detail = NULL;
     }
     c->hint = xport__err_hint(req->status);
+    /* Nothing was transferred that the application may count on; only a
+     * truncated receive says how much of its buffer it filled. */
+    if (req->status != -XPORT_ETRUNC)
+      c->len = 0;
     if ((req->op == XPORT_OP_READ || req->op == XPORT_OP_WRITE || req->op == XPORT_OP_ATOMIC) &&
         (req->status == -XPORT_ECANCELED || req->status == -XPORT_ECONNRESET ||
          req->status == -XPORT_EIO))
@@ -466,7 +474,9 @@ static int read_error(xport_ctx_t *ctx, struct xport__req **req_p)
    * other errors were read (by the progress thread, say). */
   char text[256];
   const char *t = fi_cq_strerror(ctx->cq, err.prov_errno, err.err_data, text, sizeof text);
-  if (t && *t) {
+  /* A cancellation is the user's own close: the provider has no cause to
+   * tell (tcp's text there is a stale errno, "No such file or directory"). */
+  if (t && *t && status != -XPORT_ECANCELED) {
     size_t n = strnlen(t, sizeof text - 1);
     req->detail = malloc(sizeof *req->detail + n + 1);
     if (req->detail) {
@@ -518,7 +528,8 @@ static void sig_clear(xport_ctx_t *ctx);
 
 /* Disconnect events, after whatever is in comps[0, n): those whose
  * connection's ended operations, pushed to the done list before the
- * event, have been delivered (FIFO, so the queue's head decides). */
+ * event or while it waits, have been delivered (the queue's head decides:
+ * an event behind it waits, as events come in the order they happened). */
 static int deliver_events(xport_ctx_t *ctx, xport_completion_t *comps, int n, int max)
 {
   while (ctx->evq && n < max && (int64_t)(ctx->evq->ev_after - ctx->done_out) <= 0) {

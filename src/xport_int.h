@@ -548,7 +548,7 @@ struct xport_conn {
   int ev_queued;                 /* disconnect event waiting in ctx->evq */
   int owned;                     /* a layer above (a job) closes it, not the application */
   int ev_status;
-  uint64_t ev_after;             /* ctx->done_in when the event was queued */
+  uint64_t ev_after;             /* done-list entries before the event (ctx->done_in) */
   struct xport_conn *ev_next;
   struct xport_conn *next, *prev; /* ctx->conns */
 };

@@ -242,6 +242,9 @@ int xt_next(xport_ctx_t *ctx, xport_completion_t *c, int timeout_ms)
   long deadline = now_ms() + timeout_ms;
   for (;;) {
     int n = xport_poll(ctx, c, 1);
+    /* Every suite's failed completions: nothing transferred (xport_poll(3)). */
+    XT_CHECK(n != 1 || !c->status || c->status == -XPORT_ETRUNC || c->len == 0,
+             "op %d failed (%s) with len %zu, not 0", c->op, xport_strerror(c->status), c->len);
     if (n == 1)
       return 0;
     XT_CHECK(n == 0, "xport_poll: %s", xport_strerror(n));
