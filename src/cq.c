@@ -136,7 +136,7 @@ static void done_push(xport_ctx_t *ctx, struct xport__req *req)
   ctx->done_in++;
   /* A lost connection's operations ended after its event was queued
    * (held posts, what the provider gave back) still come before it. */
-  if (XPORT__UNLIKELY(req->conn != NULL && req->conn->ev_queued))
+  if (XPORT__UNLIKELY(ctx->evq != NULL) && req->conn && req->conn->ev_queued)
     req->conn->ev_after = ctx->done_in;
 }
 
