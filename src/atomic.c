@@ -10,9 +10,6 @@
 
 #include <string.h>
 
-
-
-
 /* ---- posting ------------------------------------------------------------ */
 
 static int post_atomic_locked(xport_conn_t *conn, unsigned kind, uint64_t *result,

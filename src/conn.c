@@ -79,7 +79,7 @@ static int xport_accept__locked(xport_listener_t *lst, int timeout_ms, xport_con
  * housekeeping), and so inside a connect that waits: two peers that
  * connect to each other at once each accept the other meanwhile. An
  * accept that would wait does not: a timeout of 0. */
-static void auto_accept(xport_ctx_t *ctx)
+void xport__auto_accept(xport_ctx_t *ctx)
 {
   if (ctx->in_auto)
     return;
@@ -101,17 +101,12 @@ void xport__listener_hook(xport_listener_t *lst, int (*admit)(void *, uint64_t),
 {
   xport_ctx_t *ctx = lst->ctx;
   ctx->nhooked += (admit != NULL) - (lst->admit != NULL);
-  ctx->auto_accept = auto_accept; /* the lower layers' way back up */
+  ctx->auto_accept = xport__auto_accept; /* the lower layers' way back up */
   lst->admit = admit;
   lst->accepted = accepted;
   lst->hook_arg = arg;
   if (admit && lst->pending)
     ctx->accept_due = 1;
-}
-
-void xport__auto_accept(xport_ctx_t *ctx)
-{
-  auto_accept(ctx);
 }
 
 static int xport_conn_close__locked(xport_conn_t *conn)

@@ -120,7 +120,8 @@ static int svc_send(xport_conn_t *conn, struct xport__req *req, size_t len)
   ssize_t ret = fi_send(conn->svc, req->bounce->buf, len, req->bounce->desc, 0, &req->fictx);
   if (ret) {
     svc_req_free(ctx, req);
-    return ret == -FI_EAGAIN ? -XPORT_EAGAIN : xport__err_from_fi((int)ret);
+    /* A full queue: EAGAIN, or ENOMEM where the provider's entry pool ran out. */
+    return xport__pushed_back(ret) ? -XPORT_EAGAIN : xport__err_from_fi((int)ret);
   }
   XPORT__LIST_PUSH(conn->svc_out, req, cnext, cprev);
   ctx->nposted++;
