@@ -1,6 +1,8 @@
-/* "host:port" strings: IPv4, hostnames, and IPv6 in brackets. */
+/* "host:port" strings (IPv4, hostnames, and IPv6 in brackets), and what
+ * the context's provider makes of them. */
 #include "xport_int.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 int xport__addr_split(const char *addr, char *host, size_t hlen, char *port,
@@ -39,5 +41,47 @@ int xport__addr_split(const char *addr, char *host, size_t hlen, char *port,
   memcpy(host, h, n);
   host[n] = '\0';
   memcpy(port, p, pl + 1);
+  return 0;
+}
+
+/* fi_getinfo for host:port on the chosen provider: first on the chosen
+ * domain (verbs and verbs;ofi_rxm endpoints must stay on their device),
+ * then on any of the provider's (tcp names domains by interface, and the
+ * endpoint still opens on ctx's domain). */
+int xport__resolve(xport_ctx_t *ctx, const char *host, const char *port, uint64_t flags,
+                   struct fi_info **info_p)
+{
+  int ret = -FI_ENODATA;
+  for (int keep = 1; keep >= 0 && ret; keep--) {
+    struct fi_info *h = fi_dupinfo(ctx->info);
+    if (!h)
+      return -XPORT_ENOMEM;
+    free(h->src_addr);
+    free(h->dest_addr);
+    h->src_addr = h->dest_addr = NULL;
+    h->src_addrlen = h->dest_addrlen = 0;
+    h->addr_format = FI_FORMAT_UNSPEC;
+    free(h->fabric_attr->name);
+    h->fabric_attr->name = NULL;
+    if (!keep) {
+      free(h->domain_attr->name);
+      h->domain_attr->name = NULL;
+    }
+    ret = fi_getinfo(XPORT__FI_VERSION, host, port, flags, h, info_p);
+    fi_freeinfo(h);
+  }
+  if (ret == -FI_ENODATA && (flags & FI_SOURCE) && strcmp(port, "0")) {
+    /* Some providers (verbs, rxm over it) bind while resolving: a taken
+     * port then looks like a bad address. Tell the two apart. */
+    struct fi_info *any = NULL;
+    if (!xport__resolve(ctx, host, "0", flags, &any)) {
+      fi_freeinfo(any);
+      return -XPORT_EADDRINUSE;
+    }
+  }
+  if (ret) {
+    XPORT__INFO("cannot resolve %s:%s: %s", host, port, fi_strerror(-ret));
+    return ret == -FI_ENODATA ? -XPORT_EADDRNOTAVAIL : xport__err_from_fi(ret);
+  }
   return 0;
 }

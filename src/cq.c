@@ -163,6 +163,81 @@ void xport__req_done_now(xport_ctx_t *ctx, struct xport__req *req)
   done_push(ctx, req);
 }
 
+/* ---- posts the provider pushed back (xport__post_hold) ---------------- */
+
+static ssize_t held_post(xport_conn_t *conn, struct xport__req *req)
+{
+  const struct xport__held *h = req->held;
+  switch (h->kind) {
+  case XPORT__H_TSEND: {
+    struct fi_msg_tagged m = {.msg_iov = h->iov, .desc = (void **)h->desc,
+                              .iov_count = h->cnt, .addr = conn->dest, .tag = h->tag,
+                              .context = &req->fictx, .data = h->data};
+    return fi_tsendmsg(conn->ep, &m, h->flags);
+  }
+  case XPORT__H_SEND: {
+    struct fi_msg m = {.msg_iov = h->iov, .desc = (void **)h->desc, .iov_count = h->cnt,
+                       .addr = conn->dest, .context = &req->fictx, .data = h->data};
+    return fi_sendmsg(conn->ep, &m, h->flags);
+  }
+  default: {
+    struct fi_msg_rma m = {.msg_iov = h->iov, .desc = (void **)h->desc, .iov_count = h->cnt,
+                           .addr = conn->dest, .rma_iov = &h->rma, .rma_iov_count = 1,
+                           .context = &req->fictx, .data = h->data};
+    return h->kind == XPORT__H_READ ? fi_readmsg(conn->ep, &m, h->flags)
+                                    : fi_writemsg(conn->ep, &m, h->flags);
+  }
+  }
+}
+
+/* Takes conn's oldest held request off its queue: it is outstanding
+ * from now on, as xport__post_end would have left it. */
+static struct xport__req *held_pop(xport_conn_t *conn)
+{
+  struct xport__req *req = conn->held;
+  conn->held = req->next;
+  if (!conn->held) {
+    conn->held_tail = NULL;
+    XPORT__LIST_UNLINK(conn->ctx->holding, conn, hnext, hprev);
+  }
+  free(req->held);
+  req->held = NULL;
+  XPORT__LIST_PUSH(conn->out, req, cnext, cprev);
+  return req;
+}
+
+void xport__held_retry(xport_ctx_t *ctx)
+{
+  if (ctx->ctl_owed)
+    return; /* they go first, at the next housekeeping */
+  xport_conn_t *conn = ctx->holding;
+  while (conn) {
+    xport_conn_t *next = conn->hnext; /* conn may leave the list */
+    while (conn->held) {
+      struct xport__req *req = conn->held;
+      ssize_t ret = held_post(conn, req);
+      if (xport__pushed_back(ret))
+        break;
+      held_pop(conn);
+      if (ret) {
+        xport__req_complete(ctx, req, xport__err_from_fi((int)ret));
+        continue;
+      }
+      if (XPORT__UNLIKELY(ctx->rma_timeout_ms) && req->posted_ms)
+        req->posted_ms = xport__now_ms(), req->posted_seq = ++ctx->rma_seq;
+    }
+    conn = next;
+  }
+}
+
+void xport__held_flush(xport_conn_t *conn, int status)
+{
+  while (conn->held)
+    xport__req_complete(conn->ctx, held_pop(conn), status);
+}
+
+/* ---- reading the CQ --------------------------------------------------- */
+
 /* fi_cq_read, or fi_cq_readfrom where completions name their sender
  * (RDM with FI_SOURCE), which control messages are checked against. */
 static inline ssize_t cq_read(xport_ctx_t *ctx, struct fi_cq_tagged_entry *ents, size_t n,
@@ -257,7 +332,7 @@ static void zombie_done(xport_ctx_t *ctx, struct xport__req *req,
   ctx->nposted--;
   req->zombie = 0;
   if (!--req->conn->nzombies)
-    ctx->reap = 1; /* its connection may let go of the peer now (rdm.c) */
+    ctx->reap = 1; /* its connection may let go of the peer now (transport/rdm.c) */
   if (z & XPORT__Z_DELIVERED) {
     req->conn = NULL; /* accounted for when the user saw it */
     xport__req_release(ctx, req);
@@ -306,10 +381,9 @@ static void internal_entry(xport_ctx_t *ctx, struct xport__req *req, int status,
         !req->conn->closing)
       req->status = status;
     zombie_done(ctx, req, status ? NULL : e);
-  } else if (req->op == XPORT__OP_SVC_SEND || req->op == XPORT__OP_SVC_RECV)
-    xport__svc_internal(ctx, req, status, e);
-  else
-    xport__rdm_internal(ctx, req, status, e, src);
+  } else {
+    req->on_done(ctx, req, status, e, src); /* its owner's: a transport's */
+  }
 }
 
 /* Entry i of what fi_cq_read returned: the CQ's format is tagged over
@@ -359,7 +433,7 @@ static void pair_done(xport_ctx_t *ctx, struct xport__req *silent)
   struct xport__req *p = silent->user_ctx;
   silent->user_ctx = NULL;
   if (p->pair & XPORT__PAIR_DEFER) {
-    xport__wimm_write_done(ctx, p, silent->status);
+    ctx->wimm_write_done(ctx, p, silent->status);
     return;
   }
   p->pair &= ~XPORT__PAIR_WAIT;
@@ -461,11 +535,7 @@ static int read_error(xport_ctx_t *ctx, struct xport__req **req_p)
    * (which report the message's, or nothing). */
   size_t len = status == -XPORT_ETRUNC && req->op == XPORT_OP_RECV ? req->len : 0;
   req_finish(ctx, req, status, len);
-  if (ctx->rdm && (req->op == XPORT_OP_WRITE || req->op == XPORT_OP_READ ||
-                   req->op == XPORT_OP_ATOMIC || req->op == XPORT__OP_SILENT))
-    xport__rdm_rma_failed(req->conn, status);
-  else if (!ctx->rdm && req->conn)
-    xport__conn_broken(req->conn);
+  ctx->tp->op_failed(ctx, req, status);
   req->status = status;
   req->len = len;
   req->flags = 0;
@@ -520,8 +590,8 @@ void xport__cq_drain(xport_ctx_t *ctx)
   }
   /* A request drained here may be for a listener that accepts in the
    * background (waits of connect and accept drain, and never poll). */
-  if (XPORT__UNLIKELY(ctx->accept_due))
-    xport__auto_accept(ctx);
+  if (XPORT__UNLIKELY(ctx->accept_due) && ctx->auto_accept)
+    ctx->auto_accept(ctx);
 }
 
 static void sig_clear(xport_ctx_t *ctx);
@@ -601,10 +671,7 @@ static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t 
    * entries must not starve disconnects, heartbeats and peer checks. */
   if (XPORT__UNLIKELY(++ctx->eq_skip >= XPORT__EQ_EVERY)) {
     ctx->eq_skip = 0;
-    if (ctx->rdm)
-      xport__rdm_housekeeping(ctx);
-    else
-      xport__eq_dispatch(ctx);
+    ctx->tp->progress(ctx);
     /* A connection lost just now ended its operations: they come before
      * its disconnect event, as they do where the loss was seen earlier. */
     n = deliver_done(ctx, comps, n, max);
@@ -678,12 +745,8 @@ static int wait_check(xport_ctx_t *ctx, int drain)
     xport__cq_drain(ctx);
   if (ctx->holding)
     xport__held_retry(ctx);
-  if (!ctx->done && !ctx->evq) {
-    if (ctx->rdm)
-      xport__rdm_housekeeping(ctx);
-    else
-      xport__eq_dispatch(ctx);
-  }
+  if (!ctx->done && !ctx->evq)
+    ctx->tp->progress(ctx);
   int ready = work_queued(ctx);
   XPORT__UNLOCK(ctx);
   return ready;
@@ -694,7 +757,8 @@ XPORT_API int xport_wait(xport_ctx_t *ctx, int timeout_ms)
   if (!ctx)
     return -XPORT_EINVAL;
   /* Where peers are watched for death (RDM), never sleep past a check. */
-  int cap = ctx->rdm && (ctx->conns || ctx->draining) ? (int)(ctx->peer_check_ms / 4) : -1;
+  int cap = ctx->tp->watches_peers && (ctx->conns || ctx->draining) ? (int)(ctx->peer_check_ms / 4)
+                                                                      : -1;
   if (ctx->epfd >= 0) {
     struct epoll_event ev;
     /* The done list, the drain (control traffic over RDM must not look
@@ -709,9 +773,9 @@ XPORT_API int xport_wait(xport_ctx_t *ctx, int timeout_ms)
     if (ctx->holding)
       cap = 1;
     int ready = work_queued(ctx);
-    if (!ready && ctx->rdm) {
+    if (!ready && ctx->tp->watches_peers) {
       xport__cq_drain(ctx);
-      xport__rdm_housekeeping(ctx);
+      ctx->tp->progress(ctx);
       ready = work_queued(ctx);
     }
     if (!ready)
@@ -723,7 +787,7 @@ XPORT_API int xport_wait(xport_ctx_t *ctx, int timeout_ms)
     int r = epoll_wait(ctx->epfd, &ev, 1, t);
     if (r < 0 && errno != EINTR)
       return -XPORT_EIO;
-    if (r == 0 && ctx->rdm && wait_check(ctx, 0))
+    if (r == 0 && ctx->tp->watches_peers && wait_check(ctx, 0))
       return 0;
     return r != 0 ? 0 : (t == timeout_ms ? -XPORT_ETIMEDOUT : 0);
   }
@@ -764,8 +828,8 @@ static void *progress_main(void *arg)
     /* A listener that accepts in the background (a job's) is served from
      * here too: over MSG its requests and handshakes come through the EQ
      * (RDM ones through the CQ, just drained). Within one sleep below. */
-    if (XPORT__UNLIKELY(ctx->nhooked) && !ctx->rdm)
-      xport__eq_dispatch(ctx);
+    if (XPORT__UNLIKELY(ctx->nhooked) && ctx->tp->background)
+      ctx->tp->background(ctx);
     if (ctx->sig_fd >= 0 && !ctx->sig_set && (ctx->done || ctx->evq)) {
       uint64_t one = 1;
       ctx->sig_set = 1;

@@ -426,7 +426,7 @@ static struct fi_info *make_hints(enum fi_ep_type type, int secure)
   h->caps = FI_MSG | FI_RMA | (type == FI_EP_RDM ? FI_TAGGED : 0);
   /* And anyone may send to them: receives name their source, completions
    * their sender, and control messages land in multi-receive buffers,
-   * where the provider can (rdm.c). */
+   * where the provider can (transport/rdm.c). */
   if (type == FI_EP_RDM && secure)
     h->caps |= FI_DIRECTED_RECV | FI_SOURCE | FI_MULTI_RECV;
   /* Requests embed a fi_context2; completions of RMA with CQ data may
@@ -606,7 +606,7 @@ static int probe(xport_ctx_t *ctx, const struct settings *s)
 
 static void log_init(void)
 {
-  xport__log_init();
+  xport__log_init(xport__env_str(XPORT__ENV_LOG));
   for (size_t i = 0; xport__profiles[i]; i++)
     if (xport__profiles[i]->preinit)
       xport__profiles[i]->preinit();
@@ -640,6 +640,9 @@ XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p
   ctx->virt_addr = !!(mm & FI_MR_VIRT_ADDR);
   ctx->raw_keys = !!(mm & FI_MR_RAW);
   ctx->rdm = ctx->info->ep_attr->type == FI_EP_RDM;
+  ctx->tp = xport__transport_for(ctx->info->ep_attr->type);
+  ctx->wimm_write_done = xport__wimm_write_done;
+  ctx->wimm_retry = xport__wimm_retry;
   ctx->cq_entry_size = ctx->rdm ? sizeof(struct fi_cq_tagged_entry)
                                 : sizeof(struct fi_cq_data_entry);
   /* Where the provider does not consume a receive for write_imm, xport
@@ -722,7 +725,8 @@ XPORT_API int xport_ctx_destroy(xport_ctx_t *ctx)
     xport_conn_close(ctx->conns);
   while (ctx->listeners)
     xport_listener_close(ctx->listeners);
-  xport__rdm_fini(ctx);
+  if (ctx->tp->fini)
+    ctx->tp->fini(ctx);
   xport__wimm_retry(ctx, 1);
   /* Closed connections wait for their requests to be delivered; nobody
    * will poll now, so drop them along with their connections. */

@@ -108,10 +108,7 @@ static void job_accepted(void *arg, xport_conn_t *conn)
 static void job_progress(xport_ctx_t *ctx)
 {
   xport__cq_drain(ctx);
-  if (ctx->rdm)
-    xport__rdm_housekeeping(ctx);
-  else
-    xport__eq_dispatch(ctx);
+  ctx->tp->progress(ctx);
 }
 
 static void job_nap(xport_ctx_t *ctx)

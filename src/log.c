@@ -1,4 +1,5 @@
-/* Logging to stderr, filtered by XPORT_LOG. */
+/* Logging to stderr, filtered by XPORT_LOG (its value given by the caller:
+ * the environment's table logs its own complaints through here). */
 #include "xport_int.h"
 
 #include <stdarg.h>
@@ -8,10 +9,9 @@
 
 int xport__log_level = XPORT__LOG_WARN;
 
-void xport__log_init(void)
+void xport__log_init(const char *v)
 {
   static const char *const names[] = {"none", "error", "warn", "info", "debug"};
-  const char *v = xport__env_str(XPORT__ENV_LOG);
   if (!v)
     return;
   for (int i = 0; i < 5; i++)

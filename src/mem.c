@@ -4,23 +4,8 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #define BOUNCE_SLOTS 64 /* slots per registered chunk */
-
-/* Keys the caller chooses (tcp, shm) are drawn at random so that a
- * connected peer cannot reach a region it was never given by guessing. */
-uint64_t xport__random_key(size_t key_size)
-{
-  uint64_t k = 0;
-  do {
-    if (getrandom(&k, sizeof k, 0) != (ssize_t)sizeof k)
-      k = ((uint64_t)rand() << 32) ^ (uint64_t)rand();
-    if (key_size && key_size < 8)
-      k &= (UINT64_C(1) << (8 * key_size)) - 1;
-  } while (k == 0);
-  return k;
-}
 
 int xport__reg(xport_ctx_t *ctx, void *buf, size_t len, uint64_t fi_access,
                struct fid_mr **mr_p)

@@ -174,77 +174,6 @@ int xport__post_hold(xport_conn_t *conn, struct xport__req *req, const struct xp
   return 0;
 }
 
-static ssize_t held_post(xport_conn_t *conn, struct xport__req *req)
-{
-  const struct xport__held *h = req->held;
-  switch (h->kind) {
-  case XPORT__H_TSEND: {
-    struct fi_msg_tagged m = {.msg_iov = h->iov, .desc = (void **)h->desc,
-                              .iov_count = h->cnt, .addr = conn->dest, .tag = h->tag,
-                              .context = &req->fictx, .data = h->data};
-    return fi_tsendmsg(conn->ep, &m, h->flags);
-  }
-  case XPORT__H_SEND: {
-    struct fi_msg m = {.msg_iov = h->iov, .desc = (void **)h->desc, .iov_count = h->cnt,
-                       .addr = conn->dest, .context = &req->fictx, .data = h->data};
-    return fi_sendmsg(conn->ep, &m, h->flags);
-  }
-  default: {
-    struct fi_msg_rma m = {.msg_iov = h->iov, .desc = (void **)h->desc, .iov_count = h->cnt,
-                           .addr = conn->dest, .rma_iov = &h->rma, .rma_iov_count = 1,
-                           .context = &req->fictx, .data = h->data};
-    return h->kind == XPORT__H_READ ? fi_readmsg(conn->ep, &m, h->flags)
-                                    : fi_writemsg(conn->ep, &m, h->flags);
-  }
-  }
-}
-
-/* Takes conn's oldest held request off its queue: it is outstanding
- * from now on, as xport__post_end would have left it. */
-static struct xport__req *held_pop(xport_conn_t *conn)
-{
-  struct xport__req *req = conn->held;
-  conn->held = req->next;
-  if (!conn->held) {
-    conn->held_tail = NULL;
-    XPORT__LIST_UNLINK(conn->ctx->holding, conn, hnext, hprev);
-  }
-  free(req->held);
-  req->held = NULL;
-  XPORT__LIST_PUSH(conn->out, req, cnext, cprev);
-  return req;
-}
-
-void xport__held_retry(xport_ctx_t *ctx)
-{
-  if (ctx->ctl_owed)
-    return; /* they go first, at the next housekeeping */
-  xport_conn_t *conn = ctx->holding;
-  while (conn) {
-    xport_conn_t *next = conn->hnext; /* conn may leave the list */
-    while (conn->held) {
-      struct xport__req *req = conn->held;
-      ssize_t ret = held_post(conn, req);
-      if (xport__pushed_back(ret))
-        break;
-      held_pop(conn);
-      if (ret) {
-        xport__req_complete(ctx, req, xport__err_from_fi((int)ret));
-        continue;
-      }
-      if (XPORT__UNLIKELY(ctx->rma_timeout_ms) && req->posted_ms)
-        req->posted_ms = xport__now_ms(), req->posted_seq = ++ctx->rma_seq;
-    }
-    conn = next;
-  }
-}
-
-void xport__held_flush(xport_conn_t *conn, int status)
-{
-  while (conn->held)
-    xport__req_complete(conn->ctx, held_pop(conn), status);
-}
-
 int xport__post_room(const xport_conn_t *conn, xport_op_t op, size_t n)
 {
   const xport_ctx_t *ctx = conn->ctx;
@@ -313,7 +242,7 @@ static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_
   } else if (conn->rep) {
     /* RDM: one endpoint for many connections; the tag picks the
      * connection: the peer's receive tag on sends, ours on receives,
-     * which only the two ends know (rdm.c). */
+     * which only the two ends know (transport/rdm.c). */
     if (op == XPORT_OP_SEND) {
       if (with_imm) {
         struct fi_msg_tagged msg = {.msg_iov = fiov, .desc = desc, .iov_count = nsge,

@@ -323,7 +323,7 @@ static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t 
      * write: the message then waits for the write, which goes with
      * delivery-complete (a small one would otherwise complete at once,
      * refused or not), and goes only if the write succeeded (a refused
-     * one fails after XPORT_RMA_TIMEOUT, rdm.c rma_check). */
+     * one fails after XPORT_RMA_TIMEOUT, transport/rdm.c rma_check). */
     struct xport__req *wreq = NULL;
     int defer = len && ctx->prof && ctx->prof->rma_never_fails;
     uint64_t dc = defer ? FI_DELIVERY_COMPLETE

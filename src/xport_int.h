@@ -63,7 +63,7 @@
 
 /* Request kinds of xport's own, next to the public xport_op_t values. */
 #define XPORT__OP_SILENT 100   /* internal half of an emulated write_imm */
-#define XPORT__OP_CTL_SEND 101 /* RDM control message out (rdm.c) */
+#define XPORT__OP_CTL_SEND 101 /* RDM control message out (transport/rdm.c) */
 #define XPORT__OP_CTL_RECV 102 /* RDM control receive */
 #define XPORT__OP_SINK 103     /* RDM receive draining a closed connection's tag */
 #define XPORT__OP_PEEK 104     /* RDM look into the unexpected queue (FI_PEEK) */
@@ -127,14 +127,14 @@ struct xport__profile {
   /* 1: a send to an address the provider has no connection to costs a
    * connection attempt, and memory it keeps (rxm 1.17: megabytes for each
    * attempt that fails): a listener sends nothing to the address a request
-   * names until a request has come from there (rdm.c, on_connreq). */
+   * names until a request has come from there (transport/rdm.c, on_connreq). */
   int answer_needs_source;
   /* mr_mode bits to drop before opening the domain where the provider
    * merely allows them (shm checks keys only with offsets). */
   uint64_t clear_mr_mode;
   /* 1: the provider must not drop its connection to a peer (AV removal,
    * endpoint close) while messages from that peer may be arriving. xport
-   * then waits, after a goodbye, for the peer's answer (rdm.c). */
+   * then waits, after a goodbye, for the peer's answer (transport/rdm.c). */
   int close_needs_quiet;
   /* 1: two endpoints of one process share memory inside the provider, and
    * closing one leaves the other pointing at freed memory (shm in
@@ -155,7 +155,7 @@ struct xport__profile {
    * ofi_wait_del_fid for its inner CQ), so that the next fi_trywait on that
    * CQ calls into the freed endpoint. Where the CQ has a wait fd, xport
    * then keeps such endpoints open, retired, until the context's CQ closes
-   * (rdm.c). */
+   * (transport/rdm.c). */
   int retire_eps;
   /* 1: the provider keeps unexpected messages in memory it grows without
    * bound (rxm). xport then receives control messages (untagged) into
@@ -229,7 +229,7 @@ struct xport__profile {
    * failed mapping of a name whose file was unlinked). 1 if the peer at
    * this address may still take it (its process lives). xport then waits,
    * at an endpoint's close, for every such peer to take it, and where one
-   * never does, leaves the endpoint open (rdm.c, settle_names). */
+   * never does, leaves the endpoint open (transport/rdm.c, settle_names). */
   int (*peer_may_map)(const void *addr, size_t len);
   /* keep 1: the endpoint under name (with lock, from claim_name) has such
    * a message out, or is left open at the context's end for it: its file
@@ -273,7 +273,7 @@ size_t xport__env_size(enum xport__env_id id, size_t def);
 
 enum { XPORT__LOG_ERROR = 1, XPORT__LOG_WARN, XPORT__LOG_INFO, XPORT__LOG_DEBUG };
 extern int xport__log_level;
-void xport__log_init(void);
+void xport__log_init(const char *level); /* XPORT_LOG's value, or NULL */
 void xport__log(int level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 #define XPORT__LOG(lvl, ...)                                                 \
@@ -374,6 +374,12 @@ struct xport__req {
   uint64_t atom[3];
   uint64_t *result;
   struct xport__held *held;       /* waiting on conn->held, or NULL */
+  /* xport's own requests (op >= XPORT__OP_CTL_SEND): what their owner
+   * does with their completion (e its entry, a data entry made of the
+   * error entry where status is not 0; src its sender where the CQ says,
+   * else FI_ADDR_NOTAVAIL). The completion code names no owner. */
+  void (*on_done)(xport_ctx_t *ctx, struct xport__req *req, int status,
+                  const struct fi_cq_data_entry *e, fi_addr_t src);
 };
 
 /* A post the provider pushed back (EAGAIN: shm holds a peer's channel
@@ -462,14 +468,14 @@ struct xport__rep {
   struct xport__peer *peers;
   struct xport__req *ctl_out;     /* control messages in flight */
   struct xport__req *ctl_rx[XPORT__CTL_RX];
-  /* Requesters lately refused or challenged, kept in the AV (rdm.c). */
+  /* Requesters lately refused or challenged, kept in the AV (transport/rdm.c). */
   struct xport__peer *refused[XPORT__REFUSED_KEEP];
   long refused_ms[XPORT__REFUSED_KEEP];             /* when each was last refused */
   unsigned refused_next;
   size_t answering;               /* refusals and challenges in flight */
   /* The last requests queued, by (context id, connection id): a client
    * asks again until answered, and a copy that comes after its request
-   * was accepted must not be queued again (rdm.c, on_connreq). */
+   * was accepted must not be queued again (transport/rdm.c, on_connreq). */
   struct { uint64_t ctx_id; uint32_t src_id; } seen[XPORT__SEEN_KEEP];
   unsigned seen_next;
   uint64_t secret[2];             /* keys the challenge tokens (listeners) */
@@ -497,13 +503,13 @@ struct xport_conn {
   int keepalive;                  /* heartbeats: the peer's process cannot be watched */
   long last_heard, last_sent;     /* heartbeats, xport__now_ms() */
   unsigned heard;                 /* a message arrived since the last check */
-  long ping_at;                   /* RMA probe sent (rdm.c), or 0 */
+  long ping_at;                   /* RMA probe sent (transport/rdm.c), or 0 */
   int ponged;                     /* ... and answered */
   size_t nzombies;                /* orphaned, still owned by the provider */
   int dead;                       /* RDM: the peer cannot complete anything */
   int said_bye;                   /* RDM: closed, a goodbye went out (-1: owed) */
   int bye_owed;                   /* ... and the provider pushed it back, */
-  long bye_until;                 /* ... tried until then (rdm.c pay_bye) */
+  long bye_until;                 /* ... tried until then (transport/rdm.c pay_bye) */
   struct xport_conn *dnext, *dprev; /* RDM: ctx->draining */
   enum xport__conn_state state;
   int fail_code;                 /* why FAILED */
@@ -621,7 +627,16 @@ struct xport_ctx {
   int atom_emulated;
   size_t cq_entry_size; /* fi_cq_tagged_entry over RDM, else fi_cq_data_entry */
   int quick_inject;   /* small sends finish at post (fi_inject) */
-  int rdm;            /* FI_EP_RDM: connections are xport's own (rdm.c) */
+  int rdm;            /* FI_EP_RDM: tagged messages, an address per peer */
+  /* How connections are made and kept (src/transport/): the core reaches
+   * it only through this table. */
+  const struct xport__transport *tp;
+  /* The ways back up that lower layers call, set by the layers above:
+   * accepting for listeners a layer above owns (conn.c, once one is
+   * hooked), and a deferred write_imm's marker (rma.c, at creation). */
+  void (*auto_accept)(xport_ctx_t *ctx);
+  void (*wimm_write_done)(xport_ctx_t *ctx, struct xport__req *p, int status);
+  void (*wimm_retry)(xport_ctx_t *ctx, int fail);
   struct xport__rep *cep; /* RDM: the endpoint outgoing connections use */
   struct xport__bye *byes; /* RDM: goodbyes waiting for the peer's answer */
   struct xport__sink *sinks; /* RDM: closed connections' tags, still drained */
@@ -644,7 +659,7 @@ struct xport_ctx {
   struct xport__req *zombies; /* RDM: orphaned, still owned by the provider */
   int reap;                   /* RDM: a zombie finished; housekeeping detaches */
   struct xport__rep *reps;    /* RDM: every endpoint open */
-  struct xport__rep *probe;   /* RDM: sends the RMA probe's pings (rdm.c) */
+  struct xport__rep *probe;   /* RDM: sends the RMA probe's pings (transport/rdm.c) */
   /* RDM: closed connections whose operations the provider still owns;
    * they keep their peer in the address vector until those finish. */
   struct xport_conn *draining;
@@ -716,6 +731,80 @@ struct xport_ctx {
   struct xport__detail *shown; /* details delivered by the last xport_poll */
 };
 
+/* ---- transports (src/transport/) -------------------------------------- */
+
+/*
+ * How connections are made and kept over one kind of endpoint: MSG (the
+ * connection manager makes one endpoint per connection, transport/msg.c)
+ * or RDM (one endpoint for many peers, and xport's own handshake,
+ * transport/rdm.c). One table per transport, chosen at the context's
+ * creation by the endpoint type its provider offers (transport/registry.c).
+ * The core reaches a transport only through this table; a transport uses
+ * the core's services below it (requests, the CQ, the event queue, the
+ * connection list) and its own requests' on_done handlers, and reaches
+ * the layers above only through the context's hooks (auto_accept).
+ *
+ * Every member is called with the context's lock held (XPORT__LOCK); a
+ * member that may block says so, and lets go of the lock while it sleeps.
+ * Mandatory unless marked "may be NULL".
+ */
+struct xport__transport {
+  const char *name;      /* "msg", "rdm": what xport_info shows */
+  enum fi_ep_type ep_type; /* the endpoints it runs on */
+  /* Opens lst at host:port (addr the caller's string): lst->ctx and
+   * backlog are set; on success lst->addr names it (a port 0 resolved).
+   * 0, or a code with nothing of lst's left open. Does not block. */
+  int (*listen)(xport_listener_t *lst, const char *addr, const char *host, const char *port);
+  /* Refuses what waits on lst (its peers hear it now), discards its
+   * unfinished handshakes and closes its endpoint; the caller frees lst.
+   * Never fails. */
+  void (*listener_close)(xport_listener_t *lst);
+  /* Makes a connection to host:port by deadline (xport__now_ms, or -1
+   * for none). May block. On success *conn_p is linked (xport__conn_link),
+   * perhaps lost already with its event queued; on failure nothing is
+   * left. */
+  int (*connect)(xport_ctx_t *ctx, const char *host, const char *port, long deadline,
+                 xport_conn_t **conn_p);
+  /* The next connection lst has made, waiting until deadline for one (0:
+   * never waits). May block. As connect on success; -XPORT_ETIMEDOUT when
+   * none came. */
+  int (*accept)(xport_listener_t *lst, long deadline, xport_conn_t **conn_p);
+  /* The user closes conn (conn->closing set, the caller then unlinks it
+   * and marks it CLOSED): its share of the endpoint goes, and every
+   * operation still outstanding completes with -XPORT_ECANCELED, now or
+   * once the provider lets go of its buffer. Never fails; may wait a
+   * bounded time for a peer's answer. */
+  void (*close_conn)(xport_conn_t *conn);
+  /* Housekeeping: connection events, broken endpoints, peer checks and
+   * heartbeats, what closed connections still hold. Runs every
+   * XPORT__EQ_EVERY polls and in waits; cheap when there is nothing to
+   * do. Does not block. */
+  void (*progress)(xport_ctx_t *ctx);
+  /* What the progress thread runs while listeners accept in the
+   * background, besides draining the CQ (may be NULL: the CQ brings
+   * their requests). Does not block. */
+  void (*background)(xport_ctx_t *ctx);
+  /* A user operation failed (req finished with status, not yet
+   * delivered): what that says of its connection (an endpoint the
+   * provider took down, a target that refused a key). */
+  void (*op_failed)(xport_ctx_t *ctx, struct xport__req *req, int status);
+  /* Carries an atomic the provider cannot do (caps.atomics EMULATED;
+   * may be NULL where the transport cannot): req is the user's, its
+   * operands in req->atom; kind XPORT__ATOM_*. 0 once it is out (its
+   * answer completes req), or a code with nothing posted. */
+  int (*atomic)(xport_conn_t *conn, struct xport__req *req, unsigned kind, uint64_t key,
+                uint64_t addr);
+  /* Ends every endpoint the transport opened, after the last connection
+   * and listener closed and before the CQ closes; may be NULL. */
+  void (*fini)(xport_ctx_t *ctx);
+  /* 1: peers are watched by the clock (process checks, heartbeats): a
+   * wait never sleeps past a quarter of XPORT_PEER_TIMEOUT while there
+   * are connections, and runs progress when it wakes with nothing. */
+  int watches_peers;
+};
+/* The transport for endpoints of type t, or NULL (transport/registry.c). */
+const struct xport__transport *xport__transport_for(enum fi_ep_type t);
+
 #define XPORT__ACCESS_REMOTE                                                  \
   (XPORT_ACCESS_REMOTE_READ | XPORT_ACCESS_REMOTE_WRITE | XPORT_ACCESS_REMOTE_ATOMIC)
 
@@ -776,10 +865,6 @@ void xport__held_flush(xport_conn_t *conn, int status);
  * context's CQ, else -XPORT_EAGAIN. */
 int xport__post_room(const xport_conn_t *conn, xport_op_t op, size_t n);
 
-/* An error completion on conn's endpoint (MSG): unless the user is
- * closing it, the connection is lost at the next EQ dispatch. */
-void xport__conn_broken(xport_conn_t *conn);
-
 /* cq.c */
 struct xport__req *xport__req_get(xport_ctx_t *ctx);
 /* A request from the pool, ready for op on conn (NULL: no memory):
@@ -813,9 +898,11 @@ void xport__req_orphan(xport_ctx_t *ctx, struct xport__req *req, int status);
 /* Queues a finished request for delivery. */
 void xport__done_push(xport_ctx_t *ctx, struct xport__req *req);
 /* rma.c: the write of a deferred write_imm (p, its user half) finished
- * with status: its marker goes now, or p fails with that status. */
+ * with status: its marker goes now, or p fails with that status. Lower
+ * layers reach it through ctx->wimm_write_done. */
 void xport__wimm_write_done(xport_ctx_t *ctx, struct xport__req *p, int status);
-/* Posts the markers that waited for room; with fail, fails them all. */
+/* Posts the markers that waited for room; with fail, fails them all
+ * (lower layers: ctx->wimm_retry). */
 void xport__wimm_retry(xport_ctx_t *ctx, int fail);
 /* Drops every finished, undelivered request (the context is going). */
 void xport__done_discard(xport_ctx_t *ctx);
@@ -853,59 +940,34 @@ int xport__close_fid(xport_ctx_t *ctx, struct fid *fid);
 void xport__fid_keep(struct fid *fid);
 int xport__wait_fds(xport_ctx_t *ctx);
 
-/* rdm.c: connections over FI_EP_RDM endpoints */
-int xport__rdm_listen(xport_listener_t *lst, const char *host, const char *port);
-void xport__rdm_listener_close(xport_listener_t *lst);
-int xport__rdm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_p);
-int xport__rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, long deadline,
-                       xport_conn_t **conn_p);
-void xport__rdm_close(xport_conn_t *conn);
-/* A completion of xport's own (control traffic): e its entry, tagged on
- * success over RDM (for an error, a data entry with what the error entry
- * said), src its sender where the provider says (FI_ADDR_NOTAVAIL
- * otherwise). */
-void xport__rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
-                         const struct fi_cq_data_entry *e, fi_addr_t src);
-void xport__rdm_housekeeping(xport_ctx_t *ctx);
-void xport__rdm_fini(xport_ctx_t *ctx);
-/* Ends conn after one of its one-sided operations failed (RDM). */
-void xport__rdm_rma_failed(xport_conn_t *conn, int status);
-/* Completes every outstanding request of conn with status (RDM). */
-void xport__rdm_orphan_all(xport_conn_t *conn, int status);
-
-/* conn.c */
-int xport__resolve(xport_ctx_t *ctx, const char *host, const char *port, uint64_t flags,
-                   struct fi_info **info_p);
-void xport__eq_dispatch(xport_ctx_t *ctx);
-void xport__conn_link(xport_conn_t *conn);
-void xport__conn_unlink(xport_conn_t *conn);
-void xport__connreq_push(xport_listener_t *lst, struct xport__connreq *cr);
+/* conn.c (the public calls) */
 /* Hands lst to a layer above: see struct xport_listener (admit NULL
  * gives it back to the application). */
 void xport__listener_hook(xport_listener_t *lst, int (*admit)(void *, uint64_t),
                           void (*accepted)(void *, xport_conn_t *), void *arg);
+/* Accepts what the listeners a layer above owns have ready (the jobs). */
 void xport__auto_accept(xport_ctx_t *ctx);
+
+/* link.c: connections and listeners as the context holds them */
+/* A connection being made (CONNECTING), in no list yet: NULL, no memory. */
+xport_conn_t *xport__conn_new(xport_ctx_t *ctx);
+/* The connection is the application's now: on ctx->conns, handed. */
+void xport__conn_link(xport_conn_t *conn);
+void xport__conn_unlink(xport_conn_t *conn);
+void xport__connreq_push(xport_listener_t *lst, struct xport__connreq *cr);
 /* 1 if a handshake with the context peer_ctx_id is under way at lst. */
 int xport__listener_shaking_from(const xport_listener_t *lst, uint64_t peer_ctx_id);
+/* Queues conn's disconnect event (once): it is delivered after the
+ * done-list entries pushed before it and its own connection's later ones. */
 void xport__evq_push(xport_ctx_t *ctx, xport_conn_t *conn, int status);
 void xport__evq_remove(xport_ctx_t *ctx, xport_conn_t *conn);
+/* Frees a closed connection once nothing refers to it any more. */
 void xport__conn_free_if_done(xport_conn_t *conn);
-int xport__wait_eq(xport_ctx_t *ctx, int timeout_ms);
 
-/* atomic.c: remote atomics, and the service channel of MSG connections
- * that carries emulated ones */
 #define XPORT__SVC_DEPTH 8 /* emulated atomics outstanding per connection */
-/* Opens conn's service endpoint from info and posts its receives. */
-int xport__svc_open(xport_conn_t *conn, struct fi_info *info);
-/* Closes it; its requests end, silently. */
-void xport__svc_close(xport_conn_t *conn);
-/* The peer shut the service channel down: it closes here, and the emulated
- * atomics waiting for answers over it end with status. */
-void xport__svc_lost(xport_conn_t *conn, int status);
-/* A completion on a service channel (e: the entry; status 0 on success). */
-void xport__svc_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
-                         const struct fi_cq_data_entry *e);
-/* Finds what a key of this context names: the local range it covers and
+/* The kinds of atomics, as the service channel's wire names them too. */
+enum { XPORT__ATOM_FADD = 1, XPORT__ATOM_CSWAP = 2, XPORT__ATOM_ADD = 3 };
+/* mem.c: finds what a key of this context names: the local range it covers and
  * the region's rights; 0, or -XPORT_EACCES for no such key. */
 int xport__mr_by_key(xport_ctx_t *ctx, uint64_t key, char **base_p, size_t *len_p,
                      unsigned *access_p);
@@ -913,6 +975,10 @@ int xport__mr_by_key(xport_ctx_t *ctx, uint64_t key, char **base_p, size_t *len_
 /* addr.c */
 int xport__addr_split(const char *addr, char *host, size_t hlen, char *port,
                       size_t plen);
+/* fi_getinfo for host:port on the context's provider (flags FI_SOURCE:
+ * to listen there); 0, or why not, logged. */
+int xport__resolve(xport_ctx_t *ctx, const char *host, const char *port, uint64_t flags,
+                   struct fi_info **info_p);
 
 static inline long xport__now_ms(void)
 {

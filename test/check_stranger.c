@@ -7,7 +7,7 @@
  * backlog and eager-size tests run on every configuration. */
 #define _GNU_SOURCE
 #include "harness.h"
-#include "../src/rdm_wire.h"
+#include "../src/transport/rdm_wire.h"
 
 #include <malloc.h>
 #include <netdb.h>

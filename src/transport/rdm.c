@@ -30,6 +30,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+static void rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
+                         const struct fi_cq_data_entry *e, fi_addr_t src);
+static void orphan_all(xport_conn_t *conn, int status);
+
 #define CTL_MAGIC XPORT__CTL_MAGIC
 #define CTL_VERSION XPORT__CTL_VERSION
 #define CTL_CONNREQ XPORT__CTL_CONNREQ
@@ -180,6 +184,7 @@ static struct xport__req *ctl_req(struct xport__rep *rep, unsigned op)
   memset(req, 0, sizeof *req);
   req->op = op;
   req->rep = rep;
+  req->on_done = rdm_internal;
   req->bounce = xport__bounce_get(ctx);
   if (!req->bounce) {
     xport__req_release(ctx, req);
@@ -209,6 +214,7 @@ static struct xport__req *ctl_recv_req(struct xport__rep *rep)
   memset(req, 0, sizeof *req);
   req->op = XPORT__OP_CTL_RECV;
   req->rep = rep;
+  req->on_done = rdm_internal;
   req->uiov[0].base = aligned_alloc(64, CTL_MRECV_SIZE);
   if (req->uiov[0].base && (!ctx->need_local_mr ||
                             !xport__reg(ctx, req->uiov[0].base, CTL_MRECV_SIZE, FI_RECV,
@@ -629,6 +635,7 @@ static int peek(struct xport__rep *rep, uint64_t tag, uint64_t ignore, uint64_t 
   memset(req, 0, sizeof *req);
   req->op = XPORT__OP_PEEK;
   req->rep = rep;
+  req->on_done = rdm_internal;
   req->status = 1; /* no answer yet */
   struct fi_msg_tagged msg = {.addr = FI_ADDR_UNSPEC, .tag = tag, .ignore = ignore,
                               .context = &req->fictx};
@@ -740,7 +747,7 @@ static void conn_lost(xport_conn_t *conn, int status, int dead)
   if (conn->state != XPORT__CONN_CONNECTED)
     return;
   conn->state = XPORT__CONN_DISCONNECTED;
-  xport__rdm_orphan_all(conn, status);
+  orphan_all(conn, status);
   if (dead)
     conn_dead(conn);
   xport__evq_push(conn->ctx, conn, -XPORT_ECONNRESET);
@@ -1115,7 +1122,7 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
   }
 }
 
-void xport__rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
+static void rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
                          const struct fi_cq_data_entry *e, fi_addr_t src)
 {
   size_t len = e ? e->len : 0;
@@ -1258,7 +1265,7 @@ static void rep_close(struct xport__rep *rep)
   /* A peer that has yet to take our first message would crash on it once
    * our endpoint is gone (peer_may_map): the endpoint then stays open,
    * serving nobody, until the context goes, and then, when every other
-   * endpoint has closed (parked, xport__rdm_fini), it is left open with its
+   * endpoint has closed (parked, rdm_fini), it is left open with its
    * name and the objects it is bound to: memory and a file in /dev/shm
    * lost, rather than a peer crashed. */
   int leave_open = rep->parked || (rep->unreached && rep->ep && settle_names(rep));
@@ -1457,8 +1464,10 @@ static int format_ok(xport_ctx_t *ctx, const struct fi_info *info, const char *h
   return -XPORT_EADDRNOTAVAIL;
 }
 
-int xport__rdm_listen(xport_listener_t *lst, const char *host, const char *port)
+static int rdm_listen(xport_listener_t *lst, const char *addr, const char *host,
+                      const char *port)
 {
+  (void)addr;
   xport_ctx_t *ctx = lst->ctx;
   const struct xport__profile *prof = ctx->prof;
   struct xport__rep *rep = NULL;
@@ -1521,7 +1530,7 @@ int xport__rdm_listen(xport_listener_t *lst, const char *host, const char *port)
   return 0;
 }
 
-void xport__rdm_listener_close(xport_listener_t *lst)
+static void rdm_listener_close(xport_listener_t *lst)
 {
   /* Requests still waiting are refused, so that their clients hear it now
    * rather than at their timeout. */
@@ -1617,7 +1626,7 @@ static int wait_progress(xport_ctx_t *ctx, long deadline)
 }
 
 #define REQUEST_AGAIN_MS 200
-int xport__rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, long deadline,
+static int rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, long deadline,
                        xport_conn_t **conn_p)
 {
   const struct xport__profile *prof = ctx->prof;
@@ -1704,7 +1713,7 @@ int xport__rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
   return 0;
 }
 
-int xport__rdm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_p)
+static int rdm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_p)
 {
   xport_ctx_t *ctx = lst->ctx;
   struct xport__rep *rep = lst->rep;
@@ -1757,7 +1766,7 @@ int xport__rdm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
   }
 }
 
-void xport__rdm_orphan_all(xport_conn_t *conn, int status)
+static void orphan_all(xport_conn_t *conn, int status)
 {
   xport_ctx_t *ctx = conn->ctx;
   xport__held_flush(conn, status);
@@ -1777,7 +1786,7 @@ void xport__rdm_orphan_all(xport_conn_t *conn, int status)
  * will be, re-made without a word: messages around the operation are
  * lost while later ones would arrive. So the connection ends here, as a
  * MSG provider ends it, and the peer is told to end its side. */
-void xport__rdm_rma_failed(xport_conn_t *conn, int status)
+static void rma_failed(xport_conn_t *conn, int status)
 {
   xport_ctx_t *ctx = conn->ctx;
   if (conn->rep)
@@ -1802,13 +1811,13 @@ void xport__rdm_rma_failed(xport_conn_t *conn, int status)
     }
 }
 
-void xport__rdm_close(xport_conn_t *conn)
+static void rdm_close(xport_conn_t *conn)
 {
   xport_ctx_t *ctx = conn->ctx;
   if (!conn->rep)
     return; /* lost, and its endpoint closed since */
   int connected = conn->state == XPORT__CONN_CONNECTED;
-  xport__rdm_orphan_all(conn, -XPORT_ECANCELED);
+  orphan_all(conn, -XPORT_ECANCELED);
   /* The goodbye follows the operations the provider still has (the peer
    * must see a send's message before the end of the connection: rxm
    * carried a goodbye past a rendezvous send's data). */
@@ -1999,12 +2008,12 @@ static int rma_check(xport_ctx_t *ctx, xport_conn_t *c, long now, int *drained)
  * from the peer counts as one. Runs a few times per XPORT_PEER_TIMEOUT;
  * it also lets go of what closed connections held, once their
  * operations have ended. */
-void xport__rdm_housekeeping(xport_ctx_t *ctx)
+static void rdm_progress(xport_ctx_t *ctx)
 {
   if (ctx->wimm_wait)
-    xport__wimm_retry(ctx, 0);
-  if (ctx->accept_due)
-    xport__auto_accept(ctx);
+    ctx->wimm_retry(ctx, 0);
+  if (ctx->accept_due && ctx->auto_accept)
+    ctx->auto_accept(ctx);
   /* Every time (every XPORT__EQ_EVERY polls, busy or idle): a flood
    * grows the provider's memory at the rate it arrives. */
   if (ctx->prof && ctx->prof->peek_discard) {
@@ -2077,7 +2086,7 @@ void xport__rdm_housekeeping(xport_ctx_t *ctx)
 
 /* Every connection is closed: close every endpoint, retired or held open
  * by operations still in flight, which ends those operations. */
-void xport__rdm_fini(xport_ctx_t *ctx)
+static void rdm_fini(xport_ctx_t *ctx)
 {
   /* Closed connections that wait for the provider to let go of their
    * operations still owe their peers a goodbye: those operations end with
@@ -2105,3 +2114,28 @@ void xport__rdm_fini(xport_ctx_t *ctx)
   ctx->cep = NULL;
   ctx->retired = NULL;
 }
+
+/* One-sided operations end their connection where they fail (rma_failed);
+ * a message's failure is its connection's loss, which the provider
+ * reports itself. */
+static void rdm_op_failed(xport_ctx_t *ctx, struct xport__req *req, int status)
+{
+  (void)ctx;
+  if (req->op == XPORT_OP_WRITE || req->op == XPORT_OP_READ || req->op == XPORT_OP_ATOMIC ||
+      req->op == XPORT__OP_SILENT)
+    rma_failed(req->conn, status);
+}
+
+const struct xport__transport xport__transport_rdm = {
+    .name = "rdm",
+    .ep_type = FI_EP_RDM,
+    .listen = rdm_listen,
+    .listener_close = rdm_listener_close,
+    .connect = rdm_connect,
+    .accept = rdm_accept,
+    .close_conn = rdm_close,
+    .progress = rdm_progress,
+    .op_failed = rdm_op_failed,
+    .fini = rdm_fini,
+    .watches_peers = 1,
+};

@@ -1,0 +1,80 @@
+/* Connections and listeners as the context holds them: its list of
+ * connections, listeners' backlogs, and the queue of disconnect events.
+ * What every transport uses to hand a connection over and to report its
+ * end; it calls no transport. */
+#include "xport_int.h"
+
+#include <stdlib.h>
+
+/* Queues a connection request at the tail of its listener's backlog. */
+void xport__connreq_push(xport_listener_t *lst, struct xport__connreq *cr)
+{
+  XPORT__FIFO_PUSH(lst->pending, lst->pending_tail, cr, next);
+  lst->npending++;
+  if (lst->admit)
+    lst->ctx->accept_due = 1;
+}
+
+void xport__evq_push(xport_ctx_t *ctx, xport_conn_t *conn, int status)
+{
+  if (conn->ev_queued)
+    return;
+  conn->ev_queued = 1;
+  conn->ev_status = status;
+  conn->ev_after = ctx->done_in;
+  XPORT__FIFO_PUSH(ctx->evq, ctx->evq_tail, conn, ev_next);
+}
+
+void xport__evq_remove(xport_ctx_t *ctx, xport_conn_t *conn)
+{
+  xport_conn_t **pp = &ctx->evq, *prev = NULL;
+  while (*pp && *pp != conn) {
+    prev = *pp;
+    pp = &(*pp)->ev_next;
+  }
+  if (!*pp)
+    return;
+  *pp = conn->ev_next;
+  if (ctx->evq_tail == conn)
+    ctx->evq_tail = prev;
+  conn->ev_queued = 0;
+}
+
+xport_conn_t *xport__conn_new(xport_ctx_t *ctx)
+{
+  xport_conn_t *conn = calloc(1, sizeof *conn);
+  if (!conn)
+    return NULL;
+  conn->ctx = ctx;
+  conn->state = XPORT__CONN_CONNECTING;
+  return conn;
+}
+
+void xport__conn_unlink(xport_conn_t *conn)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  XPORT__LIST_UNLINK(ctx->conns, conn, next, prev);
+  conn->next = conn->prev = NULL;
+}
+
+void xport__conn_link(xport_conn_t *conn)
+{
+  conn->handed = 1;
+  xport_ctx_t *ctx = conn->ctx;
+  XPORT__LIST_PUSH(ctx->conns, conn, next, prev);
+}
+
+int xport__listener_shaking_from(const xport_listener_t *lst, uint64_t peer_ctx_id)
+{
+  for (const xport_conn_t *c = lst->shaking; c; c = c->shake_next)
+    if (c->peer_ctx_id == peer_ctx_id)
+      return 1;
+  return 0;
+}
+
+void xport__conn_free_if_done(xport_conn_t *conn)
+{
+  /* An RDM connection also waits to be detached from its endpoint. */
+  if (conn->state == XPORT__CONN_CLOSED && conn->nreqs == 0 && !conn->ev_queued && !conn->rep)
+    free(conn);
+}

@@ -1,0 +1,933 @@
+/* The MSG transport: one libfabric endpoint per connection, made by the
+ * connection manager. Its events arrive on the context's one EQ and are
+ * dispatched here to the listener or connection they belong to; the
+ * greeting (struct hello) travels in the connection's private data.
+ *
+ * Where the provider has no trustworthy atomics (caps.atomics EMULATED)
+ * every connection has a second endpoint, the service channel, made with
+ * it, on which a request travels as a message and the target's xport
+ * applies it with the CPU's atomic instructions, inside its own poll, and
+ * answers with the old value. The channel's traffic never takes a receive
+ * of the user's. It also keeps a dead peer from going unnoticed: tcp stops
+ * reading a connection at a message no receive takes, and so never sees
+ * the end of the stream behind it, while the channel, read to its end,
+ * does.
+ *
+ * Service channel wire (little-endian, both directions):
+ *   request  0 magic "XATQ"  4 kind (1 fetch-add, 2 cswap, 3 add)
+ *            8 sequence  12 zero  16 key  24 address  32 operand  40 compare
+ *   answer   0 magic "XATA"  4 status (0 or -XPORT_E*)
+ *            8 sequence  12 zero  16 old value
+ */
+#include "xport_int.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* What both sides send in the connection's private data. A connection
+ * request without it (a port scanner, another program) is rejected. */
+#define HELLO_MAGIC 0x5850525455ULL /* "XPRTU" */
+#define HELLO_VERSION 2
+#define HELLO_WANT_SVC 0x1u /* request: the client would make a service channel */
+#define HELLO_SVC 0x2u      /* request: this is that channel, for cookie */
+struct hello {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t flags;
+  uint64_t ctx_id; /* owner of the remote keys this side will pack */
+  /* accept: nonzero asks the client for a service channel naming it;
+   * a service channel's request: the cookie its accept gave */
+  uint64_t cookie;
+};
+/* How long a request an accept took has to be connected, its service
+ * channel included, which the client asks for as soon as it is. */
+#define HANDSHAKE_MS 30000
+
+#define ATOM_REQ_MAGIC 0x51544158u /* "XATQ" */
+#define ATOM_ANS_MAGIC 0x41544158u /* "XATA" */
+#define ATOM_REQ_LEN 48
+#define ATOM_ANS_LEN 24
+/* A channel's receives: the peer's requests (as many as it may have
+ * outstanding) and the answers to ours. */
+#define SVC_RX (2 * XPORT__SVC_DEPTH)
+
+struct cm_buf {
+  struct fi_eq_cm_entry e;
+  uint8_t data[256];
+};
+
+/* Validates a peer's greeting; 1 with it in *h, or 0. */
+static int hello_ok(const uint8_t *data, size_t len, struct hello *h)
+{
+  if (len < sizeof *h)
+    return 0;
+  memcpy(h, data, sizeof *h);
+  return h->magic == HELLO_MAGIC && h->version == HELLO_VERSION;
+}
+
+static void conn_discard(xport_conn_t *conn);
+static void svc_close(xport_conn_t *conn);
+static void svc_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
+                         const struct fi_cq_data_entry *e, fi_addr_t src);
+
+/* ---- the service channel --------------------------------------------- */
+
+static struct xport__req *svc_req(xport_conn_t *conn, xport_op_t op)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  struct xport__req *req = xport__req_new(ctx, conn, op, NULL);
+  if (!req)
+    return NULL;
+  req->on_done = svc_internal;
+  req->bounce = xport__small_get(ctx);
+  if (!req->bounce) {
+    req->conn = NULL;
+    xport__req_release(ctx, req);
+    return NULL;
+  }
+  return req;
+}
+
+/* Gives a service request back; it had left conn->svc_out, or never joined. */
+static void svc_req_free(xport_ctx_t *ctx, struct xport__req *req)
+{
+  xport__req_free_mem(ctx, req);
+  req->conn = NULL; /* never counted in the connection's nreqs */
+  xport__req_release(ctx, req);
+}
+
+static int svc_post_recv(xport_conn_t *conn, struct xport__req *req)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  ssize_t ret = fi_recv(conn->svc, req->bounce->buf, XPORT__SMALL_SLOT, req->bounce->desc, 0,
+                        &req->fictx);
+  if (ret)
+    return xport__err_from_fi((int)ret);
+  XPORT__LIST_PUSH(conn->svc_out, req, cnext, cprev);
+  ctx->nposted++;
+  return 0;
+}
+
+/* Sends len bytes the caller wrote into the returned buffer's request. */
+static int svc_send(xport_conn_t *conn, struct xport__req *req, size_t len)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  ssize_t ret = fi_send(conn->svc, req->bounce->buf, len, req->bounce->desc, 0, &req->fictx);
+  if (ret) {
+    svc_req_free(ctx, req);
+    /* A full queue: EAGAIN, or ENOMEM where the provider's entry pool ran out. */
+    return xport__pushed_back(ret) ? -XPORT_EAGAIN : xport__err_from_fi((int)ret);
+  }
+  XPORT__LIST_PUSH(conn->svc_out, req, cnext, cprev);
+  ctx->nposted++;
+  return 0;
+}
+
+static int svc_open(xport_conn_t *conn, struct fi_info *info)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  if (ctx->nposted + SVC_RX > ctx->max_posted)
+    return -XPORT_EAGAIN; /* the CQ has no room for another channel */
+  int ret = fi_endpoint(ctx->domain, info, &conn->svc, conn);
+  if (!ret)
+    ret = fi_ep_bind(conn->svc, &ctx->eq->fid, 0);
+  if (!ret)
+    ret = fi_ep_bind(conn->svc, &ctx->cq->fid, FI_TRANSMIT | FI_RECV);
+  if (!ret)
+    ret = fi_enable(conn->svc);
+  if (ret) {
+    if (conn->svc)
+      fi_close(&conn->svc->fid);
+    conn->svc = NULL;
+    return xport__err_from_fi(ret);
+  }
+  /* Posted before the channel connects: the peer may send at once. */
+  for (int i = 0; i < SVC_RX && !ret; i++) {
+    struct xport__req *req = svc_req(conn, XPORT__OP_SVC_RECV);
+    ret = req ? svc_post_recv(conn, req) : -XPORT_ENOMEM;
+    if (ret && req)
+      svc_req_free(ctx, req);
+  }
+  if (ret)
+    svc_close(conn);
+  conn->svc_state = ret ? -1 : 1;
+  return ret;
+}
+
+static void svc_lost(xport_conn_t *conn, int status)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  svc_close(conn);
+  /* Their answers would have come over it. */
+  for (struct xport__req *r = conn->out, *next; r; r = next) {
+    next = r->cnext;
+    if (r->op == XPORT_OP_ATOMIC) {
+      conn->natom--;
+      xport__req_complete(ctx, r, status);
+    }
+  }
+}
+
+static void svc_close(xport_conn_t *conn)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  if (!conn->svc)
+    return;
+  xport__close_fid(ctx, &conn->svc->fid);
+  conn->svc = NULL;
+  conn->svc_state = -1;
+  /* What the close flushed comes through here too (svc_internal). */
+  xport__cq_drain(ctx);
+  while (conn->svc_out) {
+    struct xport__req *req = conn->svc_out;
+    XPORT__LIST_UNLINK(conn->svc_out, req, cnext, cprev);
+    ctx->nposted--;
+    svc_req_free(ctx, req);
+  }
+}
+
+/* Applies a request to this context's memory: the old value, or an error
+ * for a key that names no region of ours with the atomic right, or a word
+ * outside it or misaligned. */
+static int apply(xport_ctx_t *ctx, const uint8_t *m, uint64_t *old_p)
+{
+  char *base;
+  size_t len;
+  unsigned access;
+  unsigned kind = xport__get32(m + 4);
+  uint64_t key = xport__get64(m + 16), addr = xport__get64(m + 24);
+  uint64_t operand = xport__get64(m + 32), compare = xport__get64(m + 40);
+  if (kind < XPORT__ATOM_FADD || kind > XPORT__ATOM_ADD)
+    return -XPORT_EPROTO;
+  if (xport__mr_by_key(ctx, key, &base, &len, &access) ||
+      !(access & XPORT_ACCESS_REMOTE_ATOMIC))
+    return -XPORT_EACCES;
+  /* Outside the key's registration, or misaligned: the initiator checks
+   * both against the key it holds, so only a forged key gets here, and is
+   * refused as any key the target does not honour. */
+  uint64_t off = ctx->virt_addr ? addr - (uint64_t)(uintptr_t)base : addr;
+  if (off > len || len - off < 8)
+    return -XPORT_EACCES;
+  uint64_t *word = (uint64_t *)(void *)(base + off);
+  if ((uintptr_t)word % 8)
+    return -XPORT_EACCES;
+  /* Sequentially consistent, as a device's atomics are to one another:
+   * other emulated operations on the word, and the target's own atomic
+   * operations on it, see one order. */
+  if (kind == XPORT__ATOM_CSWAP) {
+    uint64_t expect = compare;
+    __atomic_compare_exchange_n(word, &expect, operand, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    *old_p = expect;
+  } else {
+    *old_p = __atomic_fetch_add(word, operand, __ATOMIC_SEQ_CST);
+  }
+  return 0;
+}
+
+/* Answers a request in the receive's own slot: the receive goes back up
+ * once the answer is out (svc_internal). A peer that never takes its
+ * answers thus runs this side's receives dry, and its own channel stalls,
+ * instead of piling answers up here without bound. */
+static void on_request(xport_conn_t *conn, struct xport__req *req)
+{
+  uint8_t *m = (uint8_t *)req->bounce->buf;
+  uint64_t old = 0;
+  int status = apply(conn->ctx, m, &old);
+  uint32_t seq = xport__get32(m + 8);
+  memset(m, 0, ATOM_ANS_LEN);
+  xport__put32(m, ATOM_ANS_MAGIC);
+  xport__put32(m + 4, (uint32_t)status);
+  xport__put32(m + 8, seq);
+  xport__put64(m + 16, old);
+  req->op = XPORT__OP_SVC_SEND;
+  req->pair = 1; /* a receive, lent */
+  if (svc_send(conn, req, ATOM_ANS_LEN))
+    XPORT__WARN("an atomic's answer could not be sent; its initiator waits for the "
+                "connection's end");
+}
+
+static void on_answer(xport_conn_t *conn, const uint8_t *m)
+{
+  uint32_t seq = xport__get32(m + 8);
+  for (struct xport__req *r = conn->out; r; r = r->cnext)
+    if (r->op == XPORT_OP_ATOMIC && r->imm == seq) {
+      int status = (int)xport__get32(m + 4);
+      if (status > 0 || status < -4096)
+        status = -XPORT_EPROTO;
+      r->atom[2] = xport__get64(m + 16);
+      conn->natom--;
+      xport__req_complete(conn->ctx, r, status);
+      r->len = status ? 0 : 8;
+      r->imm = 0;
+      return;
+    }
+  XPORT__INFO("an atomic's answer names no operation of ours; dropped");
+}
+
+static void svc_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
+                         const struct fi_cq_data_entry *e, fi_addr_t src)
+{
+  (void)src;
+  xport_conn_t *conn = req->conn;
+  XPORT__LIST_UNLINK(conn->svc_out, req, cnext, cprev);
+  ctx->nposted--;
+  if (req->op == XPORT__OP_SVC_SEND && req->pair && !status && conn->svc) {
+    req->op = XPORT__OP_SVC_RECV; /* an answer went out: its receive again */
+    req->pair = 0;
+    if (svc_post_recv(conn, req))
+      svc_req_free(ctx, req);
+    return;
+  }
+  if (req->op == XPORT__OP_SVC_SEND || status || !conn->svc) {
+    svc_req_free(ctx, req);
+    return;
+  }
+  /* Data from the peer: checked before it is trusted. */
+  const uint8_t *m = (const uint8_t *)req->bounce->buf;
+  if (e->len == ATOM_REQ_LEN && xport__get32(m) == ATOM_REQ_MAGIC) {
+    on_request(conn, req);
+    return;
+  }
+  if (e->len == ATOM_ANS_LEN && xport__get32(m) == ATOM_ANS_MAGIC)
+    on_answer(conn, m);
+  else
+    XPORT__INFO("dropped a malformed message on a service channel (%zu bytes)", e->len);
+  if (svc_post_recv(conn, req))
+    svc_req_free(ctx, req);
+}
+
+/* Closes the endpoint and gives every operation still outstanding on it
+ * exactly one completion: what the provider flushes, and status
+ * (-XPORT_ECANCELED at the user's close, -XPORT_ECONNRESET when the peer
+ * went away) for whatever it did not report. */
+static void conn_release_ep(xport_conn_t *conn, int status)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  if (!conn->ep)
+    return;
+  xport__close_fid(ctx, &conn->ep->fid);
+  conn->ep = NULL;
+  if (conn->svc_gone_at) {
+    conn->svc_gone_at = 0;
+    ctx->nsvc_gone--;
+  }
+  svc_close(conn);
+  xport__cq_drain(ctx);
+  while (conn->out)
+    xport__req_complete(ctx, conn->out, status);
+  xport__held_flush(conn, status);
+}
+
+static void conn_lost(xport_conn_t *conn, int status)
+{
+  if (conn->state == XPORT__CONN_CONNECTING) {
+    conn->state = XPORT__CONN_FAILED;
+    conn->fail_code = status;
+  } else if (conn->state == XPORT__CONN_CONNECTED) {
+    /* A dead connection's operations must not wait for a close that the
+     * application may only call after seeing them end. */
+    conn->state = XPORT__CONN_DISCONNECTED;
+    conn_release_ep(conn, -XPORT_ECONNRESET);
+    /* Only a connection the application holds has an event: one lost
+     * in its handshake is dropped by the accept or connect making it. */
+    if (conn->handed)
+      xport__evq_push(conn->ctx, conn, -XPORT_ECONNRESET);
+  }
+}
+
+/* An endpoint of a connection failed or shut down: the connection, or
+ * its service channel. The channel's end is not the connection's: a peer
+ * that closes both ends the channel first as seen from here whenever the
+ * connection's own stream is backed up (its FIN waits behind the data),
+ * and ending the connection then would drop messages whose sends had
+ * completed. The connection ends with its own endpoint. */
+static void ep_lost(struct fid *fid, int status)
+{
+  xport_conn_t *conn = fid->context;
+  if (conn->svc && fid == &conn->svc->fid) {
+    if (conn->svc_state == 1) {
+      conn->svc_state = -1;
+      return;
+    }
+    svc_lost(conn, status);
+    /* A dead peer's connection may never hear of it by itself (tcp reads
+     * nothing where no receive is posted): one that stays quiet ends. */
+    if (conn->state == XPORT__CONN_CONNECTED && !conn->svc_gone_at) {
+      conn->svc_gone_at = xport__now_ms();
+      conn->ndone_seen = conn->ndone;
+      conn->ctx->nsvc_gone++;
+    }
+    return;
+  }
+  conn_lost(conn, status);
+}
+
+/* Connections whose service channel the peer shut: lost once nothing on
+ * them completed for XPORT_PEER_TIMEOUT. */
+static void svc_gone_check(xport_ctx_t *ctx)
+{
+  long now = xport__now_ms();
+  for (xport_conn_t *c = ctx->conns; c; c = c->next) {
+    if (!c->svc_gone_at)
+      continue;
+    if (c->ndone != c->ndone_seen) {
+      c->ndone_seen = c->ndone;
+      c->svc_gone_at = now;
+    } else if (now - c->svc_gone_at >= ctx->peer_check_ms) {
+      conn_lost(c, -XPORT_ECONNRESET);
+    }
+  }
+}
+
+/* A client's service channel: taken only for a connection whose
+ * handshake is under way, named by the cookie only that client was told. */
+static void on_svc_request(xport_listener_t *lst, struct fi_info *info, const struct hello *h)
+{
+  xport_conn_t *conn = lst->shaking;
+  while (conn && !(conn->svc_cookie && h->cookie == conn->svc_cookie))
+    conn = conn->shake_next;
+  struct hello a = {.magic = HELLO_MAGIC, .version = HELLO_VERSION};
+  int ret = -FI_EINVAL;
+  if (conn && !conn->svc && h->ctx_id == conn->peer_ctx_id) {
+    a.ctx_id = lst->ctx->id;
+    ret = svc_open(conn, info);
+    if (!ret && (ret = fi_accept(conn->svc, &a, sizeof a)))
+      svc_close(conn);
+    conn->svc_accepted = !ret;
+  } else {
+    /* A stranger's doing, as below: a debug line, so that strangers do not
+     * decide how much a listener writes to stderr. */
+    XPORT__DEBUG("listener %s: rejected a service channel no accepted connection asked for",
+                lst->addr);
+  }
+  if (ret)
+    fi_reject(lst->pep, info->handle, NULL, 0);
+  fi_freeinfo(info);
+}
+
+static void on_connreq(xport_listener_t *lst, struct fi_info *info,
+                       const uint8_t *data, size_t dlen)
+{
+  struct xport__connreq *cr;
+  struct hello h;
+  if (!hello_ok(data, dlen, &h)) {
+    XPORT__DEBUG("listener %s: rejected a connection request without xport's "
+                "greeting", lst->addr);
+    fi_reject(lst->pep, info->handle, NULL, 0);
+    fi_freeinfo(info);
+    return;
+  }
+  if (h.flags & HELLO_SVC) {
+    on_svc_request(lst, info, &h);
+    return;
+  }
+  /* Like listen(2), a bounded queue: beyond it, a request is refused at
+   * once rather than held (each holds a socket). */
+  if (lst->npending >= lst->backlog) {
+    if (!lst->refusing)
+      XPORT__INFO("listener %s: backlog of %zu full: refusing requests", lst->addr,
+                  lst->backlog);
+    lst->refusing = 1; /* logged once per overflow */
+    fi_reject(lst->pep, info->handle, NULL, 0);
+    fi_freeinfo(info);
+    return;
+  }
+  cr = malloc(sizeof *cr);
+  if (!cr) {
+    fi_reject(lst->pep, info->handle, NULL, 0);
+    fi_freeinfo(info);
+    return;
+  }
+  lst->refusing = 0;
+  cr->info = info;
+  cr->peer_ctx_id = h.ctx_id;
+  cr->want_svc = !!(h.flags & HELLO_WANT_SVC);
+  cr->next = NULL;
+  xport__connreq_push(lst, cr);
+}
+
+static void conn_broken(xport_conn_t *conn)
+{
+  if (conn->broken || conn->closing || conn->state != XPORT__CONN_CONNECTED)
+    return;
+  conn->broken = 1;
+  conn->ctx->nbroken++;
+}
+
+/* Connections whose endpoint an operation's failure took down. On tcp
+ * the provider also reports the shutdown, but verbs says nothing: the
+ * failed operation (a refused key, a message longer than the receive)
+ * put the QP in error, the rest of its work is flushed, and neither end
+ * hears of it from the connection manager. */
+static void lose_broken(xport_ctx_t *ctx)
+{
+  ctx->nbroken = 0;
+  for (xport_conn_t *c = ctx->conns, *next; c; c = next) {
+    next = c->next;
+    if (c->broken) {
+      c->broken = 0;
+      XPORT__DEBUG("a connection's endpoint failed under an operation: it is lost");
+      conn_lost(c, -XPORT_ECONNRESET);
+    }
+  }
+}
+
+static void eq_read_all(xport_ctx_t *ctx)
+{
+  struct cm_buf buf;
+  uint32_t event;
+
+  for (;;) {
+    ssize_t r = fi_eq_read(ctx->eq, &event, &buf, sizeof buf, 0);
+    if (r == -FI_EAGAIN)
+      return;
+    if (r == -FI_EAVAIL) {
+      struct fi_eq_err_entry err;
+      memset(&err, 0, sizeof err);
+      if (fi_eq_readerr(ctx->eq, &err, 0) < 0)
+        return;
+      if (err.fid && err.fid->fclass == FI_CLASS_EP && err.fid->context)
+        ep_lost(err.fid, xport__err_from_fi(err.err ? err.err : FI_EIO));
+      continue;
+    }
+    if (r < 0) {
+      XPORT__WARN("fi_eq_read: %s", fi_strerror((int)-r));
+      return;
+    }
+    size_t dlen = (size_t)r > sizeof buf.e ? (size_t)r - sizeof buf.e : 0;
+    switch (event) {
+    case FI_CONNREQ:
+      on_connreq(buf.e.fid->context, buf.e.info, buf.data, dlen);
+      break;
+    case FI_CONNECTED: {
+      /* The active side learns the server's context id from the accept
+       * data; the passive side got the client's with the request. */
+      xport_conn_t *conn = buf.e.fid->context;
+      struct hello h;
+      if (conn->svc && buf.e.fid == &conn->svc->fid) {
+        if (conn->svc_state == 1)
+          conn->svc_state = 2;
+        break;
+      }
+      if (conn->state != XPORT__CONN_CONNECTING)
+        break;
+      if (conn->peer_ctx_id) {
+        conn->state = XPORT__CONN_CONNECTED;
+      } else if (hello_ok(buf.data, dlen, &h)) {
+        conn->peer_ctx_id = h.ctx_id;
+        conn->svc_cookie = h.cookie;
+        conn->state = XPORT__CONN_CONNECTED;
+      } else {
+        XPORT__WARN("connection accepted without xport's greeting; dropping it");
+        conn->state = XPORT__CONN_FAILED;
+        conn->fail_code = -XPORT_EPROTO;
+      }
+      break;
+    }
+    case FI_SHUTDOWN:
+      ep_lost(buf.e.fid, -XPORT_ECONNRESET);
+      break;
+    default:
+      break;
+    }
+  }
+}
+
+static void msg_progress(xport_ctx_t *ctx)
+{
+  if (XPORT__UNLIKELY(ctx->nbroken))
+    lose_broken(ctx);
+  if (XPORT__UNLIKELY(ctx->nsvc_gone))
+    svc_gone_check(ctx);
+  if (!ctx->eq)
+    return;
+  eq_read_all(ctx);
+  /* Handshakes of a listener that accepts in the background move on
+   * with the events just read. */
+  if (XPORT__UNLIKELY(ctx->nhooked))
+    ctx->auto_accept(ctx);
+}
+
+/* Waits up to timeout_ms for an EQ event. Called with the progress lock
+ * held (connect, accept), it lets go of it while it sleeps: the progress
+ * thread must keep serving the other connections meanwhile. */
+static int wait_eq(xport_ctx_t *ctx, int timeout_ms)
+{
+  struct fid *fids[1] = {&ctx->eq->fid};
+  if (ctx->eq_fd >= 0) {
+    if (fi_trywait(ctx->fabric, fids, 1) != FI_SUCCESS)
+      return 0;
+    struct pollfd p = {.fd = ctx->eq_fd, .events = POLLIN};
+    XPORT__UNLOCK(ctx);
+    poll(&p, 1, timeout_ms);
+    XPORT__LOCK(ctx);
+    return 0;
+  }
+  struct timespec ts = {0, 1000 * 1000};
+  if (timeout_ms == 0)
+    return 0;
+  XPORT__UNLOCK(ctx);
+  nanosleep(&ts, NULL);
+  XPORT__LOCK(ctx);
+  return 0;
+}
+
+static void format_sockaddr(const struct sockaddr *sa, char *buf, size_t len)
+{
+  char ip[INET6_ADDRSTRLEN] = "?";
+  if (sa->sa_family == AF_INET) {
+    const struct sockaddr_in *s = (const struct sockaddr_in *)sa;
+    inet_ntop(AF_INET, &s->sin_addr, ip, sizeof ip);
+    snprintf(buf, len, "%s:%u", ip, ntohs(s->sin_port));
+  } else if (sa->sa_family == AF_INET6) {
+    const struct sockaddr_in6 *s = (const struct sockaddr_in6 *)sa;
+    inet_ntop(AF_INET6, &s->sin6_addr, ip, sizeof ip);
+    snprintf(buf, len, "[%s]:%u", ip, ntohs(s->sin6_port));
+  } else {
+    snprintf(buf, len, "?");
+  }
+}
+
+static int ep_open(xport_conn_t *conn, struct fi_info *info)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  int ret = fi_endpoint(ctx->domain, info, &conn->ep, conn);
+  if (ret)
+    return ret;
+  ret = fi_ep_bind(conn->ep, &ctx->eq->fid, 0);
+  if (!ret)
+    ret = fi_ep_bind(conn->ep, &ctx->cq->fid, FI_TRANSMIT | FI_RECV);
+  if (!ret)
+    ret = fi_enable(conn->ep);
+  if (ret) {
+    fi_close(&conn->ep->fid);
+    conn->ep = NULL;
+  }
+  return ret;
+}
+
+/* Waits for a CONNECTING connection to settle; 0 when connected. */
+static int wait_connected(xport_conn_t *conn, long deadline)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  for (;;) {
+    msg_progress(ctx);
+    if (conn->state == XPORT__CONN_CONNECTED || conn->state == XPORT__CONN_DISCONNECTED)
+      return 0; /* connected, perhaps lost already: the event is queued */
+    if (conn->state != XPORT__CONN_CONNECTING)
+      return conn->fail_code ? conn->fail_code : -XPORT_ECONNREFUSED;
+    long left = deadline < 0 ? 100 : deadline - xport__now_ms();
+    if (left <= 0)
+      return -XPORT_ETIMEDOUT;
+    wait_eq(ctx, left < 100 ? (int)left : 100);
+  }
+}
+
+static void conn_discard(xport_conn_t *conn)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  if (conn->ep)
+    fi_close(&conn->ep->fid);
+  conn->ep = NULL;
+  svc_close(conn);
+  /* Lost while it was being made: its event must not outlive it. */
+  xport__evq_remove(ctx, conn);
+  free(conn);
+}
+
+/* Waits for conn's service channel to connect: 0, or why not. */
+static int wait_svc(xport_conn_t *conn, long deadline)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  for (;;) {
+    msg_progress(ctx);
+    if (conn->svc_state == 2)
+      return 0;
+    if (conn->state != XPORT__CONN_CONNECTED)
+      return -XPORT_ECONNRESET; /* lost since it connected */
+    if (conn->svc_state < 0)
+      return -XPORT_ECONNREFUSED;
+    long left = deadline < 0 ? 100 : deadline - xport__now_ms();
+    if (left <= 0)
+      return -XPORT_ETIMEDOUT;
+    wait_eq(ctx, left < 100 ? (int)left : 100);
+  }
+}
+
+/* Takes the next request off lst's backlog and answers it: the new
+ * connection joins the handshakes in progress. 0, or a code that ends
+ * the accept (no memory). */
+static int handshake_start(xport_listener_t *lst)
+{
+  xport_ctx_t *ctx = lst->ctx;
+  struct hello h = {.magic = HELLO_MAGIC, .version = HELLO_VERSION, .ctx_id = ctx->id};
+  struct xport__connreq *cr = lst->pending;
+  lst->pending = cr->next;
+  if (!lst->pending)
+    lst->pending_tail = NULL;
+  lst->npending--;
+  xport_conn_t *conn = xport__conn_new(ctx);
+  if (conn) {
+    conn->peer_ctx_id = cr->peer_ctx_id;
+    if (cr->want_svc && ctx->atom_emulated)
+      conn->svc_cookie = xport__random_key(8);
+    h.cookie = conn->svc_cookie;
+  }
+  int ret = conn ? 0 : -FI_ENOMEM;
+  if (!ret && lst->admit && !lst->admit(lst->hook_arg, cr->peer_ctx_id))
+    ret = -FI_ECONNREFUSED; /* the layer that owns lst said no */
+  if (!ret)
+    ret = ep_open(conn, cr->info);
+  if (!ret)
+    ret = fi_accept(conn->ep, &h, sizeof h);
+  if (ret)
+    fi_reject(lst->pep, cr->info->handle, NULL, 0);
+  fi_freeinfo(cr->info);
+  free(cr);
+  if (ret) {
+    XPORT__INFO("listener %s: accept failed: %s", lst->addr, fi_strerror(-ret));
+    if (conn)
+      conn_discard(conn);
+    return ret == -FI_ENOMEM ? -XPORT_ENOMEM : 0;
+  }
+  conn->shake_deadline = xport__now_ms() + HANDSHAKE_MS;
+  conn->shake_next = lst->shaking;
+  lst->shaking = conn;
+  lst->nshaking++;
+  return 0;
+}
+
+/* The first handshake of lst that has ended well, taken off the list;
+ * those that failed or ran out of time go. */
+static xport_conn_t *handshake_done(xport_listener_t *lst)
+{
+  long now = xport__now_ms();
+  for (xport_conn_t **pp = &lst->shaking; *pp;) {
+    xport_conn_t *c = *pp;
+    int up = c->state == XPORT__CONN_CONNECTED && (!c->svc_cookie || c->svc_state == 2);
+    int lost = c->state == XPORT__CONN_DISCONNECTED ||
+               (c->state == XPORT__CONN_CONNECTED && c->svc_accepted && c->svc_state < 0);
+    int gone = c->state == XPORT__CONN_FAILED || lost || c->svc_state < 0 ||
+               now > c->shake_deadline;
+    if (!up && !gone) {
+      pp = &c->shake_next;
+      continue;
+    }
+    *pp = c->shake_next;
+    lst->nshaking--;
+    /* Lost once the client could hold it (its connect ends when we have
+     * accepted its last step, before we hear that step completed): it
+     * is still a connection, handed out lost, with its disconnect event,
+     * as the client closed it. */
+    if (up || (lost && (!c->svc_cookie || c->svc_accepted)))
+      return c;
+    /* This peer went away, or never finished its handshake. */
+    XPORT__INFO("listener %s: a connection's handshake did not end", lst->addr);
+    conn_discard(c);
+  }
+  return NULL;
+}
+
+/* ---- the ops ----------------------------------------------------------- */
+
+static int msg_listen(xport_listener_t *lst, const char *addr, const char *host, const char *port)
+{
+  xport_ctx_t *ctx = lst->ctx;
+  struct fi_info *info = NULL;
+  int ret = xport__resolve(ctx, host, port, FI_SOURCE, &info);
+  if (ret)
+    return ret;
+  ret = fi_passive_ep(ctx->fabric, info, &lst->pep, lst);
+  if (!ret)
+    ret = fi_pep_bind(lst->pep, &ctx->eq->fid, 0);
+  if (!ret) {
+    /* Connection requests queue while the application accepts others. */
+    int fi_backlog = lst->backlog > 65535 ? 65535 : (int)lst->backlog;
+    fi_control(&lst->pep->fid, FI_BACKLOG, &fi_backlog);
+    ret = fi_listen(lst->pep);
+  }
+  fi_freeinfo(info);
+  if (ret) {
+    if (lst->pep)
+      fi_close(&lst->pep->fid);
+    lst->pep = NULL;
+    return ret == -FI_EADDRINUSE ? -XPORT_EADDRINUSE : xport__err_from_fi(ret);
+  }
+  union {
+    struct sockaddr sa;
+    struct sockaddr_in6 s6;
+    char raw[128];
+  } name;
+  size_t nlen = sizeof name;
+  if (fi_getname(&lst->pep->fid, &name, &nlen) == 0)
+    format_sockaddr(&name.sa, lst->addr, sizeof lst->addr);
+  else
+    xport__strlcpy(lst->addr, addr, sizeof lst->addr);
+  return 0;
+}
+
+static void msg_listener_close(xport_listener_t *lst)
+{
+  xport_ctx_t *ctx = lst->ctx;
+  /* Requests still waiting are refused, so that their clients hear it
+   * now rather than at their timeout; then the endpoint goes. */
+  msg_progress(ctx);
+  while (lst->pending) {
+    struct xport__connreq *cr = lst->pending;
+    lst->pending = cr->next;
+    fi_reject(lst->pep, cr->info->handle, NULL, 0);
+    fi_freeinfo(cr->info);
+    free(cr);
+  }
+  while (lst->shaking) { /* handshakes no accept will return */
+    xport_conn_t *c = lst->shaking;
+    lst->shaking = c->shake_next;
+    conn_discard(c);
+  }
+  xport__close_fid(ctx, &lst->pep->fid);
+}
+
+static int msg_connect(xport_ctx_t *ctx, const char *host, const char *port, long deadline,
+                       xport_conn_t **conn_p)
+{
+  struct hello h = {.magic = HELLO_MAGIC, .version = HELLO_VERSION, .ctx_id = ctx->id,
+                    .flags = ctx->atom_emulated ? HELLO_WANT_SVC : 0};
+  struct fi_info *info = NULL;
+  int ret = xport__resolve(ctx, host, port, 0, &info);
+  if (ret)
+    return ret;
+  xport_conn_t *conn = xport__conn_new(ctx);
+  if (!conn) {
+    fi_freeinfo(info);
+    return -XPORT_ENOMEM;
+  }
+  ret = ep_open(conn, info);
+  if (!ret)
+    ret = fi_connect(conn->ep, info->dest_addr, &h, sizeof h);
+  if (ret) {
+    fi_freeinfo(info);
+    conn_discard(conn);
+    return xport__err_from_fi(ret);
+  }
+  ret = wait_connected(conn, deadline);
+  /* The server asked for the service channel (emulated atomics): made
+   * now, on the same listener, before the connection is the user's. */
+  if (!ret && conn->svc_cookie && ctx->atom_emulated) {
+    h.flags = HELLO_SVC;
+    h.cookie = conn->svc_cookie;
+    ret = svc_open(conn, info);
+    if (!ret && (ret = fi_connect(conn->svc, info->dest_addr, &h, sizeof h)))
+      ret = xport__err_from_fi(ret);
+    if (!ret)
+      ret = wait_svc(conn, deadline);
+  }
+  fi_freeinfo(info);
+  /* Accepted, and lost already (the peer closed at once): the caller gets
+   * the connection and its disconnect event, as a moment later. */
+  int lost = (!ret || ret == -XPORT_ECONNRESET) && conn->state == XPORT__CONN_DISCONNECTED;
+  if (ret && !lost) {
+    conn_discard(conn);
+    return ret;
+  }
+  xport__conn_link(conn);
+  if (lost)
+    xport__evq_push(ctx, conn, -XPORT_ECONNRESET);
+  *conn_p = conn;
+  return 0;
+}
+
+/* Handshakes run side by side, so that a peer that never finishes its
+ * own (a service channel it never makes) holds up no other: each has
+ * HANDSHAKE_MS, whatever the caller's timeout, and one still running
+ * when the timeout ends goes on in the next call. */
+static int msg_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_p)
+{
+  xport_ctx_t *ctx = lst->ctx;
+  for (;;) {
+    msg_progress(ctx);
+    xport_conn_t *conn = handshake_done(lst);
+    if (conn) {
+      xport__conn_link(conn);
+      if (conn->state == XPORT__CONN_DISCONNECTED)
+        xport__evq_push(ctx, conn, -XPORT_ECONNRESET);
+      else if (conn->svc_cookie && conn->svc_state != 2)
+        conn_lost(conn, -XPORT_ECONNRESET);
+      *conn_p = conn;
+      return 0;
+    }
+    if (lst->pending && lst->nshaking < lst->backlog) {
+      int ret = handshake_start(lst);
+      if (ret)
+        return ret;
+      continue;
+    }
+    long left = deadline < 0 ? 100 : deadline - xport__now_ms();
+    if (left <= 0)
+      return -XPORT_ETIMEDOUT;
+    wait_eq(ctx, left < 100 ? (int)left : 100);
+  }
+}
+
+static void msg_close_conn(xport_conn_t *conn)
+{
+  if (conn->state == XPORT__CONN_CONNECTED)
+    fi_shutdown(conn->ep, 0);
+  conn_release_ep(conn, -XPORT_ECANCELED);
+}
+
+/* Any failed operation: its endpoint may be down without a word. */
+static void msg_op_failed(xport_ctx_t *ctx, struct xport__req *req, int status)
+{
+  (void)ctx;
+  (void)status;
+  if (req->conn)
+    conn_broken(req->conn);
+}
+
+/* An emulated atomic (atomic.c took req, XPORT_OP_ATOMIC, and counted
+ * it): its request goes over the service channel, and the answer
+ * completes req (on_answer). The request itself owes no CQ entry. */
+static int msg_atomic(xport_conn_t *conn, struct xport__req *req, unsigned kind, uint64_t key,
+                      uint64_t addr)
+{
+  if (XPORT__UNLIKELY(conn->svc_state != 2))
+    return -XPORT_ENOSYS; /* a peer that made no service channel */
+  if (XPORT__UNLIKELY(conn->natom >= XPORT__SVC_DEPTH))
+    return -XPORT_EAGAIN;
+  struct xport__req *msg = svc_req(conn, XPORT__OP_SVC_SEND);
+  if (XPORT__UNLIKELY(!msg))
+    return -XPORT_ENOMEM;
+  req->imm = ++conn->atom_seq;
+  uint8_t *m = (uint8_t *)msg->bounce->buf;
+  xport__put32(m, ATOM_REQ_MAGIC);
+  xport__put32(m + 4, kind);
+  xport__put32(m + 8, req->imm);
+  xport__put32(m + 12, 0);
+  xport__put64(m + 16, key);
+  xport__put64(m + 24, addr);
+  xport__put64(m + 32, req->atom[0]);
+  xport__put64(m + 40, req->atom[1]);
+  int ret = svc_send(conn, msg, ATOM_REQ_LEN);
+  if (!ret)
+    conn->natom++;
+  return ret;
+}
+
+const struct xport__transport xport__transport_msg = {
+    .name = "msg",
+    .ep_type = FI_EP_MSG,
+    .listen = msg_listen,
+    .listener_close = msg_listener_close,
+    .connect = msg_connect,
+    .accept = msg_accept,
+    .close_conn = msg_close_conn,
+    .progress = msg_progress,
+    .background = msg_progress,
+    .op_failed = msg_op_failed,
+    .atomic = msg_atomic,
+};
