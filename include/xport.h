@@ -193,6 +193,13 @@ typedef struct xport_iov {
  * completion. mr may be NULL. A failed post posts nothing. */
 XPORT_API int xport_send(xport_conn_t *conn, const void *buf, size_t len,
                          xport_mr_t *mr, void *user_ctx);
+/* XPORT_SEND_UNSIGNALED: no completion unless the send fails; a send of
+ * at most caps.inject_size bytes is copied before it returns, a longer one
+ * is known finished once a later signaled send on conn has completed
+ * (xport_send_flags(3)). */
+#define XPORT_SEND_UNSIGNALED 0x1u
+XPORT_API int xport_send_flags(xport_conn_t *conn, const void *buf, size_t len,
+                               xport_mr_t *mr, unsigned flags, void *user_ctx);
 XPORT_API int xport_send_imm(xport_conn_t *conn, const void *buf, size_t len,
                              xport_mr_t *mr, uint32_t imm, void *user_ctx);
 XPORT_API int xport_sendv(xport_conn_t *conn, const xport_iov_t *iov,

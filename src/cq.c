@@ -116,6 +116,40 @@ static void unlink_out(struct xport__req *req)
     conn->ntx--;
 }
 
+/* ---- unsignaled sends (xport_send_flags(3)) --------------------------- */
+
+/* Whether an unsignaled send on conn posted before seq is still the
+ * provider's: on the connection's outstanding or held lists, or orphaned.
+ * Walked only while conn has unsignaled sends out. */
+static int unsig_before(const xport_ctx_t *ctx, const xport_conn_t *conn, uint64_t seq)
+{
+  const struct xport__req *lists[3] = {conn->out, conn->held, ctx->zombies};
+  for (int i = 0; i < 3; i++)
+    for (const struct xport__req *r = lists[i]; r; r = i == 1 ? r->next : r->cnext)
+      if ((r->unsig & XPORT__UNSIG) && r->conn == conn && r->tx_seq < seq)
+        return 1;
+  return 0;
+}
+
+static void done_push(xport_ctx_t *ctx, struct xport__req *req);
+
+/* An unsignaled send on conn left the provider: the signaled sends that
+ * waited for it, and have nothing else to wait for, are delivered. */
+static void unsig_left(xport_ctx_t *ctx, xport_conn_t *conn)
+{
+  conn->unsig_out--;
+  for (struct xport__req **pp = &ctx->sig_wait; *pp;) {
+    struct xport__req *r = *pp;
+    if (r->conn != conn || (conn->unsig_out && unsig_before(ctx, conn, r->tx_seq))) {
+      pp = &r->next;
+      continue;
+    }
+    *pp = r->next;
+    r->unsig = 0;
+    done_push(ctx, r);
+  }
+}
+
 /* Ends a request's life on the wire: library-owned memory is released,
  * received bytes are in the user's buffer, and it leaves its connection's
  * outstanding list. */
@@ -128,6 +162,8 @@ static void req_finish(xport_ctx_t *ctx, struct xport__req *req, int status, siz
   xport__req_free_mem(ctx, req);
   unlink_out(req);
   ctx->nposted--;
+  if (XPORT__UNLIKELY(req->unsig & XPORT__UNSIG))
+    unsig_left(ctx, req->conn);
 }
 
 static void done_push(xport_ctx_t *ctx, struct xport__req *req)
@@ -318,6 +354,8 @@ static void zombie_done(xport_ctx_t *ctx, struct xport__req *req,
 {
   unsigned z = req->zombie;
   XPORT__LIST_UNLINK(ctx->zombies, req, cnext, cprev);
+  if (req->unsig & XPORT__UNSIG)
+    unsig_left(ctx, req->conn);
   if (e && !(z & XPORT__Z_SHOWN)) {
     size_t len = req->op == XPORT_OP_RECV ? e->len : req->len;
     if (req->bounce && req->uiovcnt)
@@ -445,6 +483,11 @@ static void pair_done(xport_ctx_t *ctx, struct xport__req *silent)
 
 void xport__done_discard(xport_ctx_t *ctx)
 {
+  while (ctx->sig_wait) {
+    struct xport__req *r = ctx->sig_wait;
+    ctx->sig_wait = r->next;
+    done_push(ctx, r);
+  }
   while (ctx->done) {
     struct xport__req *r = ctx->done;
     ctx->done = r->next;
@@ -464,6 +507,16 @@ void xport__done_discard(xport_ctx_t *ctx)
 static inline int deliver(xport_ctx_t *ctx, struct xport__req *req, xport_completion_t *c)
 {
   int shown = req->op != XPORT__OP_SILENT;
+  if (XPORT__UNLIKELY(req->unsig) && !req->status) {
+    if (req->unsig & XPORT__UNSIG) {
+      xport__req_release(ctx, req); /* only its failure is ever seen */
+      return 0;
+    } else if (req->conn->unsig_out && unsig_before(ctx, req->conn, req->tx_seq)) {
+      req->next = ctx->sig_wait; /* until those before it are finished */
+      ctx->sig_wait = req;
+      return 0;
+    }
+  }
   if (XPORT__UNLIKELY(req->pair)) {
     if (req->pair & XPORT__PAIR_WAIT) {
       req->pair |= XPORT__PAIR_HELD;

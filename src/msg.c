@@ -186,8 +186,16 @@ int xport__post_room(const xport_conn_t *conn, xport_op_t op, size_t n)
   return 0;
 }
 
+/* Numbers a send posted while unsignaled ones are out on conn, so that a
+ * signaled one is delivered after those before it (cq.c deliver). */
+static inline void order_send(xport_conn_t *conn, struct xport__req *req, int unsig)
+{
+  req->unsig = unsig ? XPORT__UNSIG : XPORT__ORDERED;
+  req->tx_seq = ++conn->tx_seq;
+}
+
 static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_t iovcnt,
-                int with_imm, uint32_t imm, void *user_ctx)
+                int with_imm, uint32_t imm, int unsig, void *user_ctx)
 {
   struct iovec fiov[XPORT__IOV_MAX];
   void *desc[XPORT__IOV_MAX];
@@ -223,7 +231,13 @@ static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_
       ret = with_imm ? fi_injectdata(conn->ep, fiov[0].iov_base, fiov[0].iov_len, imm, 0)
                      : fi_inject(conn->ep, fiov[0].iov_base, fiov[0].iov_len, 0);
     if (!ret) {
-      xport__req_done_now(conn->ctx, req);
+      if (unsig) {
+        undo_prepare(conn->ctx, req); /* finished, and nothing to say */
+      } else {
+        if (XPORT__UNLIKELY(conn->unsig_out))
+          order_send(conn, req, 0);
+        xport__req_done_now(conn->ctx, req);
+      }
       XPORT__UNLOCK(conn->ctx);
       return 0;
     }
@@ -233,6 +247,17 @@ static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_
       return (int)ret;
     }
     /* pushed back: fall through to an ordinary send, which may queue */
+  }
+  /* An unsignaled small send is copied before the call returns (the rule
+   * of xport_send_flags(3)): it goes by FI_INJECT, or not at all. */
+  uint64_t unsig_inject = 0;
+  if (XPORT__UNLIKELY(unsig) && req->len <= conn->ctx->caps.inject_size) {
+    if (conn->held) {
+      undo_prepare(conn->ctx, req); /* behind held sends: they keep their order */
+      XPORT__UNLOCK(conn->ctx);
+      return -XPORT_EAGAIN;
+    }
+    unsig_inject = FI_INJECT;
   }
   /* An empty message carries no scatter element: some providers (verbs)
    * would look up a descriptor for it. */
@@ -244,11 +269,11 @@ static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_
      * connection: the peer's receive tag on sends, ours on receives,
      * which only the two ends know (transport/rdm.c). */
     if (op == XPORT_OP_SEND) {
-      if (with_imm) {
+      if (with_imm || unsig_inject) {
         struct fi_msg_tagged msg = {.msg_iov = fiov, .desc = desc, .iov_count = nsge,
                                     .addr = conn->dest, .tag = conn->tag,
                                     .context = &req->fictx, .data = imm};
-        ret = fi_tsendmsg(conn->ep, &msg, FI_REMOTE_CQ_DATA);
+        ret = fi_tsendmsg(conn->ep, &msg, (with_imm ? FI_REMOTE_CQ_DATA : 0) | unsig_inject);
       } else if (cnt == 1) {
         ret = fi_tsend(conn->ep, fiov[0].iov_base, fiov[0].iov_len, desc[0], conn->dest,
                        conn->tag, &req->fictx);
@@ -273,9 +298,9 @@ static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_
                       &req->fictx);
     }
   } else if (op == XPORT_OP_SEND) {
-    uint64_t inj = cnt == 1 && fiov[0].iov_len && fiov[0].iov_len <= conn->ctx->caps.inject_size
-                       ? FI_INJECT
-                       : 0;
+    uint64_t inj = (cnt == 1 && fiov[0].iov_len && fiov[0].iov_len <= conn->ctx->caps.inject_size
+                        ? FI_INJECT
+                        : 0) | unsig_inject;
     if (with_imm && cnt == 1) {
       ret = fi_senddata(conn->ep, fiov[0].iov_base, fiov[0].iov_len, desc[0], imm, 0,
                         &req->fictx);
@@ -294,6 +319,16 @@ static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_
   } else {
     ret = fi_recvv(conn->ep, fiov, desc, cnt, 0, &req->fictx);
   }
+  if (XPORT__UNLIKELY(unsig_inject) && xport__pushed_back(ret)) {
+    undo_prepare(conn->ctx, req);
+    XPORT__UNLOCK(conn->ctx);
+    return -XPORT_EAGAIN;
+  }
+  if (op == XPORT_OP_SEND && XPORT__UNLIKELY(unsig || conn->unsig_out) &&
+      (!ret || xport__pushed_back(ret))) {
+    order_send(conn, req, unsig);
+    conn->unsig_out += unsig != 0;
+  }
   if (XPORT__UNLIKELY(xport__pushed_back(ret)) && op == XPORT_OP_SEND) {
     struct xport__held h = {.kind = conn->rep ? XPORT__H_TSEND : XPORT__H_SEND,
                             .flags = with_imm ? FI_REMOTE_CQ_DATA : 0, .cnt = nsge,
@@ -311,31 +346,40 @@ XPORT_API int xport_send(xport_conn_t *conn, const void *buf, size_t len, xport_
                          void *user_ctx)
 {
   xport_iov_t v = {(void *)buf, len, mr};
-  return post(conn, XPORT_OP_SEND, &v, 1, 0, 0, user_ctx);
+  return post(conn, XPORT_OP_SEND, &v, 1, 0, 0, 0, user_ctx);
+}
+
+XPORT_API int xport_send_flags(xport_conn_t *conn, const void *buf, size_t len,
+                               xport_mr_t *mr, unsigned flags, void *user_ctx)
+{
+  if (XPORT__UNLIKELY(flags & ~XPORT_SEND_UNSIGNALED))
+    return -XPORT_EINVAL;
+  xport_iov_t v = {(void *)buf, len, mr};
+  return post(conn, XPORT_OP_SEND, &v, 1, 0, 0, (int)(flags & XPORT_SEND_UNSIGNALED), user_ctx);
 }
 
 XPORT_API int xport_send_imm(xport_conn_t *conn, const void *buf, size_t len,
                              xport_mr_t *mr, uint32_t imm, void *user_ctx)
 {
   xport_iov_t v = {(void *)buf, len, mr};
-  return post(conn, XPORT_OP_SEND, &v, 1, 1, imm, user_ctx);
+  return post(conn, XPORT_OP_SEND, &v, 1, 1, imm, 0, user_ctx);
 }
 
 XPORT_API int xport_sendv(xport_conn_t *conn, const xport_iov_t *iov, size_t iovcnt,
                           void *user_ctx)
 {
-  return post(conn, XPORT_OP_SEND, iov, iovcnt, 0, 0, user_ctx);
+  return post(conn, XPORT_OP_SEND, iov, iovcnt, 0, 0, 0, user_ctx);
 }
 
 XPORT_API int xport_recv(xport_conn_t *conn, void *buf, size_t len, xport_mr_t *mr,
                          void *user_ctx)
 {
   xport_iov_t v = {buf, len, mr};
-  return post(conn, XPORT_OP_RECV, &v, 1, 0, 0, user_ctx);
+  return post(conn, XPORT_OP_RECV, &v, 1, 0, 0, 0, user_ctx);
 }
 
 XPORT_API int xport_recvv(xport_conn_t *conn, const xport_iov_t *iov, size_t iovcnt,
                           void *user_ctx)
 {
-  return post(conn, XPORT_OP_RECV, iov, iovcnt, 0, 0, user_ctx);
+  return post(conn, XPORT_OP_RECV, iov, iovcnt, 0, 0, 0, user_ctx);
 }

@@ -374,6 +374,12 @@ struct xport__req {
   uint64_t atom[3];
   uint64_t *result;
   struct xport__held *held;       /* waiting on conn->held, or NULL */
+  /* Sends only: XPORT__UNSIG for an unsignaled one (its success is never
+   * delivered), XPORT__ORDERED for a signaled one posted while unsignaled
+   * ones were out on its connection (delivered only once those posted
+   * before it, tx_seq lower, are finished: xport_send_flags(3)). */
+  unsigned unsig;
+  uint64_t tx_seq;
   /* xport's own requests (op >= XPORT__OP_CTL_SEND): what their owner
    * does with their completion (e its entry, a data entry made of the
    * error entry where status is not 0; src its sender where the CQ says,
@@ -397,6 +403,8 @@ struct xport__held {
   uint64_t data;                  /* remote CQ data */
   struct fi_rma_iov rma;          /* reads and writes */
 };
+#define XPORT__UNSIG 1u
+#define XPORT__ORDERED 2u
 #define XPORT__H_SEND 1  /* fi_sendmsg */
 #define XPORT__H_TSEND 2 /* fi_tsendmsg */
 #define XPORT__H_READ 3  /* fi_readmsg */
@@ -525,6 +533,10 @@ struct xport_conn {
    * sends on the connection wait too (EAGAIN), to stay behind them. */
   size_t wimm_deferred;
   struct xport__req *out;        /* outstanding (posted) requests */
+  /* Unsignaled sends the provider still holds (posted, held or
+   * orphaned), and the numbering of sends while there are any. */
+  size_t unsig_out;
+  uint64_t tx_seq;
   /* Posts waiting for the provider's room, oldest first (through next),
    * and this connection's place on ctx->holding while there are any. */
   struct xport__req *held, *held_tail;
@@ -689,6 +701,9 @@ struct xport_ctx {
   struct xport__req *free_reqs;
   struct xport__req_chunk *req_chunks;
   struct xport__req *done, *done_tail; /* completed, not yet delivered */
+  /* Signaled sends finished before unsignaled ones posted ahead of them
+   * on their connection (XPORT__ORDERED): they wait here (sig_wait), through next. */
+  struct xport__req *sig_wait;
   /* Entries ever pushed to and taken from the done list: a disconnect
    * event waits only for those pushed before it (its connection's ended
    * operations), not for a list that a busy CQ keeps refilling. */
@@ -886,6 +901,7 @@ static inline struct xport__req *xport__req_new(xport_ctx_t *ctx, xport_conn_t *
   req->posted_ms = 0;
   req->pair = 0;
   req->detail = NULL;
+  req->unsig = 0;
   return req;
 }
 /* Marks a request finished with status and queues it for delivery. */
@@ -904,7 +920,8 @@ void xport__wimm_write_done(xport_ctx_t *ctx, struct xport__req *p, int status);
 /* Posts the markers that waited for room; with fail, fails them all
  * (lower layers: ctx->wimm_retry). */
 void xport__wimm_retry(xport_ctx_t *ctx, int fail);
-/* Drops every finished, undelivered request (the context is going). */
+/* Drops every finished, undelivered request, parked ones too (the
+ * context is going). */
 void xport__done_discard(xport_ctx_t *ctx);
 /* Releases a request's library-owned memory (bounce, registrations). */
 void xport__req_free_mem(xport_ctx_t *ctx, struct xport__req *req);

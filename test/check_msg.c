@@ -335,6 +335,169 @@ START_TEST(many_outstanding)
 }
 END_TEST
 
+/* Unsignaled sends (xport_send_flags(3)): of small, medium and large
+ * messages, every UN_EVERY-th is signaled and the rest are not. Only the
+ * signaled ones complete, in order; the client takes each completion as
+ * its man page says (every send before it is finished) and overwrites
+ * those buffers at once, and a small unsignaled send's buffer as soon as
+ * the call returns (it was copied). Any byte the provider read after
+ * that would reach the server wrong, which checks every byte. */
+#define UN_MSG 240
+#define UN_EVERY 8
+#define UN_WIN 32
+#define UN_BIG 70000
+static size_t un_size(unsigned i)
+{
+  return i % 3 == 0 ? 8 : i % 3 == 1 ? 2000 : UN_BIG;
+}
+
+static int unsig_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  static char slots[UN_WIN][UN_BIG];
+  /* Messages match receives in the order they were posted; receives
+   * complete in any order (rxm finishes a large one after a small one
+   * behind it). So each slot knows which message it holds. */
+  unsigned msg_of[UN_WIN], next = UN_WIN;
+  xport_completion_t c;
+  for (uintptr_t i = 0; i < UN_WIN; i++) {
+    XT_OK(xport_recv(conn, slots[i], UN_BIG, NULL, (void *)i));
+    msg_of[i] = (unsigned)i;
+  }
+  for (unsigned got = 0; got < UN_MSG; got++) {
+    expect_comp(ctx, &c, XPORT_OP_RECV, 0);
+    uintptr_t s = (uintptr_t)c.user_ctx;
+    unsigned n = msg_of[s];
+    XT_CHECK(c.len == un_size(n), "message %u: %zu bytes, sent %zu", n, c.len, un_size(n));
+    size_t bad = xt_verify(slots[s], c.len, n);
+    XT_CHECK(bad == c.len, "message %u of %zu bytes: byte %zu is wrong (its buffer was "
+             "reused before xport had finished with it)", n, c.len, bad);
+    if (next < UN_MSG) {
+      XT_OK(xport_recv(conn, slots[s], UN_BIG, NULL, (void *)s));
+      msg_of[s] = next++;
+    }
+  }
+  XT_OK(xport_send(conn, "done", 5, NULL, NULL));
+  sends_then_gone(ctx, 1, 0);
+  return 0;
+}
+
+static void unsig_take(xport_completion_t *c, char (*bufs)[UN_BIG], const unsigned *signaled,
+                       unsigned *done, unsigned *freed, int *got_fin)
+{
+  XT_CHECK(c->status == 0, "op %d (send %d, %u done, fin %d): %s", c->op,
+           c->op == XPORT_OP_SEND ? (int)((uintptr_t)c->user_ctx - 1) : -1, *done, *got_fin,
+           xport_strerror(c->status));
+  if (c->op == XPORT_OP_RECV) {
+    *got_fin = 1;
+    return;
+  }
+  XT_CHECK(c->op == XPORT_OP_SEND, "op %d", c->op);
+  unsigned i = (unsigned)((uintptr_t)c->user_ctx - 1);
+  XT_CHECK(i < UN_MSG && signaled[i], "a completion for send %u, which was %s", i,
+           i < UN_MSG ? "unsignaled" : "never posted");
+  XT_CHECK(i >= *freed, "send %u completed after a later signaled one", i);
+  for (unsigned k = *freed; k <= i; k++)
+    memset(bufs[k], 0xee, un_size(k)); /* finished, says the rule */
+  *freed = i + 1;
+  (*done)++;
+}
+
+static int unsig_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  static char bufs[UN_MSG][UN_BIG];
+  static unsigned signaled[UN_MSG];
+  char fin[8];
+  xport_completion_t c;
+  xport_caps_t caps;
+  unsigned nsig = 0, done = 0, freed = 0;
+  int got_fin = 0;
+  XT_OK(xport_ctx_query(ctx, &caps));
+  XT_OK(xport_recv(conn, fin, sizeof fin, NULL, fin));
+  for (unsigned i = 0; i < UN_MSG; i++) {
+    size_t len = un_size(i);
+    xt_fill(bufs[i], len, i);
+    signaled[i] = i % UN_EVERY == UN_EVERY - 1 || i == UN_MSG - 1;
+    nsig += signaled[i];
+    unsigned fl = signaled[i] ? 0 : XPORT_SEND_UNSIGNALED;
+    int rc;
+    while ((rc = xport_send_flags(conn, bufs[i], len, NULL, fl, (void *)(uintptr_t)(i + 1))) ==
+           -XPORT_EAGAIN) {
+      XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "send %u: EAGAIN, and nothing completes", i);
+      unsig_take(&c, bufs, signaled, &done, &freed, &got_fin);
+    }
+    XT_OK(rc);
+    if (!signaled[i] && len <= caps.inject_size)
+      memset(bufs[i], 0xee, len); /* copied before the call returned */
+    while (xport_poll(ctx, &c, 1) == 1)
+      unsig_take(&c, bufs, signaled, &done, &freed, &got_fin);
+  }
+  while (done < nsig || !got_fin) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "%u of %u signaled sends completed", done, nsig);
+    unsig_take(&c, bufs, signaled, &done, &freed, &got_fin);
+  }
+  /* Nothing more but the server's close. */
+  while (xt_next(ctx, &c, 100) == 0)
+    XT_CHECK(c.op == XPORT_OP_DISCONNECT, "an extra completion: op %d", c.op);
+  return 0;
+}
+
+START_TEST(unsignaled_sends)
+{
+  xt_pair(unsig_server, unsig_client, NULL);
+}
+END_TEST
+
+/* Unsignaled sends that fail still complete: large ones the server never
+ * receives, then the client's close. Each completion is one of them, with
+ * its own context, once, and says ECANCELED. */
+#define UN_CLOSE 12
+static int unsig_close_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  xport_completion_t c;
+  (void)conn;
+  expect_comp(ctx, &c, XPORT_OP_DISCONNECT, -XPORT_ECONNRESET);
+  return 0;
+}
+
+static int unsig_close_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  static char bufs[UN_CLOSE][1 << 20];
+  int seen[UN_CLOSE] = {0};
+  xport_completion_t c;
+  int posted = 0;
+  for (int i = 0; i < UN_CLOSE; i++) {
+    int rc = xport_send_flags(conn, bufs[i], sizeof bufs[i], NULL, XPORT_SEND_UNSIGNALED,
+                              &seen[i]);
+    if (rc == -XPORT_EAGAIN)
+      break;
+    XT_OK(rc);
+    posted++;
+  }
+  XT_CHECK(posted > 0, "no unsignaled send could be posted");
+  XT_OK(xport_conn_close(conn));
+  /* Those the provider had finished say nothing; the rest say ECANCELED.
+   * The end of the list is quiet for a while: no count is promised. */
+  while (xt_next(ctx, &c, 500) == 0) {
+    XT_CHECK(c.op == XPORT_OP_SEND && c.conn == conn, "op %d", c.op);
+    XT_CHECK(c.status == -XPORT_ECANCELED, "an unsignaled send after close: %s",
+             xport_strerror(c.status));
+    int *p = c.user_ctx;
+    XT_CHECK(p >= seen && p < seen + posted, "a completion with a context never posted");
+    XT_CHECK(!(*p)++, "send %d completed twice", (int)(p - seen));
+  }
+  return XT_CLOSED;
+}
+
+START_TEST(unsignaled_failures_complete)
+{
+  xt_pair(unsig_close_server, unsig_close_client, NULL);
+}
+END_TEST
+
 /* Receives beyond the provider's queue depth are refused with EAGAIN and
  * post nothing: closing then cancels exactly the ones that were posted. */
 static int depth_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
@@ -1784,6 +1947,13 @@ static int bad_post_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   XT_CHECK(xport_sendv(conn, v, 0, NULL) == -XPORT_EINVAL, "0 iov entries");
   XT_CHECK(xport_sendv(conn, v, caps.max_iov + 1, NULL) == -XPORT_EINVAL, "too many iov");
   XT_CHECK(xport_sendv(conn, NULL, 1, NULL) == -XPORT_EINVAL, "NULL iov");
+  XT_CHECK(xport_send_flags(conn, buf, 8, mr, 0x2, NULL) == -XPORT_EINVAL, "unknown flag");
+  XT_CHECK(xport_send_flags(NULL, buf, 8, mr, XPORT_SEND_UNSIGNALED, NULL) == -XPORT_EINVAL,
+           "NULL connection");
+  XT_CHECK(xport_send_flags(conn, NULL, 10, NULL, XPORT_SEND_UNSIGNALED, NULL) ==
+           -XPORT_EINVAL, "NULL buffer, len 10, unsignaled");
+  XT_CHECK(xport_send_flags(conn, buf + 100, 64, mr, XPORT_SEND_UNSIGNALED, NULL) ==
+           -XPORT_ERANGE, "unsignaled, past region end");
   if (caps.max_msg_size < SIZE_MAX / 2)
     XT_CHECK(xport_send(conn, buf, caps.max_msg_size + 1, NULL, NULL) == -XPORT_EMSGSIZE,
              "oversized message");
@@ -1813,6 +1983,7 @@ static Suite *make_suite(void)
   tcase_add_test(core, sizes_registered);
   tcase_add_test(core, many_outstanding);
   tcase_add_test(core, queue_depth_eagain);
+  tcase_add_test(core, unsignaled_sends);
   tcase_add_test(core, iov_gather_scatter);
   tcase_add_test(core, immediate_data);
   tcase_add_test(core, truncation);
@@ -1833,6 +2004,7 @@ static Suite *make_suite(void)
   TCase *fail = tcase_create("Failures");
   tcase_set_timeout(fail, 60);
   tcase_add_test(fail, close_with_outstanding);
+  tcase_add_test(fail, unsignaled_failures_complete);
   tcase_add_test(fail, peer_closes);
   tcase_add_test(fail, peer_killed);
   tcase_add_test(fail, dead_endpoint_files_swept);
