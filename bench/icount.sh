@@ -49,14 +49,15 @@ count() {
   echo "$ir $(echo "$out" | awk '/^rounds/ { print $4 }')"
 }
 
-for kind in xport raw; do
+for kind in xport xport-unsignaled raw; do
   read -r ir empty < <(count "$kind" "$rounds" "$size") || { echo "icount: $kind run failed"; exit 1; }
   read -r eir _ < <(count "$kind" "$rounds" "$size" empty) || { echo "icount: $kind empty run failed"; exit 1; }
   per=$(awk -v t="$ir" -v e="$empty" -v ec="$eir" -v r="$rounds" \
         'BEGIN { printf "%.0f", (t - e * ec / r) / r }')
   eper=$(awk -v ec="$eir" -v r="$rounds" 'BEGIN { printf "%.0f", ec / r }')
-  printf '%-6s %s B over %s: %s instructions per round trip (one empty poll: %s)\n' \
+  printf '%-16s %s B over %s: %s instructions per round trip (one empty poll: %s)\n' \
     "$kind" "$size" "$prov" "$per" "$eper"
-  eval "per_$kind=$per"
+  eval "per_${kind//-/_}=$per"
 done
-awk -v x="$per_xport" -v r="$per_raw" 'BEGIN { printf "ratio xport/raw: %.2f\n", x / r }'
+awk -v x="$per_xport" -v u="$per_xport_unsignaled" -v r="$per_raw" 'BEGIN {
+  printf "ratio xport/raw: %.2f (signaled sends), %.2f (unsignaled, as fi_pingpong: no send completion)\n", x / r, u / r }'

@@ -49,6 +49,7 @@ static int is_atomic(int t) { return t == FADD_LAT || t == CSWAP_LAT || t == FAD
 struct plan {
   uint32_t magic, test, check, all;
   uint64_t size, iters, warmup, window;
+  uint32_t unsig, pad; /* --unsignaled */
 };
 
 struct side {
@@ -71,7 +72,16 @@ struct side {
    * next_op that wants them. */
   xport_completion_t early[16];
   unsigned early_n;
+  size_t inject; /* caps.inject_size */
 };
+
+/* --unsignaled: a send of at most inject_size bytes needs no completion
+ * (xport_send_flags(3): its buffer is free at once); in a stream, every
+ * half window's send is signaled and vouches for those before it. */
+static int quiet_send(const struct side *s, size_t size)
+{
+  return s->p.unsig && size <= s->inject;
+}
 
 static void die(const char *fmt, ...)
 {
@@ -423,8 +433,12 @@ static void run(struct side *s, int test, size_t size, struct result *r)
         ok(xport_recv(s->conn, pp_slot(s, i + 1), size, s->mr, NULL), "recv");
         if (check)
           fill(b, size, i);
-        ok(xport_send(s->conn, b, size, s->mr, NULL), "send");
-        next_op(s, XPORT_OP_SEND);
+        if (quiet_send(s, size)) {
+          ok(xport_send_flags(s->conn, b, size, s->mr, XPORT_SEND_UNSIGNALED, NULL), "send");
+        } else {
+          ok(xport_send(s->conn, b, size, s->mr, NULL), "send");
+          next_op(s, XPORT_OP_SEND);
+        }
         c = next_op(s, XPORT_OP_RECV);
         if (check && (c.len != size || !same(pp_slot(s, i + 1), size, i + 1000000)))
           r->check_ok = 0;
@@ -440,8 +454,12 @@ static void run(struct side *s, int test, size_t size, struct result *r)
           ok(xport_recv(s->conn, pp_slot(s, i + 1), size, s->mr, NULL), "recv");
         if (check)
           fill(b, size, i + 1000000);
-        ok(xport_send(s->conn, b, size, s->mr, NULL), "send");
-        next_op(s, XPORT_OP_SEND);
+        if (quiet_send(s, size)) {
+          ok(xport_send_flags(s->conn, b, size, s->mr, XPORT_SEND_UNSIGNALED, NULL), "send");
+        } else {
+          ok(xport_send(s->conn, b, size, s->mr, NULL), "send");
+          next_op(s, XPORT_OP_SEND);
+        }
       }
     }
     break;
@@ -470,15 +488,24 @@ static void run(struct side *s, int test, size_t size, struct result *r)
         if (posted < total && posted - done < win) {
           if (check)
             fill(slot(s, posted), size, posted);
-          int rc = xport_send(s->conn, slot(s, posted), size, s->mr, NULL);
+          /* Unsignaled: small ones are done when posted; of larger ones
+           * every half window's is signaled, and says how far it got. */
+          uint64_t every = win / 2 ? win / 2 : 1;
+          int quiet = s->p.unsig && (size <= s->inject || (posted + 1) % every);
+          int rc = quiet ? xport_send_flags(s->conn, slot(s, posted), size, s->mr,
+                                            XPORT_SEND_UNSIGNALED, NULL)
+                         : xport_send(s->conn, slot(s, posted), size, s->mr,
+                                      (void *)(uintptr_t)(posted + 1));
           if (rc != -XPORT_EAGAIN) {
             ok(rc, "send");
             posted++;
+            if (quiet && size <= s->inject)
+              done = posted;
             continue;
           }
         }
         if (after_eagain(s, XPORT_OP_SEND, posted - done, &c))
-          done++;
+          done = s->p.unsig ? (uintptr_t)c.user_ctx : done + 1;
       }
       next_op(s, XPORT_OP_RECV); /* everything arrived */
       r->elapsed_us = now_us() - t0;
@@ -677,6 +704,9 @@ static int session(struct side *s)
       sizes[nsizes++] = z;
   else
     sizes[nsizes++] = s->p.size;
+  xport_caps_t caps;
+  ok(xport_ctx_query(s->ctx, &caps), "xport_ctx_query");
+  s->inject = caps.inject_size;
   setup(s, sizes[nsizes - 1]);
   struct result r = {.lat = calloc(s->p.iters + 1, sizeof(double))};
   int bad = 0;
@@ -839,6 +869,9 @@ static void usage(FILE *f)
           "  --check      verify every byte (atomics: every result, and the counter);\n"
           "               exit 1 on a mismatch\n"
           "  --sleep      sleep in xport_wait between polls instead of spinning\n"
+          "  --unsignaled send_lat, send_bw: sends without completions where the rule of\n"
+          "               xport_send_flags(3) allows (at most inject_size bytes; in\n"
+          "               send_bw every half window's larger send is signaled)\n"
           "  --json       one JSON object per line;  --csv  CSV with a header\n",
           DEFAULT_PORT);
 }
@@ -850,6 +883,7 @@ int main(int argc, char **argv)
       {"warmup", required_argument, NULL, 'W'}, {"check", no_argument, NULL, 'C'},
       {"json", no_argument, NULL, 'J'},       {"csv", no_argument, NULL, 'V'},
       {"sleep", no_argument, NULL, 'S'},      {"help", no_argument, NULL, 'h'},
+      {"unsignaled", no_argument, NULL, 'U'},
       {NULL, 0, NULL, 0}};
   struct side s = {0};
   const char *bind = NULL;
@@ -878,6 +912,7 @@ int main(int argc, char **argv)
     case 'V': s.csv = 1; break;
     case 'L': loopback = 1; break;
     case 'S': s.sleep = 1; break;
+    case 'U': s.p.unsig = 1; break;
     case 'P': persistent = 1; break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
