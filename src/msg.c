@@ -212,6 +212,22 @@ static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_
     XPORT__UNLOCK(conn->ctx);
     return -XPORT_EAGAIN;
   }
+  /* An unsignaled small send that the provider copies at once leaves
+   * nothing behind to complete: no request at all. */
+  if (unsig && conn->ctx->quick_inject && !conn->held) {
+    ssize_t total = check_post(conn, iov, 1);
+    if (total >= 0 && (size_t)total <= conn->ctx->caps.inject_size) {
+      ret = conn->rep ? fi_tinject(conn->ep, iov->base, iov->len, conn->dest, conn->tag)
+                      : fi_inject(conn->ep, iov->base, iov->len, 0);
+      if (ret != -FI_ENOSYS && ret != -FI_EOPNOTSUPP) {
+        XPORT__UNLOCK(conn->ctx);
+        return !ret ? 0 : xport__pushed_back(ret) ? -XPORT_EAGAIN : xport__err_from_fi((int)ret);
+      }
+    } else if (total < 0) {
+      XPORT__UNLOCK(conn->ctx);
+      return (int)total;
+    }
+  }
   ret = xport__post_begin(conn, op, iov, iovcnt, user_ctx, fiov, desc, &cnt, &req);
   if (XPORT__UNLIKELY(ret)) {
     XPORT__UNLOCK(conn->ctx);
