@@ -175,16 +175,25 @@ static int ctl_post_recv(struct xport__rep *rep, struct xport__req *req)
   return ret ? xport__err_from_fi((int)ret) : 0;
 }
 
-static struct xport__req *ctl_req(struct xport__rep *rep, unsigned op)
+/* A control request of rep, blank but for what says it is one. */
+static struct xport__req *ctl_req_blank(struct xport__rep *rep, unsigned op)
 {
-  xport_ctx_t *ctx = rep->ctx;
-  struct xport__req *req = xport__req_get(ctx);
+  struct xport__req *req = xport__req_get(rep->ctx);
   if (!req)
     return NULL;
   memset(req, 0, sizeof *req);
   req->op = op;
   req->rep = rep;
   req->on_done = rdm_internal;
+  return req;
+}
+
+static struct xport__req *ctl_req(struct xport__rep *rep, unsigned op)
+{
+  xport_ctx_t *ctx = rep->ctx;
+  struct xport__req *req = ctl_req_blank(rep, op);
+  if (!req)
+    return NULL;
   req->bounce = xport__bounce_get(ctx);
   if (!req->bounce) {
     xport__req_release(ctx, req);
@@ -208,13 +217,9 @@ static struct xport__req *ctl_recv_req(struct xport__rep *rep)
   xport_ctx_t *ctx = rep->ctx;
   if (!ctx->multi_recv)
     return ctl_req(rep, XPORT__OP_CTL_RECV);
-  struct xport__req *req = xport__req_get(ctx);
+  struct xport__req *req = ctl_req_blank(rep, XPORT__OP_CTL_RECV);
   if (!req)
     return NULL;
-  memset(req, 0, sizeof *req);
-  req->op = XPORT__OP_CTL_RECV;
-  req->rep = rep;
-  req->on_done = rdm_internal;
   req->uiov[0].base = aligned_alloc(64, CTL_MRECV_SIZE);
   if (req->uiov[0].base && (!ctx->need_local_mr ||
                             !xport__reg(ctx, req->uiov[0].base, CTL_MRECV_SIZE, FI_RECV,
