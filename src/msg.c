@@ -6,7 +6,7 @@
 #include <string.h>
 
 /* Validates a post and returns the total length, or a negative code. */
-static inline ssize_t check_post(const xport_conn_t *conn, const xport_iov_t *iov,
+static inline __attribute__((always_inline)) ssize_t check_post(const xport_conn_t *conn, const xport_iov_t *iov,
                                  size_t iovcnt)
 {
   size_t total = 0;
@@ -19,7 +19,8 @@ static inline ssize_t check_post(const xport_conn_t *conn, const xport_iov_t *io
     return -XPORT_EINVAL;
   for (size_t i = 0; i < iovcnt; i++) {
     const xport_iov_t *v = &iov[i];
-    if (XPORT__UNLIKELY(!v->base && v->len))
+    /* NULL, or an end past the address space's (no object is that). */
+    if (XPORT__UNLIKELY((!v->base && v->len) || (uintptr_t)v->base + v->len < v->len))
       return -XPORT_EINVAL;
     if (v->mr) {
       const xport_mr_t *mr = v->mr;
@@ -41,23 +42,14 @@ static inline ssize_t check_post(const xport_conn_t *conn, const xport_iov_t *io
   return (ssize_t)total;
 }
 
-/* Gives every element a descriptor, copying through a bounce buffer or
- * registering for the operation where the provider needs local
- * registration and the caller brought none. Fills fiov/desc, sets *cnt. */
-static int prepare_local(xport_ctx_t *ctx, struct xport__req *req, int is_send,
-                         const xport_iov_t *iov, size_t *cnt, size_t total,
-                         struct iovec *fiov, void **desc)
+/* Where the provider needs local registration and the caller brought
+ * none: copies through a bounce buffer, or registers for the operation
+ * (prepare_local's slow half). */
+static int prepare_copy(xport_ctx_t *ctx, struct xport__req *req, int is_send,
+                        const xport_iov_t *iov, size_t *cnt, size_t total,
+                        struct iovec *fiov, void **desc)
 {
   size_t n = *cnt;
-  int need = 0;
-  for (size_t i = 0; i < n; i++) {
-    fiov[i].iov_base = iov[i].base;
-    fiov[i].iov_len = iov[i].len;
-    desc[i] = iov[i].mr ? iov[i].mr->desc : NULL;
-    need |= !iov[i].mr && iov[i].len;
-  }
-  if (!ctx->need_local_mr || !need)
-    return 0;
   if (total <= ctx->eager_size) {
     struct xport__bounce *b = xport__bounce_get(ctx);
     if (!b)
@@ -93,6 +85,23 @@ static int prepare_local(xport_ctx_t *ctx, struct xport__req *req, int is_send,
   return 0;
 }
 
+/* Gives every element a descriptor. Fills fiov/desc, sets *cnt. */
+static inline __attribute__((always_inline)) int
+prepare_local(xport_ctx_t *ctx, struct xport__req *req, int is_send, const xport_iov_t *iov,
+              size_t *cnt, size_t total, struct iovec *fiov, void **desc)
+{
+  int need = 0;
+  for (size_t i = 0; i < *cnt; i++) {
+    fiov[i].iov_base = iov[i].base;
+    fiov[i].iov_len = iov[i].len;
+    desc[i] = iov[i].mr ? iov[i].mr->desc : NULL;
+    need |= !iov[i].mr && iov[i].len;
+  }
+  if (XPORT__LIKELY(!ctx->need_local_mr || !need))
+    return 0;
+  return prepare_copy(ctx, req, is_send, iov, cnt, total, fiov, desc);
+}
+
 static void undo_prepare(xport_ctx_t *ctx, struct xport__req *req)
 {
   if (req->bounce)
@@ -103,9 +112,12 @@ static void undo_prepare(xport_ctx_t *ctx, struct xport__req *req)
   xport__req_release(ctx, req);
 }
 
-int xport__post_begin(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov,
-                      size_t iovcnt, void *user_ctx, struct iovec *fiov, void **desc,
-                      size_t *cnt, struct xport__req **req_p)
+/* Inlined into each public post below, where op, iovcnt and the rest are
+ * constants: the compiler drops the loops and the branches they decide. */
+static inline __attribute__((always_inline)) int
+post_begin(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_t iovcnt,
+           void *user_ctx, struct iovec *fiov, void **desc, size_t *cnt,
+           struct xport__req **req_p)
 {
   ssize_t total = check_post(conn, iov, iovcnt);
   if (XPORT__UNLIKELY(total < 0))
@@ -131,7 +143,15 @@ int xport__post_begin(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov,
   return 0;
 }
 
-int xport__post_end(xport_conn_t *conn, struct xport__req *req, ssize_t ret)
+int xport__post_begin(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov,
+                      size_t iovcnt, void *user_ctx, struct iovec *fiov, void **desc,
+                      size_t *cnt, struct xport__req **req_p)
+{
+  return post_begin(conn, op, iov, iovcnt, user_ctx, fiov, desc, cnt, req_p);
+}
+
+static inline __attribute__((always_inline)) int post_end(xport_conn_t *conn,
+                                                          struct xport__req *req, ssize_t ret)
 {
   if (XPORT__UNLIKELY(ret)) {
     undo_prepare(conn->ctx, req);
@@ -147,6 +167,11 @@ int xport__post_end(xport_conn_t *conn, struct xport__req *req, ssize_t ret)
     conn->ntx++;
   conn->ctx->nposted++;
   return 0;
+}
+
+int xport__post_end(xport_conn_t *conn, struct xport__req *req, ssize_t ret)
+{
+  return post_end(conn, req, ret);
 }
 
 int xport__post_hold(xport_conn_t *conn, struct xport__req *req, const struct xport__held *h,
@@ -194,13 +219,14 @@ static inline void order_send(xport_conn_t *conn, struct xport__req *req, int un
   req->tx_seq = ++conn->tx_seq;
 }
 
-static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_t iovcnt,
-                int with_imm, uint32_t imm, int unsig, void *user_ctx)
+static inline __attribute__((always_inline)) int
+post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_t iovcnt, int with_imm,
+     uint32_t imm, int unsig, void *user_ctx)
 {
   struct iovec fiov[XPORT__IOV_MAX];
   void *desc[XPORT__IOV_MAX];
-  struct xport__req *req;
-  size_t cnt;
+  struct xport__req *req = NULL; /* set by post_begin where it returns 0 */
+  size_t cnt = 0;
   ssize_t ret;
 
   if (XPORT__UNLIKELY(!conn))
@@ -228,7 +254,7 @@ static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_
       return (int)total;
     }
   }
-  ret = xport__post_begin(conn, op, iov, iovcnt, user_ctx, fiov, desc, &cnt, &req);
+  ret = post_begin(conn, op, iov, iovcnt, user_ctx, fiov, desc, &cnt, &req);
   if (XPORT__UNLIKELY(ret)) {
     XPORT__UNLOCK(conn->ctx);
     return (int)ret;
@@ -258,7 +284,7 @@ static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_
       return 0;
     }
     if (ret != -FI_EAGAIN && ret != -FI_ENOSYS && ret != -FI_EOPNOTSUPP) {
-      ret = xport__post_end(conn, req, ret);
+      ret = post_end(conn, req, ret);
       XPORT__UNLOCK(conn->ctx);
       return (int)ret;
     }
@@ -353,7 +379,7 @@ static int post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_
     XPORT__UNLOCK(conn->ctx);
     return (int)ret;
   }
-  ret = xport__post_end(conn, req, ret);
+  ret = post_end(conn, req, ret);
   XPORT__UNLOCK(conn->ctx);
   return (int)ret;
 }

@@ -29,6 +29,7 @@
 #define XPORT__CTL_SLOT 512 /* the least bounce slot: one RDM control message */
 
 #define XPORT__UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define XPORT__LIKELY(x) __builtin_expect(!!(x), 1)
 
 /* Intrusive doubly linked lists (requests, connections, listeners,
  * registrations): push at the head, and unlink, through the fields named. */
