@@ -52,6 +52,24 @@ static void toggle(void)
 
 static long empty_polls;
 
+/* The peer says on this pipe that its reply is out, and the counted side
+ * reads it (uncounted) before it polls: then a poll rarely finds nothing,
+ * and the count does not hang on how the two processes were scheduled. */
+static int replied[2];
+
+static void say_replied(void)
+{
+  if (write(replied[1], "r", 1) != 1)
+    die("pipe write", 0);
+}
+
+static void await_reply(void)
+{
+  char r;
+  if (read(replied[0], &r, 1) != 1)
+    die("pipe read", 0);
+}
+
 static int next_counted(xport_ctx_t *ctx, xport_completion_t *c)
 {
   for (;;) {
@@ -93,6 +111,7 @@ static int serve_xport(xport_ctx_t *ctx, xport_listener_t *lst, long rounds, siz
     if ((rc = xport_recv(b, rb, size, mb, NULL)) ||
         (rc = xport_send_flags(b, rb, size, mb, send_flags, NULL)))
       die("server post", rc);
+    say_replied();
     i++;
   }
   /* The client's last word, then its goodbye. */
@@ -106,7 +125,7 @@ static void run_xport(long rounds, size_t size, int empty_only)
 {
   int p[2];
   char addr[128];
-  if (pipe(p))
+  if (pipe(p) || pipe(replied))
     die("pipe", 0);
   pid_t pid = fork(); /* before any context: see xport(7), FORK */
   if (pid == 0) {
@@ -151,6 +170,7 @@ static void run_xport(long rounds, size_t size, int empty_only)
       COUNTED_END;
       if (rc)
         die("xport_send", rc);
+      await_reply();
       /* The send's completion (none unsignaled) and the reply. */
       for (int got = send_flags ? 1 : 0; got < 2;) {
         next_counted(ctx, &c);
@@ -291,7 +311,7 @@ static void raw_recv(struct end *e, size_t size)
 static void run_raw(long rounds, size_t size, int empty_only)
 {
   int c2s[2], s2c[2];
-  if (pipe(c2s) || pipe(s2c))
+  if (pipe(c2s) || pipe(s2c) || pipe(replied))
     die("pipe", 0);
   pid_t pid = fork();
   if (pid == 0) {
@@ -303,7 +323,9 @@ static void run_raw(long rounds, size_t size, int empty_only)
       while (!raw_poll(&b))
         ;
       raw_recv(&b, size);
-      if (raw_send(&b, size))
+      int wait = raw_send(&b, size);
+      say_replied();
+      if (wait)
         while (!raw_poll(&b))
           ;
     }
@@ -329,6 +351,7 @@ static void run_raw(long rounds, size_t size, int empty_only)
     for (long i = 0; i < rounds; i++) {
       int want = COUNTED(raw_send(&a, size)) + 1;
       COUNTED_END;
+      await_reply();
       for (int got = 0; got < want;) {
         int n = COUNTED(raw_poll(&a));
         COUNTED_END;

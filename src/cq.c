@@ -159,7 +159,8 @@ static void req_finish(xport_ctx_t *ctx, struct xport__req *req, int status, siz
     scatter(req, len);
   if (XPORT__UNLIKELY(req->result != NULL) && !status)
     atom_result(req);
-  xport__req_free_mem(ctx, req);
+  if (XPORT__UNLIKELY(req->bounce || req->ntmp))
+    xport__req_free_mem(ctx, req);
   unlink_out(req);
   ctx->nposted--;
   if (XPORT__UNLIKELY(req->unsig & XPORT__UNSIG))
