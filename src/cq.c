@@ -17,22 +17,18 @@
 
 #define REQ_CHUNK 256
 
-struct xport__req *xport__req_get(xport_ctx_t *ctx)
+struct xport__req *xport__req_grow(xport_ctx_t *ctx)
 {
-  struct xport__req *r = ctx->free_reqs;
-  if (XPORT__UNLIKELY(!r)) {
-    struct xport__req_chunk *c =
-        calloc(1, sizeof *c + REQ_CHUNK * sizeof(struct xport__req));
-    if (!c)
-      return NULL;
-    c->next = ctx->req_chunks;
-    ctx->req_chunks = c;
-    for (size_t i = 0; i < REQ_CHUNK; i++) {
-      c->reqs[i].next = ctx->free_reqs;
-      ctx->free_reqs = &c->reqs[i];
-    }
-    r = ctx->free_reqs;
+  struct xport__req_chunk *c = calloc(1, sizeof *c + REQ_CHUNK * sizeof(struct xport__req));
+  if (!c)
+    return NULL;
+  c->next = ctx->req_chunks;
+  ctx->req_chunks = c;
+  for (size_t i = 0; i < REQ_CHUNK; i++) {
+    c->reqs[i].next = ctx->free_reqs;
+    ctx->free_reqs = &c->reqs[i];
   }
+  struct xport__req *r = ctx->free_reqs;
   ctx->free_reqs = r->next;
   r->result = NULL;
   return r;

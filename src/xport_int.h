@@ -882,7 +882,18 @@ void xport__held_flush(xport_conn_t *conn, int status);
 int xport__post_room(const xport_conn_t *conn, xport_op_t op, size_t n);
 
 /* cq.c */
-struct xport__req *xport__req_get(xport_ctx_t *ctx);
+/* The pool's slow half: a chunk more, and one of it taken (cq.c). */
+struct xport__req *xport__req_grow(xport_ctx_t *ctx);
+/* A request from the pool, or NULL where no memory is left. */
+static inline struct xport__req *xport__req_get(xport_ctx_t *ctx)
+{
+  struct xport__req *r = ctx->free_reqs;
+  if (XPORT__UNLIKELY(!r))
+    return xport__req_grow(ctx);
+  ctx->free_reqs = r->next;
+  r->result = NULL;
+  return r;
+}
 /* A request from the pool, ready for op on conn (NULL: no memory):
  * nothing of its last life is left but what the post sets itself. */
 static inline struct xport__req *xport__req_new(xport_ctx_t *ctx, xport_conn_t *conn,
