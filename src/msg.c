@@ -240,22 +240,6 @@ post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_t iovcnt, i
     XPORT__UNLOCK(conn->ctx);
     return -XPORT_EAGAIN;
   }
-  /* An unsignaled small send that the provider copies at once leaves
-   * nothing behind to complete: no request at all. */
-  if (unsig && conn->ctx->quick_inject && !conn->held) {
-    ssize_t total = check_post(conn, iov, 1);
-    if (total >= 0 && (size_t)total <= conn->ctx->caps.inject_size) {
-      ret = conn->rep ? fi_tinject(conn->ep, iov->base, iov->len, conn->dest, conn->tag)
-                      : fi_inject(conn->ep, iov->base, iov->len, 0);
-      if (ret != -FI_ENOSYS && ret != -FI_EOPNOTSUPP) {
-        XPORT__UNLOCK(conn->ctx);
-        return !ret ? 0 : xport__pushed_back(ret) ? -XPORT_EAGAIN : xport__err_from_fi((int)ret);
-      }
-    } else if (total < 0) {
-      XPORT__UNLOCK(conn->ctx);
-      return (int)total;
-    }
-  }
   ret = post_begin(conn, op, iov, iovcnt, user_ctx, fiov, desc, &cnt, &req);
   if (XPORT__UNLIKELY(ret)) {
     XPORT__UNLOCK(conn->ctx);
@@ -393,13 +377,48 @@ XPORT_API int xport_send(xport_conn_t *conn, const void *buf, size_t len, xport_
   return post(conn, XPORT_OP_SEND, &v, 1, 0, 0, 0, user_ctx);
 }
 
+/* xport_send_flags past its quick path: out of line, so that the quick
+ * path keeps a small frame. */
+static __attribute__((noinline)) int send_flags_post(xport_conn_t *conn, const void *buf,
+                                                     size_t len, xport_mr_t *mr, int unsig,
+                                                     void *user_ctx)
+{
+  xport_iov_t v = {(void *)buf, len, mr};
+  return post(conn, XPORT_OP_SEND, &v, 1, 0, 0, unsig, user_ctx);
+}
+
 XPORT_API int xport_send_flags(xport_conn_t *conn, const void *buf, size_t len,
                                xport_mr_t *mr, unsigned flags, void *user_ctx)
 {
   if (XPORT__UNLIKELY(flags & ~XPORT_SEND_UNSIGNALED))
     return -XPORT_EINVAL;
-  xport_iov_t v = {(void *)buf, len, mr};
-  return post(conn, XPORT_OP_SEND, &v, 1, 0, 0, (int)(flags & XPORT_SEND_UNSIGNALED), user_ctx);
+  /* An unsignaled small send that the provider copies at once leaves
+   * nothing behind to complete: no request at all. Behind held sends or
+   * a deferred write_imm it takes the ordinary path, which keeps order. */
+  if (flags && conn) {
+    xport_ctx_t *ctx = conn->ctx;
+    xport_iov_t v = {(void *)buf, len, mr};
+    XPORT__LOCK(ctx);
+    if (ctx->quick_inject && !conn->held && !conn->wimm_deferred) {
+      ssize_t total = check_post(conn, &v, 1);
+      if (total < 0) {
+        XPORT__UNLOCK(ctx);
+        return (int)total;
+      }
+      if ((size_t)total <= ctx->caps.inject_size) {
+        ssize_t ret = conn->rep ? fi_tinject(conn->ep, buf, len, conn->dest, conn->tag)
+                                : fi_inject(conn->ep, buf, len, 0);
+        if (ret != -FI_ENOSYS && ret != -FI_EOPNOTSUPP) {
+          XPORT__UNLOCK(ctx);
+          return !ret                     ? 0
+                 : xport__pushed_back(ret) ? -XPORT_EAGAIN
+                                           : xport__err_from_fi((int)ret);
+        }
+      }
+    }
+    XPORT__UNLOCK(ctx);
+  }
+  return send_flags_post(conn, buf, len, mr, flags != 0, user_ctx);
 }
 
 XPORT_API int xport_send_imm(xport_conn_t *conn, const void *buf, size_t len,
