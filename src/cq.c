@@ -149,7 +149,8 @@ static void unsig_left(xport_ctx_t *ctx, xport_conn_t *conn)
 /* Ends a request's life on the wire: library-owned memory is released,
  * received bytes are in the user's buffer, and it leaves its connection's
  * outstanding list. */
-static void req_finish(xport_ctx_t *ctx, struct xport__req *req, int status, size_t len)
+static inline __attribute__((always_inline)) void
+finish(xport_ctx_t *ctx, struct xport__req *req, int status, size_t len)
 {
   if (req->bounce && req->uiovcnt && !status)
     scatter(req, len);
@@ -161,6 +162,11 @@ static void req_finish(xport_ctx_t *ctx, struct xport__req *req, int status, siz
   ctx->nposted--;
   if (XPORT__UNLIKELY(req->unsig & XPORT__UNSIG))
     unsig_left(ctx, req->conn);
+}
+
+static void req_finish(xport_ctx_t *ctx, struct xport__req *req, int status, size_t len)
+{
+  finish(ctx, req, status, len);
 }
 
 static void done_push(xport_ctx_t *ctx, struct xport__req *req)
@@ -328,7 +334,7 @@ static inline void take_entry(xport_ctx_t *ctx, struct xport__req *req,
     len = e->len;
     req->conn->heard = 1; /* any message from the peer says it is alive */
   }
-  req_finish(ctx, req, 0, len);
+  finish(ctx, req, 0, len); /* inline: the poll's own path */
   entry_result(ctx, req, e, len);
 }
 
