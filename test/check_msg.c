@@ -1948,6 +1948,11 @@ static int bad_post_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   XT_CHECK(xport_sendv(conn, v, caps.max_iov + 1, NULL) == -XPORT_EINVAL, "too many iov");
   XT_CHECK(xport_sendv(conn, NULL, 1, NULL) == -XPORT_EINVAL, "NULL iov");
   XT_CHECK(xport_send_flags(conn, buf, 8, mr, 0x2, NULL) == -XPORT_EINVAL, "unknown flag");
+  XT_CHECK(xport_send(conn, buf, SIZE_MAX, NULL, NULL) == -XPORT_EINVAL &&
+               xport_recv(conn, buf, SIZE_MAX - 8, NULL, NULL) == -XPORT_EINVAL &&
+               xport_send_flags(conn, buf, SIZE_MAX, NULL, XPORT_SEND_UNSIGNALED, NULL) ==
+                   -XPORT_EINVAL,
+           "a buffer whose end wraps the address space");
   XT_CHECK(xport_send_flags(NULL, buf, 8, mr, XPORT_SEND_UNSIGNALED, NULL) == -XPORT_EINVAL,
            "NULL connection");
   XT_CHECK(xport_send_flags(conn, NULL, 10, NULL, XPORT_SEND_UNSIGNALED, NULL) ==
