@@ -4,6 +4,7 @@
  * costs the same work every time and no end spins waiting for the other.
  *
  *   bench/icount xport|xport-unsignaled|raw ROUNDS [SIZE]
+ *   bench/icount raw-rate MESSAGES [SIZE]   (timed: libfabric's own message rate)
  *
  * The provider is XPORT_PROVIDER's (shm by default; the raw side takes
  * the provider xport's context chose, so both run over the same one).
@@ -13,6 +14,7 @@
 #include <xport.h>
 
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -368,15 +370,89 @@ static void run_raw(long rounds, size_t size, int empty_only)
   end_close(&a);
 }
 
+/* raw-rate: libfabric's own message rate, timed rather than counted (the
+ * figure to put beside xport_perf -t send_bw and ucx_perftest tag_bw):
+ * ROUNDS messages of SIZE bytes by fi_tinject, as fast as the peer's
+ * RATE_WIN posted receives take them; the peer acknowledges the last. */
+#define RATE_WIN 64
+static void run_raw_rate(long n, size_t size)
+{
+  int c2s[2], s2c[2];
+  if (pipe(c2s) || pipe(s2c))
+    die("pipe", 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    struct end b = {0};
+    static struct fi_context2 rx[RATE_WIN];
+    end_open(&b, size * RATE_WIN);
+    end_meet(&b, s2c[1], c2s[0]);
+    for (int i = 0; i < RATE_WIN; i++)
+      if (fi_trecv(b.ep, b.buf + i * size, size, fi_mr_desc(b.mr), FI_ADDR_UNSPEC, 1, 0, &rx[i]))
+        die("fi_trecv", 0);
+    for (long got = 0; got < n;) {
+      struct fi_cq_tagged_entry ents[16];
+      ssize_t k = fi_cq_read(b.cq, ents, 16);
+      if (k == -FI_EAGAIN)
+        continue;
+      if (k < 0)
+        die("fi_cq_read", (int)k);
+      for (ssize_t j = 0; j < k; j++, got++) {
+        size_t i = (size_t)((struct fi_context2 *)ents[j].op_context - rx);
+        if (got + RATE_WIN < n &&
+            fi_trecv(b.ep, b.buf + i * size, size, fi_mr_desc(b.mr), FI_ADDR_UNSPEC, 1, 0, &rx[i]))
+          die("fi_trecv", 0);
+      }
+    }
+    while (fi_tinject(b.ep, "k", 1, b.peer, 2) == -FI_EAGAIN)
+      raw_poll(&b);
+    char done;
+    if (read(c2s[0], &done, 1) != 1)
+      die("pipe", 0);
+    end_close(&b);
+    _exit(0);
+  }
+  struct end a = {0};
+  end_open(&a, size);
+  end_meet(&a, c2s[1], s2c[0]);
+  char ack[8];
+  if (fi_trecv(a.ep, ack, sizeof ack, NULL, FI_ADDR_UNSPEC, 2, 0, &a.rx))
+    die("fi_trecv", 0);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (long i = 0; i < n; i++) {
+    ssize_t rc;
+    while ((rc = fi_tinject(a.ep, a.buf, size, a.peer, 1)) == -FI_EAGAIN)
+      raw_poll(&a); /* progress: shm frees its queue's room as the peer takes */
+    if (rc)
+      die("fi_tinject", (int)rc);
+  }
+  while (!raw_poll(&a))
+    ;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  printf("raw libfabric message rate, %zu B by fi_tinject: %.0f msg/s (%ld in %.3f s)\n", size,
+         (double)n / s, n, s);
+  if (write(c2s[1], "d", 1) != 1)
+    die("pipe", 0);
+  waitpid(pid, NULL, 0);
+  end_close(&a);
+}
+
 int main(int argc, char **argv)
 {
   if (argc < 3 || (strcmp(argv[1], "xport") && strcmp(argv[1], "xport-unsignaled") &&
-                    strcmp(argv[1], "raw"))) {
-    fprintf(stderr, "usage: %s xport|xport-unsignaled|raw ROUNDS [SIZE] [empty]\n", argv[0]);
+                    strcmp(argv[1], "raw") && strcmp(argv[1], "raw-rate"))) {
+    fprintf(stderr, "usage: %s xport|xport-unsignaled|raw|raw-rate ROUNDS [SIZE] [empty]\n",
+            argv[0]);
     return 2;
   }
   long rounds = atol(argv[2]);
   size_t size = argc > 3 ? (size_t)atol(argv[3]) : 64;
+  if (!strcmp(argv[1], "raw-rate")) {
+    setenv("XPORT_PROVIDER", "shm", 0);
+    run_raw_rate(rounds, size);
+    return 0;
+  }
   int empty_only = argc > 4 && !strcmp(argv[4], "empty");
   setenv("XPORT_PROVIDER", "shm", 0);
   if (!strncmp(argv[1], "xport", 5)) {
