@@ -131,17 +131,18 @@ awk -F, 'NR > 1 { k = $1 "," $2 "," $3; n[k]++; L[k, n[k]] = $5; B[k, n[k]] = $6
 awk -F, 'NR > 1 { k = $1 "," $2; L[k, $3] = $4; B[k, $3] = $5; M[k, $3] = $6; if (!(k in seen)) { seen[k] = 1; o[++n] = k } }
   function r(a, b) { return (a > 0 && b > 0) ? sprintf("%.3f", a / b) : "-" }
   END {
-    printf "%-12s %8s %9s %9s %9s %8s %8s %10s %10s %10s %8s\n", "provider", "size", "xport us",
-           "fi us", "ucx us", "lat/fi", "lat/ucx", "xport MB/s", "fi MB/s", "ucx MB/s", "bw/ucx"
+    printf "%-12s %8s %9s %9s %9s %8s %8s %10s %10s %10s %8s %8s\n", "provider", "size", "xport us",
+           "fi us", "ucx us", "lat/fi", "lat/ucx", "xport MB/s", "fi MB/s", "ucx MB/s", "bw/ucx",
+           "ppbw/fi"
     for (i = 1; i <= n; i++) { k = o[i]; split(k, f, ",")
-      printf "%-12s %8d %9.2f %9.2f %9.2f %8s %8s %10.1f %10.1f %10.1f %8s\n", f[1], f[2],
+      printf "%-12s %8d %9.2f %9.2f %9.2f %8s %8s %10.1f %10.1f %10.1f %8s %8s\n", f[1], f[2],
              L[k, "xport"], L[k, "fi"], L[k, "ucx"], r(L[k, "xport"], L[k, "fi"]),
              r(L[k, "xport"], L[k, "ucx"]), B[k, "xport"], B[k, "fi"], B[k, "ucx"],
-             r(B[k, "xport"], B[k, "ucx"])
+             r(B[k, "xport"], B[k, "ucx"]), r(L[k, "fi"], L[k, "xport"])
       if (!(f[1] in rate)) { rate[f[1]] = 1
         printf "%-12s %8d message rate: xport %.0f/s, ucx %.0f/s (ratio %s)\n", f[1], f[2],
                M[k, "xport"], M[k, "ucx"], r(M[k, "xport"], M[k, "ucx"]) }
     }
-    printf "lat/fi, lat/ucx: xport latency over theirs (below 1: xport faster); bw/ucx: xport bandwidth over UCX (above 1: xport faster)\n"
+    printf "lat/fi, lat/ucx: xport latency over theirs (below 1: xport faster); bw/ucx: xport streaming bandwidth over UCX'"'"'s; ppbw/fi: xport ping-pong bandwidth (size over one-way latency) over fi_pingpong'"'"'s, the figure fi_pingpong reports (above 1: xport faster)\n"
   }' "$med"
 echo "compare: every run in $runs, medians in $med; draw them with: bench/plot.sh $out"

@@ -203,7 +203,15 @@ static size_t ctl_recv(struct side *s, void *m, size_t len)
   return c.len;
 }
 
-static char *slot(struct side *s, uint64_t i) { return s->buf + (i % s->nslots) * s->slot; }
+/* Streaming tests: a slot per operation in flight only where --check
+ * needs each message's bytes apart; otherwise one buffer for all of them,
+ * as ucx_perftest and perftest's ib_send_bw use, so that a window of
+ * large messages measures the transport, not a working set past the
+ * caches (64 MiB at 1 MiB: a third of the bandwidth on shm). */
+static char *slot(struct side *s, uint64_t i)
+{
+  return s->p.check ? s->buf + (i % s->nslots) * s->slot : s->buf;
+}
 /* Ping-pong tests send from one slot and receive into another, as
  * fi_pingpong does: the peer only ever reads the sending slot, which
  * stays clean in both caches, and only the local copy writes the
