@@ -272,6 +272,23 @@ static void end_meet(struct end *e, int wfd, int rfd)
     die("fi_av_insert", 0);
 }
 
+/* An endpoint with SIZE bytes of registered buffer, and its peer met. */
+static void end_start(struct end *e, size_t size, int wfd, int rfd)
+{
+  end_open(e, size);
+  end_meet(e, wfd, rfd);
+}
+
+/* The peer process's end: once the counted side says so on fd. */
+static __attribute__((noreturn)) void peer_exit(struct end *e, int fd)
+{
+  char done;
+  if (read(fd, &done, 1) != 1)
+    die("pipe", 0);
+  end_close(e);
+  _exit(0);
+}
+
 /* 1 once an entry was read, 0 if none was there. */
 static int raw_poll(struct end *e)
 {
@@ -318,8 +335,7 @@ static void run_raw(long rounds, size_t size, int empty_only)
   pid_t pid = fork();
   if (pid == 0) {
     struct end b = {0};
-    end_open(&b, size);
-    end_meet(&b, s2c[1], c2s[0]);
+    end_start(&b, size, s2c[1], c2s[0]);
     raw_recv(&b, size);
     for (long i = 0; i < (empty_only ? 0 : rounds); i++) {
       while (!raw_poll(&b))
@@ -331,15 +347,10 @@ static void run_raw(long rounds, size_t size, int empty_only)
         while (!raw_poll(&b))
           ;
     }
-    char done;
-    if (read(c2s[0], &done, 1) != 1)
-      die("pipe", 0);
-    end_close(&b);
-    _exit(0);
+    peer_exit(&b, c2s[0]);
   }
   struct end a = {0};
-  end_open(&a, size);
-  end_meet(&a, c2s[1], s2c[0]);
+  end_start(&a, size, c2s[1], s2c[0]);
   memset(a.buf, 0x5a, size);
   if (empty_only) {
     for (long i = 0; i < rounds; i++) {
@@ -384,8 +395,7 @@ static void run_raw_rate(long n, size_t size)
   if (pid == 0) {
     struct end b = {0};
     static struct fi_context2 rx[RATE_WIN];
-    end_open(&b, size * RATE_WIN);
-    end_meet(&b, s2c[1], c2s[0]);
+    end_start(&b, size * RATE_WIN, s2c[1], c2s[0]);
     for (int i = 0; i < RATE_WIN; i++)
       if (fi_trecv(b.ep, b.buf + i * size, size, fi_mr_desc(b.mr), FI_ADDR_UNSPEC, 1, 0, &rx[i]))
         die("fi_trecv", 0);
@@ -405,15 +415,10 @@ static void run_raw_rate(long n, size_t size)
     }
     while (fi_tinject(b.ep, "k", 1, b.peer, 2) == -FI_EAGAIN)
       raw_poll(&b);
-    char done;
-    if (read(c2s[0], &done, 1) != 1)
-      die("pipe", 0);
-    end_close(&b);
-    _exit(0);
+    peer_exit(&b, c2s[0]);
   }
   struct end a = {0};
-  end_open(&a, size);
-  end_meet(&a, c2s[1], s2c[0]);
+  end_start(&a, size, c2s[1], s2c[0]);
   char ack[8];
   if (fi_trecv(a.ep, ack, sizeof ack, NULL, FI_ADDR_UNSPEC, 2, 0, &a.rx))
     die("fi_trecv", 0);
