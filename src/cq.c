@@ -101,7 +101,7 @@ static void atom_result(const struct xport__req *req)
   *req->result = req->bounce ? ((const uint64_t *)(const void *)req->bounce->buf)[2] : req->atom[2];
 }
 
-static void unlink_out(struct xport__req *req)
+static inline __attribute__((always_inline)) void unlink_out(struct xport__req *req)
 {
   xport_conn_t *conn = req->conn;
   XPORT__LIST_UNLINK(conn->out, req, cnext, cprev);
@@ -152,12 +152,15 @@ static void unsig_left(xport_ctx_t *ctx, xport_conn_t *conn)
 static inline __attribute__((always_inline)) void
 finish(xport_ctx_t *ctx, struct xport__req *req, int status, size_t len)
 {
-  if (req->bounce && req->uiovcnt && !status)
-    scatter(req, len);
+  /* The fetched value and the received bytes leave the bounce slot
+   * before it goes back (an atomic has no user iov to scatter to). */
   if (XPORT__UNLIKELY(req->result != NULL) && !status)
     atom_result(req);
-  if (XPORT__UNLIKELY(req->bounce || req->ntmp))
+  if (XPORT__UNLIKELY(req->bounce || req->ntmp)) {
+    if (req->bounce && req->uiovcnt && !status)
+      scatter(req, len);
     xport__req_free_mem(ctx, req);
+  }
   unlink_out(req);
   ctx->nposted--;
   if (XPORT__UNLIKELY(req->unsig & XPORT__UNSIG))
@@ -326,7 +329,7 @@ static inline void entry_result(xport_ctx_t *ctx, struct xport__req *req,
 }
 
 /* Reads a successful CQ entry into the request. */
-static inline void take_entry(xport_ctx_t *ctx, struct xport__req *req,
+static inline __attribute__((always_inline)) void take_entry(xport_ctx_t *ctx, struct xport__req *req,
                               const struct fi_cq_data_entry *e)
 {
   size_t len = req->len;
@@ -436,7 +439,8 @@ static inline const struct fi_cq_data_entry *entry_at(const xport_ctx_t *ctx,
   return (const void *)((const char *)ents + (size_t)i * ctx->cq_entry_size);
 }
 
-static void fill_comp(xport_ctx_t *ctx, xport_completion_t *c, struct xport__req *req)
+static inline __attribute__((always_inline)) void fill_comp(xport_ctx_t *ctx, xport_completion_t *c,
+                                                         struct xport__req *req)
 {
   c->op = req->op;
   c->status = req->status;
@@ -507,7 +511,8 @@ void xport__done_discard(xport_ctx_t *ctx)
  * requests, which the application never sees, and for the user's half of
  * a pair whose other half is still out (it comes back through the done
  * list). */
-static inline int deliver(xport_ctx_t *ctx, struct xport__req *req, xport_completion_t *c)
+static inline __attribute__((always_inline)) int
+deliver_one(xport_ctx_t *ctx, struct xport__req *req, xport_completion_t *c, int may_be_zombie)
 {
   int shown = req->op != XPORT__OP_SILENT;
   if (XPORT__UNLIKELY(req->unsig) && !req->status) {
@@ -533,7 +538,7 @@ static inline int deliver(xport_ctx_t *ctx, struct xport__req *req, xport_comple
     fill_comp(ctx, c, req);
   else if (XPORT__UNLIKELY(req->user_ctx != NULL))
     pair_done(ctx, req);
-  if (XPORT__UNLIKELY(req->zombie)) {
+  if (may_be_zombie && XPORT__UNLIKELY(req->zombie)) {
     /* Shown before the provider reported it (xport__zombie_show): the
      * request itself stays until it does. */
     req->zombie |= XPORT__Z_DELIVERED;
@@ -542,6 +547,22 @@ static inline int deliver(xport_ctx_t *ctx, struct xport__req *req, xport_comple
   }
   xport__req_release(ctx, req);
   return shown;
+}
+
+static int deliver(xport_ctx_t *ctx, struct xport__req *req, xport_completion_t *c)
+{
+  return deliver_one(ctx, req, c, 1);
+}
+
+/* A user request's CQ entry, finished and delivered into *c in one call:
+ * the poll's own path, out of line so that a poll that finds nothing
+ * keeps a small frame. */
+static __attribute__((noinline)) int take_deliver(xport_ctx_t *ctx, struct xport__req *req,
+                                                  const struct fi_cq_data_entry *e,
+                                                  xport_completion_t *c)
+{
+  take_entry(ctx, req, e);
+  return deliver_one(ctx, req, c, 0); /* the poll sent zombies elsewhere */
 }
 
 /* Delivers from the done list into comps[n..max); returns the new n. */
@@ -680,9 +701,7 @@ static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t 
   fi_addr_t srcs[XPORT__CQ_BATCH];
   int n = 0;
 
-  if (XPORT__UNLIKELY(!ctx || !comps || max <= 0))
-    return -XPORT_EINVAL;
-  if (XPORT__UNLIKELY(ctx->shown != NULL))
+  if (XPORT__UNLIKELY(ctx->shown != NULL)) /* ctx: checked by xport_poll */
     details_end(ctx);
 
   /* Events before new entries, or a CQ that always has some (the caller
@@ -708,8 +727,7 @@ static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t 
           internal_entry(ctx, req, 0, e, ctx->source ? srcs[i] : FI_ADDR_NOTAVAIL);
           continue;
         }
-        take_entry(ctx, req, e);
-        n += deliver(ctx, req, &comps[n]);
+        n += take_deliver(ctx, req, e, &comps[n]);
       }
     } else if (got == -FI_EAVAIL) {
       struct xport__req *req = NULL;
@@ -977,8 +995,8 @@ void xport__progress_stop(xport_ctx_t *ctx)
 
 XPORT_API int xport_poll(xport_ctx_t *ctx, xport_completion_t *comps, int max)
 {
-  if (!ctx)
-    return xport_poll__locked(ctx, comps, max);
+  if (XPORT__UNLIKELY(!ctx || !comps || max <= 0))
+    return -XPORT_EINVAL;
   xport_ctx_t *lctx = ctx;
   XPORT__LOCK(lctx);
   int ret = xport_poll__locked(ctx, comps, max);

@@ -27,8 +27,10 @@ check_post(const xport_conn_t *conn, const xport_iov_t *iov, size_t iovcnt)
       if (XPORT__UNLIKELY(mr->ctx != conn->ctx))
         return -XPORT_EINVAL;
       /* Below the region's start, the offset wraps and is too large. */
-      size_t off = (uintptr_t)v->base - (uintptr_t)mr->base;
-      if (XPORT__UNLIKELY(v->len > mr->len || off > mr->len - v->len))
+      size_t end;
+      if (XPORT__UNLIKELY(__builtin_add_overflow((uintptr_t)v->base - (uintptr_t)mr->base,
+                                                 v->len, &end) ||
+                          end > mr->len))
         return -XPORT_ERANGE;
       if (XPORT__UNLIKELY(!(mr->access & XPORT_ACCESS_LOCAL)))
         return -XPORT_EACCES;
@@ -152,8 +154,9 @@ int xport__post_begin(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov,
   return post_begin(conn, op, iov, iovcnt, user_ctx, fiov, desc, cnt, req_p);
 }
 
-static inline __attribute__((always_inline)) int post_end(xport_conn_t *conn,
-                                                          struct xport__req *req, ssize_t ret)
+/* op is req->op: a constant where post() is inlined. */
+static inline __attribute__((always_inline)) int
+post_end(xport_conn_t *conn, struct xport__req *req, xport_op_t op, ssize_t ret)
 {
   if (XPORT__UNLIKELY(ret)) {
     undo_prepare(conn->ctx, req);
@@ -163,9 +166,9 @@ static inline __attribute__((always_inline)) int post_end(xport_conn_t *conn,
   }
   XPORT__LIST_PUSH(conn->out, req, cnext, cprev);
   conn->nreqs++;
-  if (req->op == XPORT_OP_RECV)
+  if (op == XPORT_OP_RECV)
     conn->nrx++;
-  else if (req->op != XPORT__OP_SILENT) /* a write_imm counts once, by its user half */
+  else if (op != XPORT__OP_SILENT) /* a write_imm counts once, by its user half */
     conn->ntx++;
   conn->ctx->nposted++;
   return 0;
@@ -173,7 +176,7 @@ static inline __attribute__((always_inline)) int post_end(xport_conn_t *conn,
 
 int xport__post_end(xport_conn_t *conn, struct xport__req *req, ssize_t ret)
 {
-  return post_end(conn, req, ret);
+  return post_end(conn, req, req->op, ret);
 }
 
 int xport__post_hold(xport_conn_t *conn, struct xport__req *req, const struct xport__held *h,
@@ -270,7 +273,7 @@ post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_t iovcnt, i
       return 0;
     }
     if (ret != -FI_EAGAIN && ret != -FI_ENOSYS && ret != -FI_EOPNOTSUPP) {
-      ret = post_end(conn, req, ret);
+      ret = post_end(conn, req, op, ret);
       XPORT__UNLOCK(conn->ctx);
       return (int)ret;
     }
@@ -365,7 +368,7 @@ post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_t iovcnt, i
     XPORT__UNLOCK(conn->ctx);
     return (int)ret;
   }
-  ret = post_end(conn, req, ret);
+  ret = post_end(conn, req, op, ret);
   XPORT__UNLOCK(conn->ctx);
   return (int)ret;
 }
