@@ -5,6 +5,7 @@
  *
  *   bench/icount xport|xport-unsignaled|raw ROUNDS [SIZE]
  *   bench/icount raw-rate MESSAGES [SIZE]   (timed: libfabric's own message rate)
+ *   bench/icount raw-lat ROUNDS [SIZE]      (timed: its ping-pong's latency spread)
  *
  * The provider is XPORT_PROVIDER's (shm by default; the raw side takes
  * the provider xport's context chose, so both run over the same one).
@@ -443,19 +444,88 @@ static void run_raw_rate(long n, size_t size)
   end_close(&a);
 }
 
+/* raw-lat: libfabric's own ping-pong, timed per round trip (fi_pingpong
+ * reports only a mean): min, median, mean and 99th percentile of the
+ * one-way latency, the figures xport_perf -t send_lat prints. */
+static int cmp_double(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double now_us(void)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
+static void run_raw_lat(long n, size_t size)
+{
+  int c2s[2], s2c[2];
+  if (pipe(c2s) || pipe(s2c))
+    die("pipe", 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    struct end b = {0};
+    end_start(&b, size, s2c[1], c2s[0]);
+    raw_recv(&b, size);
+    for (long i = 0; i < n; i++) {
+      while (!raw_poll(&b))
+        ;
+      raw_recv(&b, size);
+      if (raw_send(&b, size))
+        while (!raw_poll(&b))
+          ;
+    }
+    peer_exit(&b, c2s[0]);
+  }
+  struct end a = {0};
+  end_start(&a, size, c2s[1], s2c[0]);
+  double *lat = calloc((size_t)n, sizeof *lat);
+  if (!lat)
+    die("calloc", 0);
+  raw_recv(&a, size);
+  double t = now_us();
+  for (long i = 0; i < n; i++) {
+    int want = raw_send(&a, size) + 1;
+    for (int got = 0; got < want;)
+      got += raw_poll(&a);
+    raw_recv(&a, size);
+    double t1 = now_us();
+    lat[i] = (t1 - t) / 2;
+    t = t1;
+  }
+  double sum = 0;
+  for (long i = 0; i < n; i++)
+    sum += lat[i];
+  qsort(lat, (size_t)n, sizeof *lat, cmp_double);
+  printf("raw libfabric ping-pong, %zu B, one-way us: min %.3f median %.3f mean %.3f p99 %.3f\n",
+         size, lat[0], lat[n / 2], sum / (double)n, lat[n * 99 / 100]);
+  free(lat);
+  if (write(c2s[1], "d", 1) != 1)
+    die("pipe", 0);
+  waitpid(pid, NULL, 0);
+  end_close(&a);
+}
+
 int main(int argc, char **argv)
 {
   if (argc < 3 || (strcmp(argv[1], "xport") && strcmp(argv[1], "xport-unsignaled") &&
-                    strcmp(argv[1], "raw") && strcmp(argv[1], "raw-rate"))) {
-    fprintf(stderr, "usage: %s xport|xport-unsignaled|raw|raw-rate ROUNDS [SIZE] [empty]\n",
+                    strcmp(argv[1], "raw") && strcmp(argv[1], "raw-rate") &&
+                    strcmp(argv[1], "raw-lat"))) {
+    fprintf(stderr, "usage: %s xport|xport-unsignaled|raw|raw-rate|raw-lat ROUNDS [SIZE] [empty]\n",
             argv[0]);
     return 2;
   }
   long rounds = atol(argv[2]);
   size_t size = argc > 3 ? (size_t)atol(argv[3]) : 64;
-  if (!strcmp(argv[1], "raw-rate")) {
+  if (!strncmp(argv[1], "raw-", 4)) {
     setenv("XPORT_PROVIDER", "shm", 0);
-    run_raw_rate(rounds, size);
+    if (argv[1][4] == 'r')
+      run_raw_rate(rounds, size);
+    else
+      run_raw_lat(rounds, size);
     return 0;
   }
   int empty_only = argc > 4 && !strcmp(argv[4], "empty");
