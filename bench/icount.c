@@ -290,6 +290,27 @@ static __attribute__((noreturn)) void peer_exit(struct end *e, int fd)
   _exit(0);
 }
 
+/* The pipes both ends meet over (c2s: counted side to peer), and the
+ * peer process: 0 in the child. */
+static pid_t fork_peer(int c2s[2], int s2c[2])
+{
+  if (pipe(c2s) || pipe(s2c))
+    die("pipe", 0);
+  pid_t pid = fork();
+  if (pid < 0)
+    die("fork", 0);
+  return pid;
+}
+
+/* The counted side's end: tells the peer on fd (peer_exit), waits for it. */
+static void end_finish(struct end *e, int fd, pid_t pid)
+{
+  if (write(fd, "d", 1) != 1)
+    die("pipe", 0);
+  waitpid(pid, NULL, 0);
+  end_close(e);
+}
+
 /* 1 once an entry was read, 0 if none was there. */
 static int raw_poll(struct end *e)
 {
@@ -331,9 +352,9 @@ static void raw_recv(struct end *e, size_t size)
 static void run_raw(long rounds, size_t size, int empty_only)
 {
   int c2s[2], s2c[2];
-  if (pipe(c2s) || pipe(s2c) || pipe(replied))
+  if (pipe(replied))
     die("pipe", 0);
-  pid_t pid = fork();
+  pid_t pid = fork_peer(c2s, s2c);
   if (pid == 0) {
     struct end b = {0};
     end_start(&b, size, s2c[1], c2s[0]);
@@ -376,10 +397,7 @@ static void run_raw(long rounds, size_t size, int empty_only)
       COUNTED_END;
     }
   }
-  if (write(c2s[1], "d", 1) != 1)
-    die("pipe", 0);
-  waitpid(pid, NULL, 0);
-  end_close(&a);
+  end_finish(&a, c2s[1], pid);
 }
 
 /* raw-rate: libfabric's own message rate, timed rather than counted (the
@@ -390,9 +408,7 @@ static void run_raw(long rounds, size_t size, int empty_only)
 static void run_raw_rate(long n, size_t size)
 {
   int c2s[2], s2c[2];
-  if (pipe(c2s) || pipe(s2c))
-    die("pipe", 0);
-  pid_t pid = fork();
+  pid_t pid = fork_peer(c2s, s2c);
   if (pid == 0) {
     struct end b = {0};
     static struct fi_context2 rx[RATE_WIN];
@@ -438,10 +454,7 @@ static void run_raw_rate(long n, size_t size)
   double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
   printf("raw libfabric message rate, %zu B by fi_tinject: %.0f msg/s (%ld in %.3f s)\n", size,
          (double)n / s, n, s);
-  if (write(c2s[1], "d", 1) != 1)
-    die("pipe", 0);
-  waitpid(pid, NULL, 0);
-  end_close(&a);
+  end_finish(&a, c2s[1], pid);
 }
 
 /* raw-lat: libfabric's own ping-pong, timed per round trip (fi_pingpong
@@ -463,9 +476,7 @@ static double now_us(void)
 static void run_raw_lat(long n, size_t size)
 {
   int c2s[2], s2c[2];
-  if (pipe(c2s) || pipe(s2c))
-    die("pipe", 0);
-  pid_t pid = fork();
+  pid_t pid = fork_peer(c2s, s2c);
   if (pid == 0) {
     struct end b = {0};
     end_start(&b, size, s2c[1], c2s[0]);
@@ -503,10 +514,7 @@ static void run_raw_lat(long n, size_t size)
   printf("raw libfabric ping-pong, %zu B, one-way us: min %.3f median %.3f mean %.3f p99 %.3f\n",
          size, lat[0], lat[n / 2], sum / (double)n, lat[n * 99 / 100]);
   free(lat);
-  if (write(c2s[1], "d", 1) != 1)
-    die("pipe", 0);
-  waitpid(pid, NULL, 0);
-  end_close(&a);
+  end_finish(&a, c2s[1], pid);
 }
 
 int main(int argc, char **argv)
