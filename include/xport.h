@@ -169,6 +169,9 @@ XPORT_API int xport_connect(xport_ctx_t *ctx, const char *addr, int timeout_ms,
 /* Outstanding operations complete with -XPORT_ECANCELED; the handle stays
  * valid until the last of its completions has been polled. */
 XPORT_API int xport_conn_close(xport_conn_t *conn);
+/* The capabilities of the transport conn runs on (caps.provider names it:
+ * "shm" for a peer on this node where XPORT_SHM let the context open shm). */
+XPORT_API int xport_conn_query(const xport_conn_t *conn, xport_caps_t *caps_p);
 
 /* Access rights of a registered region. */
 #define XPORT_ACCESS_LOCAL 0x1u        /* send, receive, local side of RMA */
@@ -216,7 +219,7 @@ XPORT_API int xport_recvv(xport_conn_t *conn, const xport_iov_t *iov,
  * packed range; xport turns them into what the provider wants. */
 typedef struct xport_rkey xport_rkey_t;
 
-#define XPORT_RKEY_MAX_SIZE 128 /* a packed key never exceeds this */
+#define XPORT_RKEY_MAX_SIZE 256 /* a packed key never exceeds this */
 
 /* Returns the packed size (a count) on success. A sub-range gets a
  * registration of its own (the exporter's provider enforces it), released

@@ -1,6 +1,7 @@
 /* shm: processes of one node, FI_EP_RDM only. Endpoints are files in
  * /dev/shm named after the endpoint; xport names a listener's endpoint
- * "xport-PORT" after the address it was given, and every other endpoint
+ * "xport-PORT.netINO" after the address it was given (and its network
+ * namespace), and every other endpoint
  * "xport-PID-RANDOM", and guards each name with a lock file held for the
  * owner's life: starting a second endpoint under a live name unlinks the
  * owner's file (libfabric 1.17), and a killed process leaves its files,
@@ -57,7 +58,7 @@ static int is_local(const struct sockaddr *sa)
   return local;
 }
 
-/* The rule: "xport-PORT". shm reaches only this node, so the host must
+/* The rule: "xport-PORT.netINO", INO the network namespace's. shm reaches only this node, so the host must
  * be one of its addresses (or the wildcard, or a name for either), and
  * then every such host names the same listener, as a TCP port bound to
  * the wildcard address would. A host that does not resolve, or that is
@@ -73,7 +74,12 @@ static int shm_listen_name(const char *host, const char *port, char *name, size_
   freeaddrinfo(res);
   if (!local)
     return -XPORT_EADDRNOTAVAIL;
-  int n = snprintf(name, len, "xport-%s", port);
+  /* Ports are per network namespace, /dev/shm is not: processes in two
+   * namespaces that share it may both listen on one port, and a host
+   * that is local in one may be another node's address in the other. */
+  struct stat ns;
+  unsigned long long ino = stat("/proc/self/ns/net", &ns) == 0 ? (unsigned long long)ns.st_ino : 0;
+  int n = snprintf(name, len, "xport-%s.net%llu", port, ino);
   return n > 0 && (size_t)n < len ? 0 : -XPORT_EINVAL;
 }
 
@@ -319,6 +325,7 @@ const struct xport__profile xport__profile_shm = {
    * close frees it: the other context's next send (its goodbye, at the
    * latest) crashed. */
   .in_process_peers_unsafe = 1,
+  .node_local = 1,
   .max_tx_depth = shm_tx_depth,
   .truncation_hangs = 1,
   /* With virtual addresses and CMA shm checks no key or bound. */

@@ -4,8 +4,10 @@
  * the hook the context calls where it makes progress. */
 #include "xport_int.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int xport_listen__locked(xport_ctx_t *ctx, const char *addr, xport_listener_t **lst_p)
 {
@@ -100,6 +102,11 @@ void xport__listener_hook(xport_listener_t *lst, int (*admit)(void *, uint64_t),
                           void (*accepted)(void *, xport_conn_t *), void *arg)
 {
   xport_ctx_t *ctx = lst->ctx;
+  if (lst->sub) {
+    XPORT__LOCK(lst->sub->ctx);
+    xport__listener_hook(lst->sub, admit, accepted, arg);
+    XPORT__UNLOCK(lst->sub->ctx);
+  }
   ctx->nhooked += (admit != NULL) - (lst->admit != NULL);
   ctx->auto_accept = xport__auto_accept; /* the lower layers' way back up */
   lst->admit = admit;
@@ -128,6 +135,27 @@ static int xport_conn_close__locked(xport_conn_t *conn)
   return 0;
 }
 
+/* The node-local half of a listener (XPORT_SHM): the same host, at the
+ * port the fabric's half got. Where it cannot open (a host that is not
+ * this node's, a port another process took there), peers on this node
+ * reach the listener over the fabric. */
+static void listen_sub(xport_listener_t *lst, const char *addr)
+{
+  char host[256], port[8], h2[256], sub_addr[300];
+  xport_listener_t *sub;
+  if (xport__addr_split(addr, host, sizeof host, port, sizeof port) ||
+      xport__addr_split(lst->addr, h2, sizeof h2, port, sizeof port))
+    return;
+  snprintf(sub_addr, sizeof sub_addr, strchr(host, ':') ? "[%s]:%s" : "%s:%s", host, port);
+  int ret = xport_listen(lst->ctx->shm, sub_addr, &sub);
+  if (ret) {
+    XPORT__INFO("listener %s: not on %s too (%s): peers on this node come over %s", lst->addr,
+                lst->ctx->shm->caps.provider, xport_strerror(ret), lst->ctx->caps.provider);
+    return;
+  }
+  lst->sub = sub;
+}
+
 XPORT_API int xport_listen(xport_ctx_t *ctx, const char *addr, xport_listener_t **lst_p)
 {
   if (!ctx)
@@ -135,6 +163,8 @@ XPORT_API int xport_listen(xport_ctx_t *ctx, const char *addr, xport_listener_t 
   xport_ctx_t *lctx = ctx;
   XPORT__LOCK(lctx);
   int ret = xport_listen__locked(ctx, addr, lst_p);
+  if (!ret && ctx->shm)
+    listen_sub(*lst_p, addr);
   XPORT__UNLOCK(lctx);
   return ret;
 }
@@ -143,6 +173,10 @@ XPORT_API int xport_listener_close(xport_listener_t *lst)
 {
   if (!lst)
     return xport_listener_close__locked(lst);
+  if (lst->sub) {
+    xport_listener_close(lst->sub);
+    lst->sub = NULL;
+  }
   xport_ctx_t *lctx = lst->ctx;
   XPORT__LOCK(lctx);
   int ret = xport_listener_close__locked(lst);
@@ -150,11 +184,37 @@ XPORT_API int xport_listener_close(xport_listener_t *lst)
   return ret;
 }
 
+/* 1 if a live listener of the node-local sub-context has host:port's
+ * name in this network namespace. */
+static int shm_listener_here(const xport_ctx_t *sub, const char *addr)
+{
+  char host[256], port[8], name[XPORT__ADDR_MAX];
+  const struct xport__profile *p = sub->prof;
+  return p && p->listen_name && p->name_alive &&
+         !xport__addr_split(addr, host, sizeof host, port, sizeof port) &&
+         !p->listen_name(host, port, name, sizeof name) && p->name_alive(name);
+}
+
 XPORT_API int xport_connect(xport_ctx_t *ctx, const char *addr, int timeout_ms,
                             xport_conn_t **conn_p)
 {
   if (!ctx)
     return xport_connect__locked(ctx, addr, timeout_ms, conn_p);
+  if (ctx->shm && addr && conn_p && shm_listener_here(ctx->shm, addr)) {
+    /* A listener of this node answers over shm. One that is not here
+     * (no live name, a host of another node) or that says "not this way"
+     * (another PID namespace, another context of this process:
+     * EADDRNOTAVAIL) leaves the peer to the fabric. Its other answers are
+     * the listener's: a full backlog refuses over either. */
+    long t0 = xport__now_ms();
+    int ret = xport_connect(ctx->shm, addr, timeout_ms, conn_p);
+    if (ret != -XPORT_EADDRNOTAVAIL)
+      return ret;
+    if (timeout_ms >= 0) {
+      long left = timeout_ms - (xport__now_ms() - t0);
+      timeout_ms = left > 0 ? (int)left : 0;
+    }
+  }
   xport_ctx_t *lctx = ctx;
   XPORT__LOCK(lctx);
   int ret = xport_connect__locked(ctx, addr, timeout_ms, conn_p);
@@ -162,15 +222,47 @@ XPORT_API int xport_connect(xport_ctx_t *ctx, const char *addr, int timeout_ms,
   return ret;
 }
 
-XPORT_API int xport_accept(xport_listener_t *lst, int timeout_ms, xport_conn_t **conn_p)
+static int accept_one(xport_listener_t *lst, int timeout_ms, xport_conn_t **conn_p)
 {
-  if (!lst)
-    return xport_accept__locked(lst, timeout_ms, conn_p);
   xport_ctx_t *lctx = lst->ctx;
   XPORT__LOCK(lctx);
   int ret = xport_accept__locked(lst, timeout_ms, conn_p);
   XPORT__UNLOCK(lctx);
   return ret;
+}
+
+XPORT_API int xport_accept(xport_listener_t *lst, int timeout_ms, xport_conn_t **conn_p)
+{
+  if (!lst || !conn_p)
+    return xport_accept__locked(lst, timeout_ms, conn_p);
+  if (!lst->sub)
+    return accept_one(lst, timeout_ms, conn_p);
+  /* Both halves, in turn: the node-local one has no wait object, so the
+   * fabric's is slept on in slices that grow to a millisecond. */
+  long deadline = timeout_ms < 0 ? -1 : xport__now_ms() + timeout_ms;
+  for (int round = 0;; round++) {
+    int ret = accept_one(lst->sub, 0, conn_p);
+    if (ret != -XPORT_ETIMEDOUT)
+      return ret;
+    long slice = round < 8 ? 0 : 1;
+    if (deadline >= 0 && deadline - xport__now_ms() < slice)
+      slice = 0;
+    ret = accept_one(lst, (int)slice, conn_p);
+    if (ret != -XPORT_ETIMEDOUT || (deadline >= 0 && xport__now_ms() >= deadline))
+      return ret;
+    if (!slice) {
+      struct timespec ts = {0, 100 * 1000};
+      nanosleep(&ts, NULL);
+    }
+  }
+}
+
+XPORT_API int xport_conn_query(const xport_conn_t *conn, xport_caps_t *caps_p)
+{
+  if (!conn || !caps_p)
+    return -XPORT_EINVAL;
+  *caps_p = conn->ctx->caps;
+  return 0;
 }
 
 XPORT_API int xport_conn_close(xport_conn_t *conn)

@@ -778,7 +778,9 @@ XPORT_API int xport_ctx_fd(xport_ctx_t *ctx, int *fd_p)
 {
   if (!ctx || !fd_p)
     return -XPORT_EINVAL;
-  if (ctx->epfd < 0)
+  /* shm has no wait object, and a context with shm beside its fabric
+   * (XPORT_SHM) none that covers both: such a caller polls, or waits. */
+  if (ctx->epfd < 0 || ctx->shm)
     return -XPORT_ENOSYS;
   *fd_p = ctx->epfd;
   return 0;
@@ -826,10 +828,31 @@ static int wait_check(xport_ctx_t *ctx, int drain)
   return ready;
 }
 
+/* No wait object (shm), or one that does not cover every transport of
+ * the context: check for work, then sleep in growing steps (up to 1 ms)
+ * so that an idle process does not burn a core. */
+static int wait_steps(xport_ctx_t *ctx, int timeout_ms)
+{
+  long deadline = timeout_ms < 0 ? -1 : xport__now_ms() + timeout_ms;
+  long step_us = 10;
+  for (;;) {
+    if (wait_check(ctx, 1) || (ctx->shm && wait_check(ctx->shm, 1)))
+      return 0;
+    if (deadline >= 0 && xport__now_ms() >= deadline)
+      return -XPORT_ETIMEDOUT;
+    struct timespec ts = {0, step_us * 1000};
+    nanosleep(&ts, NULL);
+    if (step_us < 1000)
+      step_us *= 2;
+  }
+}
+
 XPORT_API int xport_wait(xport_ctx_t *ctx, int timeout_ms)
 {
   if (!ctx)
     return -XPORT_EINVAL;
+  if (ctx->shm)
+    return wait_steps(ctx, timeout_ms);
   /* Where peers are watched for death (RDM), never sleep past a check. */
   int cap = ctx->tp->watches_peers && (ctx->conns || ctx->draining) ? (int)(ctx->peer_check_ms / 4)
                                                                       : -1;
@@ -865,20 +888,7 @@ XPORT_API int xport_wait(xport_ctx_t *ctx, int timeout_ms)
       return 0;
     return r != 0 ? 0 : (t == timeout_ms ? -XPORT_ETIMEDOUT : 0);
   }
-  /* No wait object (shm): check for work, then sleep in growing steps (up
-   * to 1 ms) so that an idle process does not burn a core. */
-  long deadline = timeout_ms < 0 ? -1 : xport__now_ms() + timeout_ms;
-  long step_us = 10;
-  for (;;) {
-    if (wait_check(ctx, 1))
-      return 0;
-    if (deadline >= 0 && xport__now_ms() >= deadline)
-      return -XPORT_ETIMEDOUT;
-    struct timespec ts = {0, step_us * 1000};
-    nanosleep(&ts, NULL);
-    if (step_us < 1000)
-      step_us *= 2;
-  }
+  return wait_steps(ctx, timeout_ms);
 }
 
 /* The progress thread reads the CQ on the application's behalf, under
@@ -993,10 +1003,34 @@ void xport__progress_stop(xport_ctx_t *ctx)
   ctx->progress_on = 0;
 }
 
+static int poll_one(xport_ctx_t *ctx, xport_completion_t *comps, int max)
+{
+  XPORT__LOCK(ctx);
+  int ret = xport_poll__locked(ctx, comps, max);
+  XPORT__UNLOCK(ctx);
+  return ret;
+}
+
+/* A context with shm beside its fabric (XPORT_SHM): both, the one that
+ * went second last time first, so that neither starves the other. */
+static __attribute__((noinline)) int poll_both(xport_ctx_t *ctx, xport_completion_t *comps,
+                                               int max)
+{
+  xport_ctx_t *first = ctx->poll_turn++ & 1 ? ctx->shm : ctx;
+  xport_ctx_t *second = first == ctx ? ctx->shm : ctx;
+  int n = poll_one(first, comps, max);
+  if (n < 0 || n == max)
+    return n;
+  int m = poll_one(second, comps + n, max - n);
+  return m < 0 ? (n ? n : m) : n + m;
+}
+
 XPORT_API int xport_poll(xport_ctx_t *ctx, xport_completion_t *comps, int max)
 {
   if (XPORT__UNLIKELY(!ctx || !comps || max <= 0))
     return -XPORT_EINVAL;
+  if (XPORT__UNLIKELY(ctx->shm != NULL))
+    return poll_both(ctx, comps, max);
   xport_ctx_t *lctx = ctx;
   XPORT__LOCK(lctx);
   int ret = xport_poll__locked(ctx, comps, max);

@@ -612,16 +612,11 @@ static void log_init(void)
       xport__profiles[i]->preinit();
 }
 
-XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p)
+/* Opens one context on the settings' provider (the probe's choice). */
+static int ctx_open(struct settings s, xport_ctx_t **ctx_p)
 {
-  struct settings s;
   xport_ctx_t *ctx;
   int ret;
-
-  if (!ctx_p)
-    return -XPORT_EINVAL;
-  pthread_once(&log_once, log_init);
-  resolve_settings(attr, &s);
 
   ctx = calloc(1, sizeof *ctx);
   if (!ctx)
@@ -711,6 +706,95 @@ fail:
   return ret;
 }
 
+/* The profile of the provider that reaches only this node, or NULL. */
+static const struct xport__profile *node_local_profile(void)
+{
+  for (size_t i = 0; xport__profiles[i]; i++)
+    if (xport__profiles[i]->node_local)
+      return xport__profiles[i];
+  return NULL;
+}
+
+/* The candidate of the node-local provider in ctx's probe list, which
+ * then tells xport_ctx_candidates(3) readers what became of it. */
+static xport_candidate_t *node_local_cand(xport_ctx_t *ctx, const char *prov)
+{
+  for (int i = 0; i < ctx->ncands; i++)
+    if (!strcmp(ctx->cands[i].provider, prov))
+      return &ctx->cands[i];
+  return NULL;
+}
+
+/* XPORT_SHM=auto: opens the node-local provider beside ctx's fabric, with
+ * the same switches, for peers on this node. A failure leaves the fabric
+ * alone, and says why in the candidate list. */
+static void node_local_open(xport_ctx_t *ctx, struct settings s, const char *mode)
+{
+  const struct xport__profile *nl = node_local_profile();
+  if (!nl || (ctx->prof && ctx->prof->node_local))
+    return;
+  xport_candidate_t *c = node_local_cand(ctx, nl->name);
+  if (!strcmp(mode, "off")) {
+    if (c && c->verdict == XPORT_VERDICT_USABLE)
+      snprintf(c->reason, sizeof c->reason, "not opened for peers on this node: XPORT_SHM=off");
+    return;
+  }
+  s.provider = nl->name;
+  s.domain = NULL; /* XPORT_DOMAIN and XPORT_IFACE name the fabric's */
+  s.iface = NULL;
+  xport_ctx_t *sub;
+  int ret = ctx_open(s, &sub);
+  if (ret) {
+    XPORT__INFO("%s beside %s: %s: peers on this node use %s", nl->name, ctx->caps.provider,
+                xport_strerror(ret), ctx->caps.provider);
+    if (c)
+      snprintf(c->reason, sizeof c->reason, "XPORT_SHM=auto, but it failed to open: %s",
+               xport_strerror(ret));
+    return;
+  }
+  /* One identity: a peer sees the same context over either transport
+   * (hellos, jobs, keys bound to the peer context). */
+  sub->id = ctx->id;
+  sub->is_sub = 1;
+  ctx->shm = sub;
+  ctx->caps.wait_fd = 0; /* shm has no wait object: xport_ctx_fd(3) */
+  if (c) {
+    c->verdict = XPORT_VERDICT_CHOSEN;
+    snprintf(c->reason, sizeof c->reason, "opened beside %s for peers on this node (XPORT_SHM=auto)",
+             ctx->caps.provider);
+  }
+  XPORT__INFO("%s opened beside %s for peers on this node", nl->name, ctx->caps.provider);
+}
+
+XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p)
+{
+  struct settings s;
+  if (!ctx_p)
+    return -XPORT_EINVAL;
+  pthread_once(&log_once, log_init);
+  resolve_settings(attr, &s);
+  const char *mode = xport__env_str(XPORT__ENV_SHM);
+  if (!mode)
+    mode = "auto";
+  if (strcmp(mode, "auto") && strcmp(mode, "off") && strcmp(mode, "only")) {
+    XPORT__WARN("XPORT_SHM=%s is none of auto, off, only: using auto", mode);
+    mode = "auto";
+  }
+  const struct xport__profile *nl = node_local_profile();
+  if (!strcmp(mode, "only")) {
+    if (!nl)
+      return -XPORT_ENOPROV;
+    s.provider = nl->name;
+  }
+  xport_ctx_t *ctx;
+  int ret = ctx_open(s, &ctx);
+  if (ret)
+    return ret;
+  node_local_open(ctx, s, mode);
+  *ctx_p = ctx;
+  return 0;
+}
+
 XPORT_API int xport_ctx_destroy(xport_ctx_t *ctx)
 {
   if (!ctx)
@@ -720,11 +804,22 @@ XPORT_API int xport_ctx_destroy(xport_ctx_t *ctx)
     XPORT__WARN("xport_ctx_destroy: a job still uses this context: xport_job_fini it first");
     return -XPORT_EBUSY;
   }
+  if (ctx->shm && ctx->shm->nhooked) {
+    XPORT__WARN("xport_ctx_destroy: a job still uses this context: xport_job_fini it first");
+    return -XPORT_EBUSY;
+  }
   xport__progress_stop(ctx);
   while (ctx->conns)
     xport_conn_close(ctx->conns);
   while (ctx->listeners)
-    xport_listener_close(ctx->listeners);
+    xport_listener_close(ctx->listeners); /* with their node-local halves */
+  if (ctx->shm) {
+    /* The sub-context owns the node-local halves of the regions. */
+    for (xport_mr_t *mr = ctx->mrs; mr; mr = mr->next)
+      mr->sub = NULL;
+    xport_ctx_destroy(ctx->shm);
+    ctx->shm = NULL;
+  }
   if (ctx->tp->fini)
     ctx->tp->fini(ctx);
   xport__wimm_retry(ctx, 1);

@@ -93,6 +93,13 @@ static const xport_env_var_t env_table[XPORT__ENV_COUNT] = {
     "Milliseconds xport_job_conn(3) waits for a connection to a rank, and "
     "after which a fence (xport_job_init, xport_job_barrier, xport_job_fini) "
     "still waiting says so in the log."},
+  [XPORT__ENV_SHM] = {"XPORT_SHM", "string", "auto",
+    "Whether peers on this node are reached over shared memory. auto: a "
+    "context whose fabric (XPORT_PROVIDER) is not shm opens shm beside it, "
+    "listens on both under one host:port, and xport_connect reaches a "
+    "listener on this node (same /dev/shm, same PID namespace, another "
+    "process) over shm and every other peer over the fabric; off: the "
+    "fabric only; only: shm only, as XPORT_PROVIDER=shm."},
 };
 
 XPORT_API int xport_env_list(const xport_env_var_t **vars_p)

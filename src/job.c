@@ -60,6 +60,14 @@ static void job_keep(xport_job_t *job, int r, xport_conn_t *conn)
 }
 
 #ifdef XPORT_HAVE_PMIX /* the hooks of the job's listener, set by job_join */
+/* A handshake with that context is under way at either half of the
+ * job's listener. */
+static int shaking_from(const xport_job_t *job, uint64_t ctx_id)
+{
+  return xport__listener_shaking_from(job->lst, ctx_id) ||
+         (job->lst->sub && xport__listener_shaking_from(job->lst->sub, ctx_id));
+}
+
 static int rank_of(const xport_job_t *job, uint64_t ctx_id)
 {
   for (int r = 0; r < job->size; r++)
@@ -81,7 +89,7 @@ static int job_admit(void *arg, uint64_t peer_ctx_id)
   struct job_peer *p = &job->peers[r];
   /* One per pair: not while one is made already, or being accepted, or,
    * for a higher rank, while this rank's own is on its way. */
-  if (p->conn || xport__listener_shaking_from(job->lst, peer_ctx_id) ||
+  if (p->conn || shaking_from(job, peer_ctx_id) ||
       (p->connecting && r > job->rank))
     return 0;
   return 1;
@@ -109,7 +117,15 @@ static void job_progress(xport_ctx_t *ctx)
 {
   xport__cq_drain(ctx);
   ctx->tp->progress(ctx);
+  if (ctx->shm) { /* peers on this node (XPORT_SHM): accepted there too */
+    XPORT__LOCK(ctx->shm);
+    xport__cq_drain(ctx->shm);
+    ctx->shm->tp->progress(ctx->shm);
+    xport__auto_accept(ctx->shm);
+    XPORT__UNLOCK(ctx->shm);
+  }
 }
+
 
 static void job_nap(xport_ctx_t *ctx)
 {
@@ -162,7 +178,7 @@ XPORT_API int xport_job_conn(xport_job_t *job, int rank, xport_conn_t **conn_p)
   job_progress(ctx);
   xport__auto_accept(ctx);
   while (!p->conn && xport__now_ms() < deadline) {
-    if (xport__listener_shaking_from(job->lst, p->ctx_id)) {
+    if (shaking_from(job, p->ctx_id)) {
       job_nap(ctx); /* the peer's request is being accepted */
       continue;
     }

@@ -242,13 +242,29 @@ XPORT_API int xport_mr_reg(xport_ctx_t *ctx, void *buf, size_t len,
   XPORT__LOCK(lctx);
   int ret = xport_mr_reg__locked(ctx, buf, len, access, mr_p);
   XPORT__UNLOCK(lctx);
-  return ret;
+  if (ret || !ctx->shm)
+    return ret;
+  /* One region for every transport of the context: its node-local half
+   * too, so that any connection takes it and one packed key serves both. */
+  xport_mr_t *sub;
+  if ((ret = xport_mr_reg(ctx->shm, buf, len, access, &sub))) {
+    xport_mr_dereg(*mr_p);
+    return ret;
+  }
+  (*mr_p)->sub = sub;
+  return 0;
 }
 
 XPORT_API int xport_mr_dereg(xport_mr_t *mr)
 {
   if (!mr)
     return xport_mr_dereg__locked(mr);
+  if (mr->sub) {
+    int ret = xport_mr_dereg(mr->sub);
+    if (ret)
+      return ret;
+    mr->sub = NULL;
+  }
   xport_ctx_t *lctx = mr->ctx;
   XPORT__LOCK(lctx);
   int ret = xport_mr_dereg__locked(mr);

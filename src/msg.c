@@ -23,8 +23,8 @@ check_post(const xport_conn_t *conn, const xport_iov_t *iov, size_t iovcnt)
     if (XPORT__UNLIKELY(!v->base && v->len))
       return -XPORT_EINVAL;
     if (v->mr) {
-      const xport_mr_t *mr = v->mr;
-      if (XPORT__UNLIKELY(mr->ctx != conn->ctx))
+      const xport_mr_t *mr = xport__mr_for(v->mr, conn->ctx);
+      if (XPORT__UNLIKELY(!mr))
         return -XPORT_EINVAL;
       /* Below the region's start, the offset wraps and is too large. */
       size_t end;
@@ -98,7 +98,7 @@ prepare_local(xport_ctx_t *ctx, struct xport__req *req, int is_send, const xport
   for (size_t i = 0; i < *cnt; i++) {
     fiov[i].iov_base = iov[i].base;
     fiov[i].iov_len = iov[i].len;
-    desc[i] = iov[i].mr ? iov[i].mr->desc : NULL;
+    desc[i] = iov[i].mr ? xport__mr_for(iov[i].mr, ctx)->desc : NULL; /* checked */
     need |= !iov[i].mr && iov[i].len;
   }
   if (XPORT__LIKELY(!ctx->need_local_mr || !need))

@@ -7,6 +7,9 @@
  *  16  owner context id   24  remote address of the range (VA or offset)
  *  32  range length       40  provider name (16 bytes, NUL padded)
  *  56  key bytes          ..  FNV-1a of everything before (u32)
+ * A context with several transports (XPORT_SHM) packs one such key per
+ * transport, back to back, its fabric's first; unpacking takes the one of
+ * the provider the connection runs on, so one blob serves every peer.
  */
 #include "xport_int.h"
 
@@ -18,7 +21,9 @@
 #define RK_HDR 56
 #define RK_F_VIRT 0x1
 #define RK_F_RAW 0x2
-#define RK_RAW_MAX (XPORT_RKEY_MAX_SIZE - RK_HDR - 4)
+#define RK_ONE_MAX 128 /* one transport's key */
+#define RK_RAW_MAX (RK_ONE_MAX - RK_HDR - 4)
+#define RK_PARTS_MAX (XPORT_RKEY_MAX_SIZE / (RK_HDR + 4))
 
 static uint32_t fnv1a(const uint8_t *p, size_t n)
 {
@@ -103,19 +108,20 @@ XPORT_API int xport_rkey_pack(xport_mr_t *mr, size_t offset, size_t len, void *b
   XPORT__LOCK(mr->ctx);
   int ret = rkey_pack_locked(mr, offset, len, buf, buflen);
   XPORT__UNLOCK(mr->ctx);
-  return ret;
+  if (ret < 0 || !mr->sub)
+    return ret;
+  xport_mr_t *sub = mr->sub;
+  XPORT__LOCK(sub->ctx);
+  int more = rkey_pack_locked(sub, offset, len, (uint8_t *)buf + ret, buflen - (size_t)ret);
+  XPORT__UNLOCK(sub->ctx);
+  return more < 0 ? more : ret + more;
 }
 
-static int xport_rkey_unpack__locked(xport_conn_t *conn, const void *buf, size_t len,
-                                xport_rkey_t **rkey_p)
+/* One transport's key, the whole of [buf, buf + len). */
+static int unpack_one(xport_conn_t *conn, const void *buf, size_t len, xport_rkey_t **rkey_p)
 {
   const uint8_t *p = buf;
   char prov[17];
-
-  if (!conn || !buf || !rkey_p)
-    return -XPORT_EINVAL;
-  if (conn->state != XPORT__CONN_CONNECTED)
-    return conn->state == XPORT__CONN_CLOSED ? -XPORT_EINVAL : -XPORT_ENOTCONN;
   xport_ctx_t *ctx = conn->ctx;
   /* Every field is checked before any is trusted: a key is data from
    * the network. */
@@ -164,6 +170,47 @@ bad:
   return -XPORT_EPROTO;
 foreign:
   XPORT__INFO("refused a remote key: it belongs to another provider, mode or peer");
+  return -XPORT_EPROTO;
+}
+
+static int xport_rkey_unpack__locked(xport_conn_t *conn, const void *buf, size_t len,
+                                     xport_rkey_t **rkey_p)
+{
+  const uint8_t *p = buf;
+  if (!conn || !buf || !rkey_p)
+    return -XPORT_EINVAL;
+  if (conn->state != XPORT__CONN_CONNECTED)
+    return conn->state == XPORT__CONN_CLOSED ? -XPORT_EINVAL : -XPORT_ENOTCONN;
+  /* A key per transport, back to back: their sizes must tile the blob
+   * exactly before the connection's provider picks one, which is then
+   * checked whole. */
+  size_t at[RK_PARTS_MAX], sz[RK_PARTS_MAX], n = 0, off = 0;
+  while (off < len && n < RK_PARTS_MAX) {
+    size_t total = len - off >= 10 ? xport__get16(p + off + 8) : 0;
+    if (total < RK_HDR + 4 || total > len - off)
+      break;
+    at[n] = off;
+    sz[n++] = total;
+    off += total;
+  }
+  if (n <= 1 || off != len)
+    return unpack_one(conn, buf, len, rkey_p); /* one key, or what it says of a bad one */
+  /* Every part sound, the ones this connection does not take too: a
+   * blob damaged anywhere is refused. */
+  for (size_t i = 0; i < n; i++) {
+    const uint8_t *q = p + at[i];
+    size_t klen = xport__get16(q + 10);
+    if (xport__get32(q) != RK_MAGIC || xport__get16(q + 4) != RK_VERSION || klen > RK_RAW_MAX ||
+        sz[i] != RK_HDR + klen + 4 || xport__get32(q + RK_HDR + klen) != fnv1a(q, RK_HDR + klen)) {
+      XPORT__INFO("refused a remote key: part %zu of %zu is truncated or corrupted", i + 1, n);
+      return -XPORT_EPROTO;
+    }
+  }
+  const char *prov = conn->ctx->caps.provider;
+  for (size_t i = 0; i < n; i++)
+    if (!strncmp((const char *)p + at[i] + 40, prov, 16))
+      return unpack_one(conn, p + at[i], sz[i], rkey_p);
+  XPORT__INFO("refused a remote key: none of its parts is for %s", prov);
   return -XPORT_EPROTO;
 }
 

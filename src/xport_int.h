@@ -195,6 +195,11 @@ struct xport__profile {
    * endpoint reach that peer again (a new connection is refused): new
    * connections go out through a fresh endpoint. */
   int close_after_refusal_crashes;
+  /* 1: reaches only processes of this node that share its /dev/shm and
+   * PID namespace (shm). The one provider a context opens beside its
+   * fabric for same-node peers (XPORT_SHM), and whose listeners refuse a
+   * request from another node or PID namespace (transport/rdm.c). */
+  int node_local;
   /* What to tell the user when the provider refuses to open an endpoint
    * (fi_enable: EINVAL) for reasons of its own (may be NULL). */
   const char *enable_hint;
@@ -263,6 +268,7 @@ enum xport__env_id {
   XPORT__ENV_JOB,
   XPORT__ENV_JOB_HOST,
   XPORT__ENV_JOB_TIMEOUT,
+  XPORT__ENV_SHM,
   XPORT__ENV_COUNT
 };
 
@@ -314,6 +320,9 @@ struct xport_mr {
   unsigned access;
   struct xport__span *spans;    /* packed sub-ranges */
   size_t nspans;
+  /* The same memory registered with the context's node-local
+   * sub-context (ctx->shm), which owns it; NULL where there is none. */
+  struct xport_mr *sub;
   struct xport_mr *next, *prev; /* ctx->mrs */
 };
 
@@ -611,11 +620,23 @@ struct xport_listener {
   void (*accepted)(void *arg, xport_conn_t *conn);
   void *hook_arg;
   char addr[96];
+  /* The same host:port on the context's node-local sub-context (ctx->shm),
+   * which owns it; NULL where there is none. */
+  struct xport_listener *sub;
   struct xport_listener *next, *prev; /* ctx->listeners */
 };
 
 struct xport_ctx {
   struct fi_info *info; /* the chosen candidate, as opened */
+  /* Several transports (XPORT_SHM: ctx.c opens it, the public calls
+   * serve both): the fabric's context
+   * holds a complete second one on the node-local provider for peers on
+   * this node, which it owns; connections, regions and listeners of
+   * that one point at it. is_sub marks it; poll_turn says which of the
+   * two xport_poll reads first. */
+  struct xport_ctx *shm;
+  int is_sub;
+  unsigned poll_turn;
   struct fid_fabric *fabric;
   struct fid_domain *domain;
   struct fid_eq *eq;
@@ -820,6 +841,15 @@ struct xport__transport {
 };
 /* The transport for endpoints of type t, or NULL (transport/registry.c). */
 const struct xport__transport *xport__transport_for(enum fi_ep_type t);
+
+/* The registration of mr that ctx's endpoints take (its own, or its
+ * node-local half), or NULL where mr belongs to another context. */
+static inline const xport_mr_t *xport__mr_for(const xport_mr_t *mr, const xport_ctx_t *ctx)
+{
+  if (XPORT__LIKELY(mr->ctx == ctx))
+    return mr;
+  return mr->sub && mr->sub->ctx == ctx ? mr->sub : NULL;
+}
 
 #define XPORT__ACCESS_REMOTE                                                  \
   (XPORT_ACCESS_REMOTE_READ | XPORT_ACCESS_REMOTE_WRITE | XPORT_ACCESS_REMOTE_ATOMIC)

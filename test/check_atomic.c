@@ -356,7 +356,7 @@ static void spin_client(xport_ctx_t *ctx, xport_conn_t *conn, xport_rkey_t *rk, 
 {
   xport_caps_t caps;
   uint64_t me = (uint64_t)id + 1, res, rec[4];
-  XT_OK(xport_ctx_query(ctx, &caps));
+  XT_OK(xport_conn_query(conn, &caps));
   /* A write's completion must mean it is in the target's memory before
    * the lock goes: atomics are not ordered with the rest. */
   XT_CHECK(caps.delivery_complete, "client %d on %s: delivery-complete is off", id,
@@ -703,6 +703,7 @@ static void bad_key(int kind, int add)
   XT_OK(xport_connect(ctx, addr, T_MS, &victim));
   XT_OK(xport_connect(octx, addr, T_MS, &ctl));
   xport_rkey_t *rk = import_key(ctx, victim, raw, &klen);
+  klen = xt_key_part(victim, raw, klen);
   if (kind == KEY_REVOKED) {
     msg_recv(ctx, victim, msg, sizeof msg);
     XT_CHECK(!strcmp(msg, "revoked"), "protocol");
@@ -980,7 +981,7 @@ static int depth_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 {
   struct xt_steps *st = arg;
   xport_caps_t caps;
-  XT_OK(xport_ctx_query(ctx, &caps));
+  XT_OK(xport_conn_query(conn, &caps));
   int emu = emulated(ctx);
   size_t cap = emu ? EMU_DEPTH : caps.tx_depth;
   uint64_t *res = malloc((cap + 1) * sizeof *res);

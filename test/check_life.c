@@ -360,7 +360,7 @@ static int held_read_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   }
   if (path == 'R')
     xt_step_put(st->c2s[1], 'R');
-  if (!strcmp(xt_config(), "shm"))
+  if (!strcmp(xt_transport(), "shm"))
     XT_CHECK(early == 2, "the posts held behind the read did not end at the close");
   xt_fill(buf, BIG, 9); /* the buffers are the application's again */
   xt_fill(wsrc, sizeof wsrc, 9);
@@ -966,7 +966,7 @@ static int depth_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   xport_completion_t c;
   xport_caps_t caps;
   xport_mr_t *mr;
-  XT_OK(xport_ctx_query(ctx, &caps));
+  XT_OK(xport_conn_query(conn, &caps));
   size_t regsize = caps.tx_depth * SLOT;
   char *reg = calloc(1, regsize), *bufs = calloc(caps.rx_depth + 1, SLOT);
   char *seen = calloc(caps.rx_depth, 1);
@@ -1024,7 +1024,7 @@ static int depth_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   xport_completion_t comps[32];
   xport_caps_t caps;
   char go[4], done[8];
-  XT_OK(xport_ctx_query(ctx, &caps));
+  XT_OK(xport_conn_query(conn, &caps));
   xport_rkey_t *rk = get_key(ctx, conn);
   XT_OK(xport_recv(conn, go, sizeof go, NULL, go));
   XT_OK(xport_recv(conn, done, sizeof done, NULL, done));

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -413,7 +414,7 @@ static int unsig_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   xport_caps_t caps;
   unsigned nsig = 0, done = 0, freed = 0;
   int got_fin = 0;
-  XT_OK(xport_ctx_query(ctx, &caps));
+  XT_OK(xport_conn_query(conn, &caps));
   XT_OK(xport_recv(conn, fin, sizeof fin, NULL, fin));
   for (unsigned i = 0; i < UN_MSG; i++) {
     size_t len = un_size(i);
@@ -507,7 +508,7 @@ static int depth_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   static char buf[8];
   xport_completion_t c;
   int posted = 0, rc = 0;
-  XT_OK(xport_ctx_query(ctx, &caps));
+  XT_OK(xport_conn_query(conn, &caps));
   size_t limit = caps.rx_depth + 64;
   while ((size_t)posted < limit && (rc = xport_recv(conn, buf, sizeof buf, NULL, NULL)) == 0)
     posted++;
@@ -544,7 +545,7 @@ static int iov_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   xport_completion_t c;
   xport_iov_t v[3] = {{a, sizeof a, NULL}, {b, sizeof b, NULL}, {tail, sizeof tail, NULL}};
   xport_caps_t caps;
-  XT_OK(xport_ctx_query(ctx, &caps));
+  XT_OK(xport_conn_query(conn, &caps));
   size_t cnt = caps.max_iov < 3 ? caps.max_iov : 3;
   XT_OK(xport_recvv(conn, v, cnt, NULL));
   expect_comp(ctx, &c, XPORT_OP_RECV, 0);
@@ -567,7 +568,7 @@ static int iov_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   xt_fill(msg, sizeof msg, 7);
   xport_iov_t v[3] = {{msg, 25, NULL}, {msg + 25, 5, NULL}, {msg + 30, 40, NULL}};
   xport_caps_t caps;
-  XT_OK(xport_ctx_query(ctx, &caps));
+  XT_OK(xport_conn_query(conn, &caps));
   XT_OK(xport_recv(conn, ack, sizeof ack, NULL, NULL));
   if (caps.max_iov >= 3) {
     XT_OK(xport_sendv(conn, v, 3, NULL));
@@ -741,7 +742,7 @@ static void trunc_many_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg
   char *big = malloc(1 << 20), *rb = malloc(TRUNC_SZ), *sb = malloc(TRUNC_SZ);
   XT_CHECK(big && rb && sb, "malloc");
   /* MSG endpoints end the truncated connection (tcp): its disconnect. */
-  int msg_ep = !strncmp(xt_config(), "tcp", 3) && !strchr(xt_config(), ';');
+  int msg_ep = !strcmp(xt_transport(), "tcp");
   for (unsigned r = 0; r < TRUNC_ROUNDS; r++) {
     xport_conn_t *a, *b, *n;
     trunc_round = r;
@@ -1014,10 +1015,16 @@ static int shm_files_of(pid_t pid)
   return n;
 }
 
+/* fmt names a listener's file by its port: "xport-PORT.netINO" (the
+ * network namespace's inode), with a suffix after it or none. */
 static int shm_exists(const char *fmt, int v)
 {
-  char path[256];
-  snprintf(path, sizeof path, fmt, v);
+  char path[256], name[128];
+  struct stat ns;
+  if (stat("/proc/self/ns/net", &ns))
+    return 0;
+  snprintf(name, sizeof name, "%d.net%llu", v, (unsigned long long)ns.st_ino);
+  snprintf(path, sizeof path, fmt, name);
   return access(path, F_OK) == 0;
 }
 
@@ -1054,15 +1061,15 @@ static pid_t files_spawn(int *port_p)
  * another program's file, even one named after the dead process. */
 START_TEST(dead_endpoint_files_swept)
 {
-  if (strcmp(xt_config(), "shm")) {
+  if (strcmp(xt_transport(), "shm")) {
     printf("dead_endpoint_files_swept on %s: skipped, its endpoints leave no files\n",
            xt_config());
     return;
   }
   int pdead, plive;
   pid_t dead = files_spawn(&pdead), live = files_spawn(&plive);
-  XT_CHECK(shm_files_of(dead) == 2 && shm_exists("/dev/shm/xport-%d", pdead),
-           "the endpoints' files are not named xport-PID-* and xport-PORT (%d found)",
+  XT_CHECK(shm_files_of(dead) == 2 && shm_exists("/dev/shm/xport-%s", pdead),
+           "the endpoints' files are not named xport-PID-* and xport-PORT.netINO (%d found)",
            shm_files_of(dead));
   kill(dead, SIGKILL);
   XT_CHECK(xt_reap(dead) == 128 + SIGKILL, "not killed");
@@ -1074,10 +1081,10 @@ START_TEST(dead_endpoint_files_swept)
   close(fd);
 
   xport_ctx_t *ctx = xt_ctx();
-  int left = shm_files_of(dead), lst_left = shm_exists("/dev/shm/xport-%d", pdead) +
-                                           shm_exists("/dev/shm/xport-%d.lock", pdead);
-  int live_kept = shm_files_of(live) == 2 && shm_exists("/dev/shm/xport-%d", plive) &&
-                  shm_exists("/dev/shm/xport-%d.lock", plive);
+  int left = shm_files_of(dead), lst_left = shm_exists("/dev/shm/xport-%s", pdead) +
+                                           shm_exists("/dev/shm/xport-%s.lock", pdead);
+  int live_kept = shm_files_of(live) == 2 && shm_exists("/dev/shm/xport-%s", plive) &&
+                  shm_exists("/dev/shm/xport-%s.lock", plive);
   int foreign_kept = access(foreign, F_OK) == 0;
   unlink(foreign);
   kill(live, SIGKILL);
@@ -1088,7 +1095,7 @@ START_TEST(dead_endpoint_files_swept)
   XT_CHECK(foreign_kept, "another program's file was removed");
   ctx = xt_ctx(); /* and now the other one's */
   xport_ctx_destroy(ctx);
-  XT_CHECK(shm_files_of(live) == 0 && !shm_exists("/dev/shm/xport-%d", plive),
+  XT_CHECK(shm_files_of(live) == 0 && !shm_exists("/dev/shm/xport-%s", plive),
            "the second killed process's files stay");
 }
 END_TEST
@@ -1132,8 +1139,8 @@ START_TEST(peer_hangs_keepalive)
   pid_t pid = xt_spawn_pair_server(stopping_server, NULL, addr, sizeof addr);
   xport_ctx_t *ctx = xt_ctx();
   xport_conn_t *conn;
-  XT_OK(xport_ctx_query(ctx, &caps));
   XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  XT_OK(xport_conn_query(conn, &caps));
   if (caps.ep_type == XPORT_EP_RDM) {
     int recv_done = 0, gone = 0;
     XT_OK(xport_recv(conn, buf, sizeof buf, NULL, NULL));
@@ -1368,8 +1375,7 @@ static int msg_stranger_connect(struct msg_stranger *s, const char *addr,
   snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
   snprintf(port, sizeof port, "%s", colon + 1);
   char prov[32];
-  snprintf(prov, sizeof prov, "%s", xt_config());
-  prov[strcspn(prov, "-")] = '\0'; /* tcp-strict: tcp */
+  snprintf(prov, sizeof prov, "%s", getenv("XPORT_PROVIDER")); /* the fabric's half */
   struct fi_info *hints = fi_allocinfo();
   hints->ep_attr->type = FI_EP_MSG;
   hints->caps = FI_MSG;
@@ -1933,7 +1939,7 @@ static int bad_post_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   xport_mr_t *mr, *ro, *remote_only;
   xport_completion_t c;
   xport_caps_t caps;
-  XT_OK(xport_ctx_query(ctx, &caps));
+  XT_OK(xport_conn_query(conn, &caps));
   XT_OK(xport_mr_reg(ctx, buf, 128, XPORT_ACCESS_LOCAL, &mr));
   XT_OK(xport_mr_reg(ctx, buf + 128, 128, XPORT_ACCESS_REMOTE_READ, &remote_only));
   ro = remote_only;

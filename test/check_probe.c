@@ -14,6 +14,7 @@ static void clear_env(void)
   unsetenv("XPORT_IFACE");
   unsetenv("XPORT_STRICT");
   unsetenv("XPORT_PROGRESS_THREAD");
+  unsetenv("XPORT_SHM");
   setenv("XPORT_LOG", "none", 1);
 }
 
@@ -193,6 +194,7 @@ START_TEST(wait_fd_usable)
   int fd = -1;
   clear_env();
   setenv("XPORT_PROVIDER", "tcp", 1);
+  setenv("XPORT_SHM", "off", 1); /* the fabric alone */
   ck_assert_int_eq(xport_ctx_create(NULL, &ctx), 0);
   xport_ctx_query(ctx, &caps);
   ck_assert_int_eq(caps.wait_fd, 1);
@@ -200,6 +202,18 @@ START_TEST(wait_fd_usable)
   ck_assert_int_ge(fcntl(fd, F_GETFD), 0);
   ck_assert_int_eq(xport_wait(ctx, 10), -XPORT_ETIMEDOUT);
   xport_ctx_destroy(ctx);
+  /* shm beside tcp: no descriptor covers both, so none is given, and
+   * waiting works in steps. */
+  setenv("XPORT_SHM", "auto", 1);
+  ck_assert_int_eq(xport_ctx_create(NULL, &ctx), 0);
+  xport_ctx_query(ctx, &caps);
+  ck_assert_int_eq(caps.wait_fd, 0);
+  fd = -7;
+  ck_assert_int_eq(xport_ctx_fd(ctx, &fd), -XPORT_ENOSYS);
+  ck_assert_int_eq(fd, -7);
+  ck_assert_int_eq(xport_wait(ctx, 10), -XPORT_ETIMEDOUT);
+  xport_ctx_destroy(ctx);
+  setenv("XPORT_SHM", "off", 1);
   /* Without one, waiting still works (in steps) and the fd is refused. */
   setenv("XPORT_WAIT_FD", "0", 1);
   ck_assert_int_eq(xport_ctx_create(NULL, &ctx), 0);

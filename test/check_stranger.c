@@ -20,6 +20,7 @@
 #include <rdma/fi_tagged.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/random.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -61,7 +62,7 @@ static size_t heap_in_use(void)
  * (FI_EP_MSG) give each connection its own and skip with the reason. */
 static int rdm_config(const char *test)
 {
-  const char *c = xt_config();
+  const char *c = xt_transport(); /* shm in the configurations with shm beside a fabric */
   if (!strcmp(c, "shm") || strstr(c, "ofi_rxm"))
     return 1;
   printf("SKIP: %s on %s: connections there have endpoints of their own (FI_EP_MSG); "
@@ -156,13 +157,13 @@ static void st_open(struct stranger *s, const char *addr)
     memmove(host, host + 1, strlen(host));
     host[strcspn(host, "]")] = '\0';
   }
-  int shm = !strcmp(xt_config(), "shm");
+  int shm = !strcmp(xt_transport(), "shm");
   struct fi_info *hints = fi_allocinfo();
   hints->ep_attr->type = FI_EP_RDM;
   hints->caps = FI_MSG | FI_TAGGED;
   hints->mode = FI_CONTEXT | FI_CONTEXT2;
   hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
-  hints->fabric_attr->prov_name = strdup(xt_config());
+  hints->fabric_attr->prov_name = strdup(xt_transport());
   int rc = fi_getinfo(FI_VERSION(1, 17), shm ? NULL : host, shm ? NULL : port, 0, hints,
                       &s->info);
   fi_freeinfo(hints);
@@ -186,7 +187,9 @@ static void st_open(struct stranger *s, const char *addr)
   /* The listener's address, as xport's own clients find it. */
   if (shm) {
     char name[64];
-    int n = snprintf(name, sizeof name, "xport-%s", port);
+    struct stat ns;
+    XT_CHECK(stat("/proc/self/ns/net", &ns) == 0, "stat /proc/self/ns/net");
+    int n = snprintf(name, sizeof name, "xport-%s.net%llu", port, (unsigned long long)ns.st_ino);
     XT_CHECK(fi_av_insert(s->av, name, 1, &s->srv, 0, NULL) == 1, "av insert %s", name);
     (void)n;
   } else {
@@ -280,7 +283,7 @@ static void st_close(struct stranger *s)
   /* rxm over verbs (libfabric 1.17) crashes closing an endpoint whose
    * connections the peer just dropped (providers/rxm.c): there the
    * stranger's endpoint goes with its process, which ends with the test. */
-  if (!strcmp(xt_config(), "verbs;ofi_rxm"))
+  if (!strcmp(xt_transport(), "verbs;ofi_rxm"))
     return;
   fi_close(&s->ep->fid);
   fi_close(&s->mr->fid);
@@ -554,7 +557,7 @@ END_TEST
 static struct stranger victim;
 static void spoof_requests(struct stranger *s)
 {
-  int shm = !strcmp(xt_config(), "shm");
+  int shm = !strcmp(xt_transport(), "shm");
   st_open(&victim, listener_addr);
   for (uint32_t i = 0; i < 4000; i++) {
     struct xport__ctl *m = st_ctl(s, XPORT__CTL_CONNREQ);
@@ -700,7 +703,7 @@ START_TEST(stranger_floods_unused_tags)
 {
   if (!rdm_config("stranger_floods_unused_tags"))
     return;
-  if (!strcmp(xt_config(), "shm")) {
+  if (!strcmp(xt_transport(), "shm")) {
     printf("SKIP: stranger_floods_unused_tags on shm: libfabric 1.17 shm can neither "
            "discard unexpected messages (no FI_PEEK/FI_DISCARD) nor match them with a "
            "wildcard receive safely; see xport(7), Shared endpoints and strangers\n");

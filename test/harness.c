@@ -34,17 +34,30 @@ struct xt_cfg {
   const char *label;
   const char *provider; /* XPORT_PROVIDER */
   int strict;
+  /* XPORT_SHM=auto: shm beside the fabric, and the test's peers (this
+   * node) reached over it; else off, so the fabric carries everything. */
+  int shm_auto;
 };
 
 /* Every configuration xport targets; absent ones are skipped with why. */
 static const struct xt_cfg cfgs[] = {
-  {"tcp", "tcp", 0},
-  {"tcp-strict", "tcp", 1},
-  {"tcp;ofi_rxm", "tcp;ofi_rxm", 0},
-  {"shm", "shm", 0},
-  {"verbs", "verbs", 0},
-  {"verbs;ofi_rxm", "verbs;ofi_rxm", 0},
+  {"tcp", "tcp", 0, 0},
+  {"tcp-strict", "tcp", 1, 0},
+  {"tcp;ofi_rxm", "tcp;ofi_rxm", 0, 0},
+  {"shm", "shm", 0, 0},
+  {"verbs", "verbs", 0, 0},
+  {"verbs;ofi_rxm", "verbs;ofi_rxm", 0, 0},
+  {"shm+tcp", "tcp", 0, 1},
+  {"shm+tcp;ofi_rxm", "tcp;ofi_rxm", 0, 1},
+  {"shm+verbs", "verbs", 0, 1},
 };
+
+static const struct xt_cfg *current;
+
+const char *xt_transport(void)
+{
+  return current && current->shm_auto ? "shm" : current ? current->provider : "";
+}
 
 static int wanted(const char *label)
 {
@@ -102,6 +115,22 @@ static int available(const struct xt_cfg *c, char *why, size_t len)
     if (log)
       dup2(fileno(log), 2);
     int rc = xport_ctx_create(&a, &ctx);
+    xport_ctx_t *sctx = NULL;
+    if (rc == 0 && c->shm_auto) {
+      /* Both transports must be there, and the test's connections take
+       * the shm one: its capabilities are what they see. */
+      xport_caps_t fc;
+      xport_ctx_attr_t sa = {.provider = "shm", .strict = a.strict};
+      xport_ctx_query(ctx, &fc);
+      if (xport_ctx_create(&sa, &sctx) == 0 && fc.wait_fd == 0)
+        ;
+      else {
+        xport_ctx_destroy(ctx);
+        xport_ctx_destroy(sctx);
+        ctx = NULL, sctx = NULL;
+        rc = -XPORT_ENOPROV;
+      }
+    }
     char msg[700], warn[480] = "";
     xport_listener_t *lst;
     /* Usable means a listener opens too, on the address tests use. */
@@ -130,7 +159,8 @@ static int available(const struct xt_cfg *c, char *why, size_t len)
     xport_caps_t caps;
     memset(&caps, 0, sizeof caps);
     if (rc == 0)
-      xport_ctx_query(ctx, &caps);
+      xport_ctx_query(sctx ? sctx : ctx, &caps);
+    xport_ctx_destroy(sctx);
     if (write(p[1], &caps, sizeof caps) != (ssize_t)sizeof caps ||
         write(p[1], msg, strlen(msg) + 1) < 0)
       _exit(2);
@@ -178,6 +208,8 @@ int xt_main(const char *prog, Suite *(*make)(void), int network)
       printf("SKIP: %s on %s: not in XPORT_TEST_CONFIGS\n", prog, c->label);
       continue;
     }
+    setenv("XPORT_SHM", c->shm_auto ? "auto" : "off", 1);
+    current = c;
     if (!available(c, why, sizeof why)) {
       printf("SKIP: %s on %s: %s\n", prog, c->label, why);
       continue;
@@ -195,6 +227,33 @@ int xt_main(const char *prog, Suite *(*make)(void), int network)
     return 77;
   }
   return failed ? 1 : 0;
+}
+
+int xt_mixed(void) { return current && current->shm_auto; }
+
+size_t xt_key_part(xport_conn_t *conn, uint8_t *raw, size_t len)
+{
+  xport_caps_t caps;
+  XT_OK(xport_conn_query(conn, &caps));
+  for (size_t off = 0; off + 56 <= len;) {
+    size_t total = (size_t)raw[off + 8] | (size_t)raw[off + 9] << 8;
+    XT_CHECK(total >= 60 && total <= len - off, "packed key: a part of %zu bytes at %zu", total, off);
+    if (!strncmp((const char *)raw + off + 40, caps.provider, 16)) {
+      memmove(raw, raw + off, total);
+      return total;
+    }
+    off += total;
+  }
+  XT_CHECK(0, "packed key: no part for %s", caps.provider);
+  return 0;
+}
+
+void xt_check_transport(xport_conn_t *conn)
+{
+  xport_caps_t caps;
+  XT_OK(xport_conn_query(conn, &caps));
+  XT_CHECK(!strcmp(caps.provider, xt_transport()), "on %s the connection runs over %s, not %s",
+           xt_config(), caps.provider, xt_transport());
 }
 
 /* Set once this process has opened a context: it may fork no more. */
@@ -333,6 +392,7 @@ static void pair_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
   struct pair_arg *pa = arg;
   xport_conn_t *conn;
   XT_OK(xport_accept(lst, 20000, &conn));
+  xt_check_transport(conn);
   if (pa->server(ctx, conn, pa->arg) != XT_CLOSED)
     XT_OK(xport_conn_close(conn));
 }
@@ -350,6 +410,7 @@ void xt_pair(xt_side_fn server, xt_side_fn client, void *arg)
   xport_ctx_t *ctx = xt_ctx();
   xport_conn_t *conn;
   XT_OK(xport_connect(ctx, addr, 20000, &conn));
+  xt_check_transport(conn);
   if (client(ctx, conn, arg) != XT_CLOSED)
     XT_OK(xport_conn_close(conn));
   xport_ctx_destroy(ctx);

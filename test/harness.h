@@ -10,6 +10,17 @@
 
 /* The configuration the current run is for, e.g. "tcp" or "tcp-strict". */
 const char *xt_config(void);
+/* The provider the test's connections run on (xport_conn_query): "shm"
+ * in the configurations with shm beside a fabric. */
+const char *xt_transport(void);
+/* 1 in the configurations with shm beside a fabric (xt_transport "shm"). */
+int xt_mixed(void);
+/* A packed key holds one part per transport of its context (src/rma.c):
+ * moves the part for conn's transport to the front of raw and returns its
+ * length, for tests that forge a key's fields. */
+size_t xt_key_part(xport_conn_t *conn, uint8_t *raw, size_t len);
+/* Fails unless conn runs over xt_transport(). */
+void xt_check_transport(xport_conn_t *conn);
 /* The host tests listen on: 127.0.0.1, or $XPORT_TEST_HOST (verbs needs
  * an address with an RDMA device behind it); and "HOST:0". */
 const char *xt_host(void);

@@ -189,6 +189,17 @@ int main(void)
     if (p != me && (xport_job_conn(job, p, &again) || again != conns[p]))
       FAIL("a second job_conn(%d) gave another connection", p);
   }
+  /* Which transport each peer's connection runs on (jobs.sh checks that
+   * peers of this node come over shm where XPORT_SHM lets them). */
+  char over[512] = "";
+  for (int p = 0, off = 0; p < n && off < (int)sizeof over - 48; p++) {
+    xport_caps_t cc;
+    if (p == me)
+      continue;
+    if ((rc = xport_conn_query(conns[p], &cc)))
+      FAIL("conn_query(%d): %s", p, xport_strerror(rc));
+    off += snprintf(over + off, sizeof over - (size_t)off, " %d=%s", p, cc.provider);
+  }
   if (n > 1 && (rc = xport_conn_close(conns[(me + 1) % n])) != -XPORT_EPERM)
     FAIL("xport_conn_close of a job's connection: %s, not EPERM", xport_strerror(rc));
   if (xport_job_conn(job, me, &conns[0]) != -XPORT_EINVAL || xport_job_conn(job, n, &conns[0]) !=
@@ -336,7 +347,7 @@ int main(void)
   if ((rc = xport_job_fini(job)))
     FAIL("second job: job_fini: %s", xport_strerror(rc));
   printf("job_ranks: rank %d of %d on %s (%s): ok: %d peers, messages, writes and reads "
-         "verified, then a second job\n", me, n, caps.provider, host, n - 1);
+         "verified, then a second job; over:%s\n", me, n, caps.provider, host, n - 1, over);
   fflush(stdout);
 
   xport_mr_dereg(rmr);

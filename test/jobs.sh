@@ -14,6 +14,9 @@ pass=0; fail=0; skip=0
 tmp=$(mktemp -d /tmp/xport-jobs.XXXXXX)
 ns_a="xjA$$"; ns_b="xjB$$"
 slurm_pids=""
+# The fabric named carries every pair, unless a case says otherwise:
+# cases with shm beside it (XPORT_SHM=auto) check who went over which.
+XPORT_SHM=off; export XPORT_SHM
 
 started_munged=0
 cleanup() {
@@ -91,14 +94,26 @@ if ! command -v mpirun >/dev/null 2>&1; then
 else
   for prov in shm tcp "tcp;ofi_rxm"; do
     job_case "mpirun -np 4, one node, $prov: every pair connected; messages, writes, reads verified" \
-      mpirun -np 4 -x LSAN_OPTIONS -x XPORT_PROVIDER="$prov" "$ranks"
+      mpirun -np 4 -x LSAN_OPTIONS -x XPORT_SHM -x XPORT_PROVIDER="$prov" "$ranks"
   done
+  # shm beside tcp: every peer is on this node, so every pair goes over shm.
+  log="$tmp/mixed1.log"
+  (XPORT_SHM=auto; export XPORT_SHM
+   private_shm timeout 120 mpirun -np 4 -x LSAN_OPTIONS -x XPORT_SHM -x XPORT_PROVIDER=tcp \
+     "$ranks" >"$log" 2>&1)
+  rc=$?
+  if [ $rc = 0 ] && count_ok "$log" 4 && [ "$(grep -c 'over: .*=shm' "$log")" = 4 ] &&
+     ! grep 'over:' "$log" | grep -q '=tcp'; then
+    ok "mpirun -np 4, one node, tcp with shm beside (XPORT_SHM=auto): every pair over shm"
+  else
+    bad "mpirun -np 4, one node, XPORT_SHM=auto (rc $rc):"; sed 's/^/  /' "$log" | tail -20
+  fi
 
   # A rank busy outside xport for longer than XPORT_JOB_TIMEOUT: its
   # peers' xport_job_conn time out, and asking again then succeeds.
   for prov in tcp "tcp;ofi_rxm"; do
     job_case "a rank busy past XPORT_JOB_TIMEOUT, $prov: asking again connects" \
-      mpirun -np 4 -x JOB_BUSY_RANK=1 -x XPORT_JOB_TIMEOUT=1000 -x LSAN_OPTIONS \
+      mpirun -np 4 -x JOB_BUSY_RANK=1 -x XPORT_JOB_TIMEOUT=1000 -x LSAN_OPTIONS -x XPORT_SHM \
       -x XPORT_PROVIDER="$prov" "$ranks"
   done
 
@@ -110,11 +125,11 @@ else
     rm -rf "$tmp/marks"; mkdir "$tmp/marks"
     job_case "a rank busy outside xport with its progress thread on, $prov: connected at once" \
       mpirun -np 4 -x JOB_BUSY_RANK=1 -x JOB_MARKS="$tmp/marks" -x XPORT_JOB_TIMEOUT=30000 \
-      -x XPORT_PROGRESS_THREAD=1 -x LSAN_OPTIONS -x XPORT_PROVIDER="$prov" "$ranks"
+      -x XPORT_PROGRESS_THREAD=1 -x LSAN_OPTIONS -x XPORT_SHM -x XPORT_PROVIDER="$prov" "$ranks"
   done
 
   log="$tmp/ring.log"
-  private_shm timeout 120 mpirun -np 4 -x LSAN_OPTIONS -x XPORT_PROVIDER=tcp "$b/examples/ring" >"$log" 2>&1
+  private_shm timeout 120 mpirun -np 4 -x LSAN_OPTIONS -x XPORT_SHM -x XPORT_PROVIDER=tcp "$b/examples/ring" >"$log" 2>&1
   if [ $? = 0 ] && grep -q 'ring: 4 ranks over tcp, 3 laps' "$log"; then
     ok "mpirun -np 4 ./examples/ring, as the README shows"
   else
@@ -123,7 +138,7 @@ else
 
   for prov in shm tcp; do
     log="$tmp/perf.log"
-    private_shm timeout 120 mpirun -np 2 -x LSAN_OPTIONS "$b/tools/xport_perf" -p "$prov" \
+    private_shm timeout 120 mpirun -np 2 -x LSAN_OPTIONS -x XPORT_SHM "$b/tools/xport_perf" -p "$prov" \
       -t send_lat --check -n 200 --json >"$log" 2>&1
     if [ $? = 0 ] && grep -q "\"provider\":\"$prov\".*\"check\":\"ok\"" "$log"; then
       ok "mpirun -np 2 xport_perf -p $prov -t send_lat --check: rank 0 served, rank 1 measured"
@@ -138,7 +153,7 @@ else
   for prov in shm tcp "tcp;ofi_rxm"; do
     log="$tmp/kill.log"
     private_shm timeout 120 mpirun --enable-recovery -np 4 -x JOB_DIE_RANK=3 \
-      -x JOB_SURVIVORS_EXIT=1 -x LSAN_OPTIONS -x XPORT_PROVIDER="$prov" "$ranks" >"$log" 2>&1
+      -x JOB_SURVIVORS_EXIT=1 -x LSAN_OPTIONS -x XPORT_SHM -x XPORT_PROVIDER="$prov" "$ranks" >"$log" 2>&1
     rc=$?
     n=$(grep -c 'rank 3 died' "$log")
     if [ $rc != 124 ] && [ "$n" = 3 ] && ! grep -q FAIL "$log"; then
@@ -146,7 +161,7 @@ else
     else
       bad "a rank killed mid-job, $prov (rc $rc, $n of 3 saw it):"; sed 's/^/  /' "$log" | tail -20
     fi
-    private_shm timeout 120 mpirun -np 4 -x JOB_DIE_RANK=3 -x LSAN_OPTIONS -x XPORT_PROVIDER="$prov" \
+    private_shm timeout 120 mpirun -np 4 -x JOB_DIE_RANK=3 -x LSAN_OPTIONS -x XPORT_SHM -x XPORT_PROVIDER="$prov" \
       "$ranks" >"$log" 2>&1
     rc=$?
     if [ $rc != 0 ] && [ $rc != 124 ] && grep -q 'signal 9' "$log"; then
@@ -177,21 +192,40 @@ exec ip netns exec "\$host" unshare -m -u sh -c 'mount -t tmpfs -o mode=1777 non
 EOF
     chmod +x "$tmp/agent"
     printf '%s slots=2\n%s slots=2\n' "$ns_a" "$ns_b" >"$tmp/hosts"
+    for mode in off auto; do
     for prov in tcp "tcp;ofi_rxm"; do
       log="$tmp/two.log"
-      ip netns exec "$ns_a" unshare -m -u sh -c \
+      XPORT_SHM=$mode ip netns exec "$ns_a" unshare -m -u sh -c \
         'mount -t tmpfs -o mode=1777 none /dev/shm && hostname "$0" && exec "$@"' "$ns_a" \
         timeout 180 mpirun --hostfile "$tmp/hosts" -np 4 --mca plm_rsh_agent "$tmp/agent" \
         --mca oob_tcp_if_include 10.98.0.0/24 --mca btl_tcp_if_include 10.98.0.0/24 \
-        -x LSAN_OPTIONS -x XPORT_PROVIDER="$prov" "$(cd "$b" && pwd)/test/job_ranks" >"$log" 2>&1
+        -x LSAN_OPTIONS -x XPORT_SHM -x XPORT_PROVIDER="$prov" "$(cd "$b" && pwd)/test/job_ranks" >"$log" 2>&1
       rc=$?
       na=$(grep -c "($ns_a): ok" "$log"); nb=$(grep -c "($ns_b): ok" "$log")
-      if [ $rc = 0 ] && count_ok "$log" 4 && [ "$na" = 2 ] && [ "$nb" = 2 ]; then
-        ok "mpirun -np 4 over two nodes (2 + 2), $prov: every pair verified"
+      # Ranks 0, 1 run on the first node, 2, 3 on the second (slots=2):
+      # with shm beside the fabric a rank's node mate (rank ^ 1) comes
+      # over shm and the other node's ranks over the fabric; without it,
+      # every peer over the fabric.
+      want_ok=1
+      for r in 0 1 2 3; do
+        line=$(grep "^job_ranks: rank $r of 4 .*: ok" "$log")
+        for p in 0 1 2 3; do
+          [ $p = $r ] && continue
+          if [ $mode = auto ] && [ $((p / 2)) = $((r / 2)) ]; then w=shm; else w=$prov; fi
+          case "$line" in *" $p=$w"|*" $p=$w "*) ;; *) want_ok=0 ;; esac
+        done
+      done
+      if [ $rc = 0 ] && count_ok "$log" 4 && [ "$na" = 2 ] && [ "$nb" = 2 ] && [ $want_ok = 1 ]; then
+        if [ $mode = auto ]; then
+          ok "mpirun -np 4 over two nodes (2 + 2), $prov with shm beside: node mates over shm, the other node over $prov, every pair verified"
+        else
+          ok "mpirun -np 4 over two nodes (2 + 2), $prov: every pair verified"
+        fi
       else
-        bad "mpirun -np 4 over two nodes, $prov (rc $rc, $na + $nb ranks ok):"
+        bad "mpirun -np 4 over two nodes, $prov, XPORT_SHM=$mode (rc $rc, $na + $nb ranks ok, transports as expected: $want_ok):"
         sed 's/^/  /' "$log" | tail -20
       fi
+    done
     done
   fi
 fi

@@ -63,6 +63,7 @@ struct side {
   int server;
   struct plan p;
   const char *provider;
+  char transport[32];   /* what the connection runs on (xport_conn_query) */
   int json, csv, quiet;
   int sleep; /* --sleep: block in xport_wait between polls */
   xport_job_t *job; /* run as a job: the connection is the job's */
@@ -667,6 +668,8 @@ static void run(struct side *s, int test, size_t size, struct result *r)
 static void report(struct side *s, int test, size_t size, struct result *r, int first)
 {
   const char *chk = s->p.check ? (r->check_ok ? "ok" : "FAILED") : "off";
+  if (first && !s->json && !s->csv && strcmp(s->transport, s->provider))
+    printf("# the connection runs over %s, beside %s (XPORT_SHM)\n", s->transport, s->provider);
   if (first && is_atomic(test) && !s->json && !s->csv)
     printf(is_lat(test) ? "# %s: an atomic is a round trip: the latencies are whole round trips, "
                           "not halves\n"
@@ -680,10 +683,10 @@ static void report(struct side *s, int test, size_t size, struct result *r, int 
     double mn = r->lat[0], med = r->lat[r->n / 2], mean = sum / (double)r->n,
            p99 = r->lat[(uint64_t)((double)(r->n - 1) * 0.99)], mx = r->lat[r->n - 1];
     if (s->json)
-      printf("{\"test\":\"%s\",\"provider\":\"%s\",\"size\":%zu,\"iters\":%llu,\"lat_us_min\":%.3f,"
+      printf("{\"test\":\"%s\",\"provider\":\"%s\",\"transport\":\"%s\",\"size\":%zu,\"iters\":%llu,\"lat_us_min\":%.3f,"
              "\"lat_us_median\":%.3f,\"lat_us_mean\":%.3f,\"lat_us_p99\":%.3f,"
              "\"lat_us_max\":%.3f,%s\"check\":\"%s\"}\n",
-             test_name[test], s->provider, size, (unsigned long long)r->n, mn, med, mean, p99,
+             test_name[test], s->provider, s->transport, size, (unsigned long long)r->n, mn, med, mean, p99,
              mx, is_atomic(test) ? "\"lat_round_trip\":true," : "", chk);
     else if (s->csv)
       printf("%s%s,%s,%zu,%llu,%.3f,%.3f,%.3f,%.3f,%.3f,,,%s\n",
@@ -701,13 +704,14 @@ static void report(struct side *s, int test, size_t size, struct result *r, int 
     double rate = (double)r->n / r->elapsed_us * 1e6;
     double mops = (double)r->n / r->elapsed_us; /* operations/us = Mops/s */
     if (s->json && is_atomic(test))
-      printf("{\"test\":\"%s\",\"provider\":\"%s\",\"size\":%zu,\"iters\":%llu,\"bw_MBps\":%.6g,"
+      printf("{\"test\":\"%s\",\"provider\":\"%s\",\"transport\":\"%s\",\"size\":%zu,\"iters\":%llu,\"bw_MBps\":%.6g,"
              "\"msg_rate\":%.0f,\"mops\":%.6g,\"check\":\"%s\"}\n",
-             test_name[test], s->provider, size, (unsigned long long)r->n, bw, rate, mops, chk);
+             test_name[test], s->provider, s->transport, size, (unsigned long long)r->n, bw, rate, mops,
+             chk);
     else if (s->json)
-      printf("{\"test\":\"%s\",\"provider\":\"%s\",\"size\":%zu,\"iters\":%llu,\"bw_MBps\":%.6g,"
+      printf("{\"test\":\"%s\",\"provider\":\"%s\",\"transport\":\"%s\",\"size\":%zu,\"iters\":%llu,\"bw_MBps\":%.6g,"
              "\"msg_rate\":%.0f,\"check\":\"%s\"}\n",
-             test_name[test], s->provider, size, (unsigned long long)r->n, bw, rate, chk);
+             test_name[test], s->provider, s->transport, size, (unsigned long long)r->n, bw, rate, chk);
     else if (s->csv)
       printf("%s%s,%s,%zu,%llu,,,,,,%.2f,%.0f,%s\n",
              first ? "test,provider,size,iters,lat_us_min,lat_us_median,lat_us_mean,lat_us_p99,"
@@ -737,7 +741,10 @@ static int session(struct side *s)
   else
     sizes[nsizes++] = s->p.size;
   xport_caps_t caps;
-  ok(xport_ctx_query(s->ctx, &caps), "xport_ctx_query");
+  /* The connection's transport: shm for a peer on this node where the
+   * context opened it beside its fabric (XPORT_SHM). */
+  ok(xport_conn_query(s->conn, &caps), "xport_conn_query");
+  snprintf(s->transport, sizeof s->transport, "%s", caps.provider);
   s->inject = caps.inject_size;
   setup(s, sizes[nsizes - 1]);
   struct result r = {.lat = calloc(s->p.iters + 1, sizeof(double))};

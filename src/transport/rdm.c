@@ -825,9 +825,12 @@ static int token_ok(const struct xport__rep *rep, const struct xport__ctl *m)
  * that its requests go unanswered, and time out. At listener close the
  * backlog's requests (pending: each from a live address, it answered a
  * challenge) are all refused. */
+#define ANSWER_ELSEWHERE 0x100u /* or'ed into a CONNREJ: XPORT__CTL_REJ_ELSEWHERE */
 static void answer(struct xport__rep *rep, const struct xport__ctl *m, uint32_t type,
                    int pending)
 {
+  int elsewhere = !!(type & ANSWER_ELSEWHERE);
+  type &= ~ANSWER_ELSEWHERE;
   const struct xport__profile *prof = rep->ctx->prof;
   if (type && rep->answering >= ANSWERS_INFLIGHT && !pending) {
     ctl_drop(rep->ctx, "answers backed up", m->type, sizeof *m);
@@ -882,6 +885,8 @@ static void answer(struct xport__rep *rep, const struct xport__ctl *m, uint32_t 
     return;
   }
   struct ctl_args a = {.dst_id = m->src_id, .cookie = m->tag, .once = 1, .peer = peer};
+  if (elsewhere)
+    a.tag = XPORT__CTL_REJ_ELSEWHERE;
   if (type == CTL_CHALLENGE)
     a.tag = token(rep, m, now / TOKEN_EPOCH_MS);
   if (ctl_send(rep, peer->fi_addr, type, &a)) {
@@ -953,7 +958,16 @@ static void on_connreq(struct xport__rep *rep, const struct xport__ctl *m, size_
     XPORT__WARN("listener %s: a connection from another context of this process is refused: "
                 "%s would crash when one of the two contexts is destroyed",
                 lst->addr, ctx->caps.provider);
-    answer(rep, m, CTL_CONNREJ, 0);
+    answer(rep, m, CTL_CONNREJ | ANSWER_ELSEWHERE, 0);
+    return;
+  }
+  /* A node-local provider reaches a peer by its pid (cross-memory
+   * copies): a requester that found our name in a /dev/shm it shares with
+   * us from another kernel or PID namespace must go over the fabric. */
+  if (ctx->prof && ctx->prof->node_local && m->pidns && pid_ns() && !same_node(m)) {
+    XPORT__INFO("listener %s: refused a request from another node or PID namespace",
+                lst->addr);
+    answer(rep, m, CTL_CONNREJ | ANSWER_ELSEWHERE, 0);
     return;
   }
   if (lst->npending >= lst->backlog) {
@@ -1093,7 +1107,8 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
     conn->state = XPORT__CONN_CONNECTED;
     break;
   case CTL_CONNREJ:
-    conn_lost(conn, -XPORT_ECONNREFUSED, 0);
+    conn_lost(conn, m->tag == XPORT__CTL_REJ_ELSEWHERE ? -XPORT_EADDRNOTAVAIL : -XPORT_ECONNREFUSED,
+              0);
     break;
   case CTL_CHALLENGE: {
     /* Only the first is answered: a second request with a token could be

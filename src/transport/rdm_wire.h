@@ -50,6 +50,13 @@ struct xport__ctl {
   uint8_t addr[XPORT__CTL_ADDR_MAX]; /* CONNREQ: the sender's endpoint name */
 };
 
+/* The tag of a CONNREJ that says "not this way": the requester is of
+ * another node or PID namespace, or this very process, for a provider
+ * that cannot serve those (node-local providers: shm). The client's
+ * connect fails with EADDRNOTAVAIL, and a context with another transport
+ * goes over that one (conn.c). 0: refused (backlog, closing). */
+#define XPORT__CTL_REJ_ELSEWHERE 1
+
 /* Receive tags: 62 random bits; bit 62 marks an emulated write_imm
  * (XPORT__WIMM_TAG), bit 63 is never set. */
 #define XPORT__TAG_MASK ((UINT64_C(1) << 62) - 1)
