@@ -108,10 +108,12 @@ static uint32_t key_access(const uint8_t *k)
          (uint32_t)k[15] << 24;
 }
 
-static int emulated(xport_ctx_t *ctx)
+/* How conn's transport carries atomics (over shm beside tcp: natively,
+ * where the context's fabric emulates them). */
+static int emulated(xport_conn_t *conn)
 {
   xport_caps_t caps;
-  XT_OK(xport_ctx_query(ctx, &caps));
+  XT_OK(xport_conn_query(conn, &caps));
   XT_CHECK(caps.atomics != XPORT_SUPPORT_NONE, "%s offers no atomics", xt_config());
   return caps.atomics == XPORT_SUPPORT_EMULATED;
 }
@@ -982,7 +984,7 @@ static int depth_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   struct xt_steps *st = arg;
   xport_caps_t caps;
   XT_OK(xport_conn_query(conn, &caps));
-  int emu = emulated(ctx);
+  int emu = emulated(conn);
   size_t cap = emu ? EMU_DEPTH : caps.tx_depth;
   uint64_t *res = malloc((cap + 1) * sizeof *res);
   unsigned char *seen = calloc(cap + 1, 1);

@@ -1269,6 +1269,7 @@ static int refused_case(xport_ctx_t *ctx, xport_ctx_t *octx, xport_conn_t *ctl,
   XT_OK(xport_recv(ctl, ack, sizeof ack, NULL, NULL));
   XT_OK(xport_send(ctl, &m, sizeof m, NULL, NULL));
   XT_OK(xport_connect(ctx, addr, T_MS, &victim));
+  XT_OK(xport_conn_query(victim, &caps)); /* its transport's outcomes */
   rk = import_key(ctx, victim, raw, &klen);
   klen = xt_key_part(victim, raw, klen);
   xport_rkey_release(rk);

@@ -79,6 +79,16 @@ static void print_text(const xport_caps_t *c, const xport_candidate_t *cands, in
          c->progress_thread ? " (progress thread on)" : "", c->strict ? "on" : "off",
          c->delivery_complete ? "once delivered to the target (XPORT_DELIVERY_COMPLETE)"
                               : "once the transport took the data (see xport(7), OUTCOMES)");
+  /* A second chosen candidate is a transport opened beside the fabric
+   * (XPORT_SHM): say which peers take which. */
+  printf("  transports:      %s (every peer", c->provider);
+  int more = 0;
+  for (int i = 0; i < n; i++)
+    if (cands[i].verdict == XPORT_VERDICT_CHOSEN && strcmp(cands[i].provider, c->provider)) {
+      printf("%s), %s (peers on this node", more ? "" : " on another node", cands[i].provider);
+      more = 1;
+    }
+  printf(")%s\n", more ? "; xport_conn_query(3) tells a connection's" : "");
 }
 
 static void print_json(const xport_caps_t *c, const xport_candidate_t *cands, int n)
