@@ -135,6 +135,14 @@ static int shm_name_alive(const char *name)
   return alive;
 }
 
+static int shm_name_same_user(const char *name)
+{
+  char path[512];
+  struct stat st;
+  lock_path(name, path, sizeof path);
+  return stat(path, &st) == 0 && st.st_uid == geteuid();
+}
+
 static int shm_name_exists(const char *name)
 {
   char path[512];
@@ -335,6 +343,7 @@ const struct xport__profile xport__profile_shm = {
   .release_name = shm_release_name,
   .name_alive = shm_name_alive,
   .name_exists = shm_name_exists,
+  .name_same_user = shm_name_same_user,
   .anon_name = shm_anon_name,
   .sweep = shm_sweep,
   .peer_gone = shm_peer_gone,

@@ -184,15 +184,16 @@ XPORT_API int xport_listener_close(xport_listener_t *lst)
   return ret;
 }
 
-/* 1 if a live listener of the node-local sub-context has host:port's
- * name in this network namespace. */
+/* 1 if a live listener of the node-local sub-context, of this user, has
+ * host:port's name in this network namespace. */
 static int shm_listener_here(const xport_ctx_t *sub, const char *addr)
 {
   char host[256], port[8], name[XPORT__ADDR_MAX];
   const struct xport__profile *p = sub->prof;
   return p && p->listen_name && p->name_alive &&
          !xport__addr_split(addr, host, sizeof host, port, sizeof port) &&
-         !p->listen_name(host, port, name, sizeof name) && p->name_alive(name);
+         !p->listen_name(host, port, name, sizeof name) && p->name_alive(name) &&
+         (!p->name_same_user || p->name_same_user(name));
 }
 
 XPORT_API int xport_connect(xport_ctx_t *ctx, const char *addr, int timeout_ms,

@@ -706,6 +706,27 @@ fail:
   return ret;
 }
 
+/* ctx->beside: one step of the other transport's progress (see
+ * xport_int.h), skipped where another thread is inside it. */
+static void progress_beside(xport_ctx_t *ctx)
+{
+  xport_ctx_t *o = ctx->is_sub ? ctx->parent : ctx->shm, *top = ctx->is_sub ? ctx->parent : ctx;
+  if (!o || top->in_beside)
+    return;
+  if (o->progress_on && pthread_mutex_trylock(&o->progress_lock))
+    return;
+  top->in_beside = 1;
+  xport__cq_drain(o);
+  if (o->holding)
+    xport__held_retry(o);
+  o->tp->progress(o);
+  if (o->accept_due && o->auto_accept)
+    o->auto_accept(o);
+  top->in_beside = 0;
+  if (o->progress_on)
+    pthread_mutex_unlock(&o->progress_lock);
+}
+
 /* The profile of the provider that reaches only this node, or NULL. */
 static const struct xport__profile *node_local_profile(void)
 {
@@ -756,7 +777,9 @@ static void node_local_open(xport_ctx_t *ctx, struct settings s, const char *mod
    * (hellos, jobs, keys bound to the peer context). */
   sub->id = ctx->id;
   sub->is_sub = 1;
+  sub->parent = ctx;
   ctx->shm = sub;
+  ctx->beside = sub->beside = progress_beside;
   ctx->caps.wait_fd = 0; /* shm has no wait object: xport_ctx_fd(3) */
   if (c) {
     c->verdict = XPORT_VERDICT_CHOSEN;

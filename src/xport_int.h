@@ -214,6 +214,11 @@ struct xport__profile {
   void (*release_name)(const char *name, int lock);
   /* 1 if a live endpoint owns the name. */
   int (*name_alive)(const char *name);
+  /* 1 if the name's owner is this process's user (may be NULL): a
+   * context with shm beside its fabric reaches only such a listener over
+   * shm, and another user's over the fabric, so that a local process of
+   * another user cannot take a port's connections by claiming its name. */
+  int (*name_same_user)(const char *name);
   /* 1 if an endpoint of that name exists now, xport's or not (a name a
    * request says it sends from, before anything is sent there). */
   int (*name_exists)(const char *name);
@@ -499,6 +504,7 @@ struct xport__rep {
   uint64_t secret[2];             /* keys the challenge tokens (listeners) */
   char name[XPORT__ADDR_MAX];     /* claimed name (named providers) */
   int lock;
+  int port_fd;                    /* holds the listener's port number (rdm.c hold_port) */
   size_t addrlen;
   uint8_t addr[XPORT__ADDR_MAX];  /* fi_getname */
   int enabled;                    /* fi_enable succeeded */
@@ -635,8 +641,17 @@ struct xport_ctx {
    * that one point at it. is_sub marks it; poll_turn says which of the
    * two xport_poll reads first. */
   struct xport_ctx *shm;
+  struct xport_ctx *parent; /* the sub-context's fabric context */
   int is_sub;
   unsigned poll_turn;
+  /* Set on both where there are two (ctx.c): the other transport's
+   * progress, accepts of listeners a layer above owns included, which a
+   * transport runs while it waits in a connect or an accept, so that a
+   * peer waiting on the other transport is not left waiting for this one
+   * (two ranks of a job that connect to each other over different
+   * transports). Never blocks; skips a context another thread holds. */
+  void (*beside)(xport_ctx_t *ctx);
+  int in_beside;
   struct fid_fabric *fabric;
   struct fid_domain *domain;
   struct fid_eq *eq;

@@ -24,11 +24,16 @@ check() { # name, then the command
   fi
 }
 
-for cfg in tcp tcp-strict "tcp;ofi_rxm" shm; do
+# shm+PROV: shm beside the fabric (XPORT_SHM=auto), so that the loopback's
+# connection runs over shm and xport_perf says so ("transport"); one size
+# there, the others having run on shm alone.
+for cfg in tcp tcp-strict "tcp;ofi_rxm" shm shm+tcp "shm+tcp;ofi_rxm"; do
   prov=${cfg%-strict}
-  strict=0
+  prov=${prov#shm+}
+  strict=0 shm=off over=$prov sizes="1 4099 65536"
   [ "$cfg" = tcp-strict ] && strict=1
-  export XPORT_STRICT=$strict XPORT_LOG=none
+  case $cfg in shm+*) shm=auto over=shm sizes=4099 ;; esac
+  export XPORT_STRICT=$strict XPORT_LOG=none XPORT_SHM=$shm
   if ! XPORT_PROVIDER="$prov" "$info" --json > /dev/null 2>&1; then
     echo "SKIP: tools on $cfg: xport_info finds no usable $prov"
     skip=$((skip + 1))
@@ -46,20 +51,22 @@ assert d[\"candidates\"]
 for x in d[\"candidates\"]:
     assert {\"provider\", \"domain\", \"verdict\", \"reason\"} <= set(x), x
     assert x[\"verdict\"] in (\"chosen\", \"usable\", \"rejected\")
-' '$prov'"
+beside = [x for x in d[\"candidates\"] if x[\"provider\"] == \"shm\" and x[\"verdict\"] == \"chosen\" and \"beside\" in x[\"reason\"]]
+assert len(beside) == (sys.argv[2] == \"auto\"), beside
+' '$prov' $shm"
   for t in send_lat send_bw write_lat write_bw read_lat read_bw write_imm_lat; do
-    for size in 1 4099 65536; do
+    for size in $sizes; do
       check "xport_perf $t $size on $cfg" sh -c "\"$perf\" --loopback --check -p '$prov' -t $t -s $size -n 30 --warmup 3 -w 8 --json | \"$PYTHON\" -c '
 import json, sys
 lines = [json.loads(l) for l in sys.stdin if l.strip()]
 assert len(lines) == 1, lines
 r = lines[0]
 assert r[\"test\"] == sys.argv[1] and r[\"size\"] == int(sys.argv[2]) and r[\"check\"] == \"ok\", r
-assert r[\"provider\"] == sys.argv[3], r
+assert r[\"provider\"] == sys.argv[3] and r[\"transport\"] == sys.argv[4], r
 keys = (\"lat_us_min\", \"lat_us_median\", \"lat_us_mean\", \"lat_us_p99\", \"lat_us_max\") if sys.argv[1].endswith(\"_lat\") else (\"bw_MBps\", \"msg_rate\")
 for k in keys:
     assert r[k] > 0, (k, r)
-' $t $size '$prov'"
+' $t $size '$prov' $over"
     done
   done
   atomics=$("$info" -p "$prov" --json 2>/dev/null | "$PYTHON" -c '
@@ -79,7 +86,7 @@ lines = [json.loads(l) for l in sys.stdin if l.strip()]
 assert len(lines) == 1, lines
 r = lines[0]
 assert r[\"test\"] == sys.argv[1] and r[\"size\"] == 8 and r[\"iters\"] == 200 and r[\"check\"] == \"ok\", r
-assert r[\"provider\"] == sys.argv[2], r
+assert r[\"provider\"] == sys.argv[2] and r[\"transport\"] == sys.argv[3], r
 if sys.argv[1].endswith(\"_lat\"):
     keys = (\"lat_us_min\", \"lat_us_median\", \"lat_us_mean\", \"lat_us_p99\", \"lat_us_max\")
     assert r[\"lat_round_trip\"] is True, r
@@ -87,7 +94,7 @@ else:
     keys = (\"bw_MBps\", \"msg_rate\", \"mops\")
 for k in keys:
     assert r[k] > 0, (k, r)
-' $t '$prov'"
+' $t '$prov' $over"
     done
   fi
   check "xport_perf -a on $cfg" sh -c "\"$perf\" --loopback --check -p '$prov' -t write_bw -a -n 4 --warmup 1 -w 4 --csv | grep -c ',ok$' | grep -qx 24"

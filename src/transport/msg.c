@@ -559,6 +559,12 @@ static void msg_progress(xport_ctx_t *ctx)
 static int wait_eq(xport_ctx_t *ctx, int timeout_ms)
 {
   struct fid *fids[1] = {&ctx->eq->fid};
+  if (ctx->beside) {
+    /* The other transport's peers are served between short sleeps. */
+    ctx->beside(ctx);
+    if (timeout_ms > 1)
+      timeout_ms = 1;
+  }
   if (ctx->eq_fd >= 0) {
     if (fi_trywait(ctx->fabric, fids, 1) != FI_SUCCESS)
       return 0;

@@ -21,11 +21,13 @@
 #include "rdm_wire.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -1107,7 +1109,11 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
     conn->state = XPORT__CONN_CONNECTED;
     break;
   case CTL_CONNREJ:
-    conn_lost(conn, m->tag == XPORT__CTL_REJ_ELSEWHERE ? -XPORT_EADDRNOTAVAIL : -XPORT_ECONNREFUSED,
+    /* "Not this way" matters where there is another way (XPORT_SHM); a
+     * context of this provider alone is refused, as by a full backlog. */
+    conn_lost(conn,
+              ctx->is_sub && m->tag == XPORT__CTL_REJ_ELSEWHERE ? -XPORT_EADDRNOTAVAIL
+                                                                : -XPORT_ECONNREFUSED,
               0);
     break;
   case CTL_CHALLENGE: {
@@ -1356,6 +1362,8 @@ static void rep_close(struct xport__rep *rep)
     xport__close_fid(ctx, &rep->av->fid);
   if (rep->name[0] && ctx->prof && ctx->prof->release_name)
     ctx->prof->release_name(rep->name, rep->lock);
+  if (rep->port_fd >= 0)
+    close(rep->port_fd);
   XPORT__LIST_UNLINK(ctx->reps, rep, next, prev);
   free(rep);
 }
@@ -1383,6 +1391,7 @@ static int rep_open(xport_ctx_t *ctx, struct fi_info *info, const char *name,
     return -XPORT_ENOMEM;
   rep->ctx = ctx;
   rep->lock = -1;
+  rep->port_fd = -1;
   rep->secret[0] = xport__random_key(8);
   rep->secret[1] = xport__random_key(8);
   XPORT__LIST_PUSH(ctx->reps, rep, next, prev);
@@ -1484,6 +1493,29 @@ static int format_ok(xport_ctx_t *ctx, const struct fi_info *info, const char *h
   return -XPORT_EADDRNOTAVAIL;
 }
 
+/* A named listener of its own (no fabric beside it holds the port, as
+ * one with XPORT_SHM does): a TCP socket bound to the port in this network
+ * namespace, so that no TCP server there has that number while it
+ * listens, and a client with shm beside its fabric that finds a live name
+ * for host:port finds the listener a TCP connect there would reach. Port
+ * "0": the kernel's choice, written to out. The socket, or -1 (errno). */
+static int hold_port(const char *port, char *out, size_t len)
+{
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(port))};
+  socklen_t l = sizeof a;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return -1;
+  if (bind(fd, (struct sockaddr *)&a, sizeof a) || getsockname(fd, (struct sockaddr *)&a, &l)) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  snprintf(out, len, "%u", ntohs(a.sin_port));
+  return fd;
+}
+
 static int rdm_listen(xport_listener_t *lst, const char *addr, const char *host,
                       const char *port)
 {
@@ -1495,13 +1527,19 @@ static int rdm_listen(xport_listener_t *lst, const char *addr, const char *host,
 
   if (prof && prof->listen_name) {
     char name[XPORT__ADDR_MAX], p[8];
-    int lock = -1;
-    /* Port 0: an unused port number, chosen at random like the kernel's
+    int lock = -1, hold = -1;
+    /* Port 0: the port the kernel gives the held socket; where none can
+     * be held, an unused number chosen at random like the kernel's
      * ephemeral ports, so that the name can still be given to clients. */
     for (int tries = 0; tries < 64; tries++) {
-      if (strcmp(port, "0"))
+      hold = ctx->is_sub ? -1 : hold_port(port, p, sizeof p);
+      if (hold < 0 && !ctx->is_sub && errno == EADDRINUSE) {
+        ret = -XPORT_EADDRINUSE; /* a TCP server of this namespace has it */
+        break;
+      }
+      if (hold < 0 && strcmp(port, "0"))
         snprintf(p, sizeof p, "%s", port);
-      else
+      else if (hold < 0)
         snprintf(p, sizeof p, "%u", 49152u + (unsigned)(xport__random_key(8) % 16384));
       ret = prof->listen_name(host, p, name, sizeof name);
       if (!ret)
@@ -1510,6 +1548,8 @@ static int rdm_listen(xport_listener_t *lst, const char *addr, const char *host,
        * file of a live process that is not xport's). */
       if (!ret && (ret = rep_open(ctx, NULL, name, &rep)))
         prof->release_name(name, lock);
+      if (ret && hold >= 0)
+        close(hold);
       if (ret != -XPORT_EADDRINUSE || strcmp(port, "0"))
         break;
     }
@@ -1517,6 +1557,7 @@ static int rdm_listen(xport_listener_t *lst, const char *addr, const char *host,
       return ret;
     snprintf(rep->name, sizeof rep->name, "%s", name);
     rep->lock = lock;
+    rep->port_fd = hold;
     if (host[strspn(host, "0123456789abcdefABCDEF.:")] == '\0' && strchr(host, ':'))
       snprintf(lst->addr, sizeof lst->addr, "[%s]:%s", host, p);
     else
@@ -1642,6 +1683,8 @@ static int wait_progress(xport_ctx_t *ctx, long deadline)
   nanosleep(&ts, NULL);
   XPORT__LOCK(ctx);
   xport__cq_drain(ctx);
+  if (ctx->beside)
+    ctx->beside(ctx);
   return 0;
 }
 

@@ -52,9 +52,9 @@ struct xport__ctl {
 
 /* The tag of a CONNREJ that says "not this way": the requester is of
  * another node or PID namespace, or this very process, for a provider
- * that cannot serve those (node-local providers: shm). The client's
- * connect fails with EADDRNOTAVAIL, and a context with another transport
- * goes over that one (conn.c). 0: refused (backlog, closing). */
+ * that cannot serve those (node-local providers: shm). A client that has
+ * another transport beside (XPORT_SHM) goes over that one (conn.c); one
+ * that has not is refused. 0: refused (backlog, closing). */
 #define XPORT__CTL_REJ_ELSEWHERE 1
 
 /* Receive tags: 62 random bits; bit 62 marks an emulated write_imm
