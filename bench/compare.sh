@@ -40,6 +40,9 @@ while getopts "r:p:s:o:h" o; do
     *) sed -n '2,28p' "$0"; exit 2 ;;
   esac
 done
+# Each provider measured alone: with shm beside the fabric (XPORT_SHM's
+# default) a loopback over "tcp" would run over shm.
+export XPORT_SHM=off
 perf=${XPORT_PERF:-$(dirname "$0")/../tools/xport_perf}
 [ -x "$perf" ] || perf=./tools/xport_perf
 [ -x "$perf" ] || { echo "compare: xport_perf not found; set XPORT_PERF"; exit 2; }

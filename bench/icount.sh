@@ -44,7 +44,7 @@ count() {
   local out
   # libtool's wrapper script runs the program: valgrind must see the
   # program itself.
-  out=$(XPORT_PROVIDER=$prov $run valgrind --tool=callgrind --collect-atstart=no \
+  out=$(XPORT_SHM=off XPORT_PROVIDER=$prov $run valgrind --tool=callgrind --collect-atstart=no \
         --callgrind-out-file="$tmp/cg.%p" "$bin" "$@" 2>/dev/null) || return 1
   local ir
   ir=$(cat "$tmp"/cg.* | awk '/^(summary|totals):/ { if ($2 > m) m = $2 } END { print m + 0 }')

@@ -1,7 +1,7 @@
 /* shm: processes of one node, FI_EP_RDM only. Endpoints are files in
  * /dev/shm named after the endpoint; xport names a listener's endpoint
- * "xport-PORT.netINO" after the address it was given (and its network
- * namespace), and every other endpoint
+ * "xport-PORT.netINO.aADDR" after the address it was given (and its
+ * network namespace; no ADDR for the wildcard), and every other endpoint
  * "xport-PID-RANDOM", and guards each name with a lock file held for the
  * owner's life: starting a second endpoint under a live name unlinks the
  * owner's file (libfabric 1.17), and a killed process leaves its files,
@@ -58,28 +58,51 @@ static int is_local(const struct sockaddr *sa)
   return local;
 }
 
-/* The rule: "xport-PORT.netINO", INO the network namespace's. shm reaches only this node, so the host must
- * be one of its addresses (or the wildcard, or a name for either), and
- * then every such host names the same listener, as a TCP port bound to
- * the wildcard address would. A host that does not resolve, or that is
- * another node, is refused. */
-static int shm_listen_name(const char *host, const char *port, char *name, size_t len)
+/* Whether a resolved address is the wildcard. */
+static int is_wildcard(const struct sockaddr *sa)
+{
+  if (sa->sa_family == AF_INET)
+    return ((const struct sockaddr_in *)sa)->sin_addr.s_addr == htonl(INADDR_ANY);
+  return sa->sa_family == AF_INET6 &&
+         IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+}
+
+/* The rule: "xport-PORT.netINO.aADDR", INO the network namespace's, ADDR
+ * the host's address in hex; "xport-PORT.netINO" for the wildcard (any
+ * set, or a wildcard host). shm reaches only this node, so the host must
+ * be one of its addresses (or the wildcard, or a name for either: its
+ * first such address), and a listener then answers to its address as a
+ * TCP socket bound there would, and one on the wildcard to every address
+ * of the node: a client looks for the address's name first, then the
+ * wildcard's. Ports are per network namespace, /dev/shm is not:
+ * processes in two namespaces that share it may both listen on one
+ * port, and a host that is local in one may be another node's address
+ * in the other. A host that does not resolve, or that is another node,
+ * is refused. */
+static int shm_listen_name(const char *host, const char *port, int any, char *name, size_t len)
 {
   struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res, *r;
-  int local = 0;
+  char a[2 + 2 * 16 + 1] = "";
   if (getaddrinfo(host, NULL, &hints, &res))
     return -XPORT_EADDRNOTAVAIL;
-  for (r = res; r && !local; r = r->ai_next)
-    local = is_local(r->ai_addr);
+  for (r = res; r && !is_local(r->ai_addr); r = r->ai_next)
+    ;
+  if (r && !any && !is_wildcard(r->ai_addr)) {
+    const uint8_t *b = r->ai_family == AF_INET
+                           ? (const uint8_t *)&((const struct sockaddr_in *)r->ai_addr)->sin_addr
+                           : (const uint8_t *)&((const struct sockaddr_in6 *)r->ai_addr)->sin6_addr;
+    size_t n = r->ai_family == AF_INET ? 4 : 16;
+    a[0] = '.', a[1] = 'a';
+    for (size_t k = 0; k < n; k++)
+      snprintf(a + 2 + 2 * k, 3, "%02x", b[k]);
+  }
+  int local = r != NULL;
   freeaddrinfo(res);
   if (!local)
     return -XPORT_EADDRNOTAVAIL;
-  /* Ports are per network namespace, /dev/shm is not: processes in two
-   * namespaces that share it may both listen on one port, and a host
-   * that is local in one may be another node's address in the other. */
   struct stat ns;
   unsigned long long ino = stat("/proc/self/ns/net", &ns) == 0 ? (unsigned long long)ns.st_ino : 0;
-  int n = snprintf(name, len, "xport-%s.net%llu", port, ino);
+  int n = snprintf(name, len, "xport-%s.net%llu%s", port, ino, a);
   return n > 0 && (size_t)n < len ? 0 : -XPORT_EINVAL;
 }
 

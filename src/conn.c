@@ -190,10 +190,13 @@ static int shm_listener_here(const xport_ctx_t *sub, const char *addr)
 {
   char host[256], port[8], name[XPORT__ADDR_MAX];
   const struct xport__profile *p = sub->prof;
-  return p && p->listen_name && p->name_alive &&
-         !xport__addr_split(addr, host, sizeof host, port, sizeof port) &&
-         !p->listen_name(host, port, name, sizeof name) && p->name_alive(name) &&
-         (!p->name_same_user || p->name_same_user(name));
+  if (!p || !p->listen_name || !p->name_alive ||
+      xport__addr_split(addr, host, sizeof host, port, sizeof port))
+    return 0;
+  for (int any = 0; any < 2; any++) /* the host's own address, then the port's wildcard */
+    if (!p->listen_name(host, port, any, name, sizeof name) && p->name_alive(name))
+      return !p->name_same_user || p->name_same_user(name);
+  return 0;
 }
 
 XPORT_API int xport_connect(xport_ctx_t *ctx, const char *addr, int timeout_ms,

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -799,9 +800,18 @@ XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p
   const char *mode = xport__env_str(XPORT__ENV_SHM);
   if (!mode)
     mode = "auto";
-  if (strcmp(mode, "auto") && strcmp(mode, "off") && strcmp(mode, "only")) {
-    XPORT__WARN("XPORT_SHM=%s is none of auto, off, only: using auto", mode);
+  /* The boolean spellings too: one who writes XPORT_SHM=0 means off. */
+  if (!strcasecmp(mode, "off") || !strcmp(mode, "0") || !strcasecmp(mode, "no") ||
+      !strcasecmp(mode, "false"))
+    mode = "off";
+  else if (!strcasecmp(mode, "auto") || !strcmp(mode, "1") || !strcasecmp(mode, "yes") ||
+           !strcasecmp(mode, "true") || !strcasecmp(mode, "on"))
     mode = "auto";
+  else if (!strcasecmp(mode, "only"))
+    mode = "only";
+  else {
+    XPORT__WARN("XPORT_SHM=%s is none of auto, off, only: using off", mode);
+    mode = "off"; /* a setting not understood adds no transport */
   }
   const struct xport__profile *nl = node_local_profile();
   if (!strcmp(mode, "only")) {

@@ -99,7 +99,8 @@ static const xport_env_var_t env_table[XPORT__ENV_COUNT] = {
     "listens on both under one host:port, and xport_connect reaches a "
     "listener on this node (same /dev/shm, same PID namespace, another "
     "process) over shm and every other peer over the fabric; off: the "
-    "fabric only; only: shm only, as XPORT_PROVIDER=shm."},
+    "fabric only; only: shm only, as XPORT_PROVIDER=shm. 0/no/false mean off, "
+    "1/yes/true/on auto; any other value warns and means off."},
 };
 
 XPORT_API int xport_env_list(const xport_env_var_t **vars_p)

@@ -207,7 +207,9 @@ struct xport__profile {
   /* Providers without a connection manager whose endpoints are named
    * (shm): how a listener's host:port becomes a name, and how a name is
    * owned. All NULL for providers addressed by socket address. */
-  int (*listen_name)(const char *host, const char *port, char *name, size_t len);
+  /* any 1: the name of a listener on the port's wildcard address, which
+   * a client tries after the host's own (any 0). */
+  int (*listen_name)(const char *host, const char *port, int any, char *name, size_t len);
   /* Takes the name for this process; -XPORT_EADDRINUSE if a live owner
    * has it. Sets *lock_p to what release_name gives back. */
   int (*claim_name)(const char *name, int *lock_p);

@@ -1023,16 +1023,15 @@ static int shm_files_of(pid_t pid)
   return n;
 }
 
-/* fmt names a listener's file by its port: "xport-PORT.netINO" (the
- * network namespace's inode), with a suffix after it or none. */
+/* fmt names a listener's file by its port: "xport-PORT.netINO.aADDR" (the
+ * network namespace's inode, the host's address), with a suffix after it
+ * or none. */
 static int shm_exists(const char *fmt, int v)
 {
-  char path[256], name[128];
-  struct stat ns;
-  if (stat("/proc/self/ns/net", &ns))
-    return 0;
-  snprintf(name, sizeof name, "%d.net%llu", v, (unsigned long long)ns.st_ino);
-  snprintf(path, sizeof path, fmt, name);
+  char path[256], name[128], port[16];
+  snprintf(port, sizeof port, "%d", v);
+  xt_shm_name(port, name, sizeof name);
+  snprintf(path, sizeof path, fmt, name + strlen("xport-"));
   return access(path, F_OK) == 0;
 }
 
@@ -1077,7 +1076,7 @@ START_TEST(dead_endpoint_files_swept)
   int pdead, plive;
   pid_t dead = files_spawn(&pdead), live = files_spawn(&plive);
   XT_CHECK(shm_files_of(dead) == 2 && shm_exists("/dev/shm/xport-%s", pdead),
-           "the endpoints' files are not named xport-PID-* and xport-PORT.netINO (%d found)",
+           "the endpoints' files are not named xport-PID-* and xport-PORT.netINO.aADDR (%d found)",
            shm_files_of(dead));
   kill(dead, SIGKILL);
   XT_CHECK(xt_reap(dead) == 128 + SIGKILL, "not killed");

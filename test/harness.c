@@ -1,5 +1,10 @@
+#define _GNU_SOURCE /* setns */
 #include "harness.h"
 #include <dirent.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <arpa/inet.h>
+#include <sys/stat.h>
 
 #include <poll.h>
 #include <rdma/fabric.h>
@@ -17,9 +22,14 @@ const char *xt_config(void) { return config; }
 
 /* Verbs needs an address with an RDMA device behind it (the QEMU guest
  * sets XPORT_TEST_HOST); everything else listens on the loopback. */
+static int in_node_b; /* a server forked onto the other node (two_nodes configs) */
+static int two_nodes_now;
+
 const char *xt_host(void)
 {
   const char *h = getenv("XPORT_TEST_HOST");
+  if (two_nodes_now)
+    return in_node_b ? "10.96.0.2" : "10.96.0.1";
   return h && *h ? h : "127.0.0.1";
 }
 
@@ -37,26 +47,100 @@ struct xt_cfg {
   /* XPORT_SHM=auto: shm beside the fabric, and the test's peers (this
    * node) reached over it; else off, so the fabric carries everything. */
   int shm_auto;
+  /* Servers run on another node: a network namespace joined to the test
+   * process's by a veth pair (both made here), so that the fabric carries
+   * their connections though shm is beside it. */
+  int two_nodes;
 };
 
 /* Every configuration xport targets; absent ones are skipped with why. */
 static const struct xt_cfg cfgs[] = {
-  {"tcp", "tcp", 0, 0},
-  {"tcp-strict", "tcp", 1, 0},
-  {"tcp;ofi_rxm", "tcp;ofi_rxm", 0, 0},
-  {"shm", "shm", 0, 0},
-  {"verbs", "verbs", 0, 0},
-  {"verbs;ofi_rxm", "verbs;ofi_rxm", 0, 0},
-  {"shm+tcp", "tcp", 0, 1},
-  {"shm+tcp;ofi_rxm", "tcp;ofi_rxm", 0, 1},
-  {"shm+verbs", "verbs", 0, 1},
+  {"tcp", "tcp", 0, 0, 0},
+  {"tcp-strict", "tcp", 1, 0, 0},
+  {"tcp;ofi_rxm", "tcp;ofi_rxm", 0, 0, 0},
+  {"shm", "shm", 0, 0, 0},
+  {"verbs", "verbs", 0, 0, 0},
+  {"verbs;ofi_rxm", "verbs;ofi_rxm", 0, 0, 0},
+  {"shm+tcp", "tcp", 0, 1, 0},
+  {"shm+tcp;ofi_rxm", "tcp;ofi_rxm", 0, 1, 0},
+  {"shm+verbs", "verbs", 0, 1, 0},
+  {"shm+tcp@2nodes", "tcp", 0, 1, 1},
 };
 
 static const struct xt_cfg *current;
 
 const char *xt_transport(void)
 {
-  return current && current->shm_auto ? "shm" : current ? current->provider : "";
+  return current && current->shm_auto && !current->two_nodes ? "shm"
+         : current                                           ? current->provider
+                                                             : "";
+}
+
+/* ---- two nodes: namespaces joined by a veth pair ------------------------- */
+
+static char ns_a[32], ns_b[32];
+static int ns_orig = -1, ns_b_fd = -1;
+
+static int ns_enter(int fd) { return fd >= 0 && setns(fd, CLONE_NEWNET) == 0 ? 0 : -1; }
+
+static void two_nodes_end(void)
+{
+  char cmd[160];
+  if (ns_orig >= 0) {
+    ns_enter(ns_orig);
+    close(ns_orig);
+  }
+  if (ns_b_fd >= 0)
+    close(ns_b_fd);
+  ns_orig = ns_b_fd = -1;
+  two_nodes_now = 0;
+  snprintf(cmd, sizeof cmd, "ip netns del %s 2>/dev/null; ip netns del %s 2>/dev/null", ns_a,
+           ns_b);
+  if (ns_a[0] && system(cmd)) {
+  }
+  ns_a[0] = ns_b[0] = '\0';
+}
+
+/* Makes the two nodes and moves this process onto the first; 0, or -1
+ * with why. */
+static int two_nodes_begin(char *why, size_t len)
+{
+  char cmd[1024], path[64];
+  snprintf(ns_a, sizeof ns_a, "xtA%d", (int)getpid());
+  snprintf(ns_b, sizeof ns_b, "xtB%d", (int)getpid());
+  if (geteuid() != 0) {
+    snprintf(why, len, "another node needs root (network namespaces)");
+    ns_a[0] = ns_b[0] = '\0';
+    return -1;
+  }
+  snprintf(cmd, sizeof cmd,
+           "ip netns add %s && ip netns add %s && ip link add v%s type veth peer name v%s && "
+           "ip link set v%s netns %s && ip link set v%s netns %s && "
+           "ip -n %s addr add 10.96.0.1/24 dev v%s && ip -n %s addr add 10.96.0.2/24 dev v%s && "
+           "ip -n %s link set lo up && ip -n %s link set lo up && "
+           "ip -n %s link set v%s up && ip -n %s link set v%s up",
+           ns_a, ns_b, ns_a, ns_b, ns_a, ns_a, ns_b, ns_b, ns_a, ns_a, ns_b, ns_b, ns_a, ns_b, ns_a,
+           ns_a, ns_b, ns_b);
+  if (system(cmd)) {
+    snprintf(why, len, "cannot make two network namespaces joined by a veth pair (ip netns)");
+    two_nodes_end();
+    return -1;
+  }
+  ns_orig = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+  snprintf(path, sizeof path, "/run/netns/%s", ns_b);
+  ns_b_fd = open(path, O_RDONLY | O_CLOEXEC);
+  snprintf(path, sizeof path, "/run/netns/%s", ns_a);
+  int a = open(path, O_RDONLY | O_CLOEXEC);
+  int rc = ns_orig < 0 || ns_b_fd < 0 || ns_enter(a);
+  if (a >= 0)
+    close(a);
+  if (rc) {
+    snprintf(why, len, "cannot enter the namespace %s", ns_a);
+    two_nodes_end();
+    return -1;
+  }
+  two_nodes_now = 1;
+  return 0;
 }
 
 static int wanted(const char *label)
@@ -210,8 +294,14 @@ int xt_main(const char *prog, Suite *(*make)(void), int network)
     }
     setenv("XPORT_SHM", c->shm_auto ? "auto" : "off", 1);
     current = c;
+    if (c->two_nodes && two_nodes_begin(why, sizeof why)) {
+      printf("SKIP: %s on %s: %s\n", prog, c->label, why);
+      continue;
+    }
     if (!available(c, why, sizeof why)) {
       printf("SKIP: %s on %s: %s\n", prog, c->label, why);
+      if (c->two_nodes)
+        two_nodes_end();
       continue;
     }
     setenv("XPORT_PROVIDER", c->provider, 1);
@@ -221,12 +311,25 @@ int xt_main(const char *prog, Suite *(*make)(void), int network)
     /* Tests kill processes; a context opened once more removes the
      * endpoint files they left (where the provider leaves any). */
     available(c, why, sizeof why);
+    if (c->two_nodes)
+      two_nodes_end();
   }
   if (!ran) {
     printf("SKIP: %s: no provider configuration available\n", prog);
     return 77;
   }
   return failed ? 1 : 0;
+}
+
+void xt_shm_name(const char *port, char *buf, size_t len)
+{
+  struct stat ns;
+  struct in_addr a;
+  XT_CHECK(stat("/proc/self/ns/net", &ns) == 0, "stat /proc/self/ns/net");
+  XT_CHECK(inet_pton(AF_INET, xt_host(), &a) == 1, "host %s", xt_host());
+  const uint8_t *b = (const uint8_t *)&a;
+  snprintf(buf, len, "xport-%s.net%llu.a%02x%02x%02x%02x", port, (unsigned long long)ns.st_ino,
+           b[0], b[1], b[2], b[3]);
 }
 
 int xt_mixed(void) { return current && current->shm_auto; }
@@ -360,6 +463,14 @@ pid_t xt_spawn_server_on(const char *listen_addr, xt_listen_fn fn, void *arg, ch
   pid_t pid = xt_fork();
   if (pid == 0) {
     close(p[0]);
+    if (two_nodes_now) {
+      /* The server's node is the other one, and so is its address. */
+      int same = !strcmp(listen_addr, xt_listen_addr());
+      XT_CHECK(ns_enter(ns_b_fd) == 0, "setns to the other node");
+      in_node_b = 1;
+      if (same)
+        listen_addr = xt_listen_addr();
+    }
     xport_ctx_t *ctx = xt_ctx();
     xport_listener_t *lst;
     char a[128];

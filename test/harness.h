@@ -13,7 +13,11 @@ const char *xt_config(void);
 /* The provider the test's connections run on (xport_conn_query): "shm"
  * in the configurations with shm beside a fabric. */
 const char *xt_transport(void);
-/* 1 in the configurations with shm beside a fabric (xt_transport "shm"). */
+/* The shm name of a listener at xt_host():port (providers/shm.c). */
+void xt_shm_name(const char *port, char *buf, size_t len);
+/* 1 in the configurations with shm beside a fabric: xt_transport() is
+ * "shm", or the fabric's where the servers run on another node
+ * (shm+tcp@2nodes: a network namespace of their own). */
 int xt_mixed(void);
 /* A packed key holds one part per transport of its context (src/rma.c):
  * moves the part for conn's transport to the front of raw and returns its

@@ -66,7 +66,7 @@ assert r[\"provider\"] == sys.argv[3] and r[\"transport\"] == sys.argv[4], r
 keys = (\"lat_us_min\", \"lat_us_median\", \"lat_us_mean\", \"lat_us_p99\", \"lat_us_max\") if sys.argv[1].endswith(\"_lat\") else (\"bw_MBps\", \"msg_rate\")
 for k in keys:
     assert r[k] > 0, (k, r)
-' $t $size '$prov' $over"
+' $t $size '$prov' '$over'"
     done
   done
   atomics=$("$info" -p "$prov" --json 2>/dev/null | "$PYTHON" -c '
@@ -94,7 +94,7 @@ else:
     keys = (\"bw_MBps\", \"msg_rate\", \"mops\")
 for k in keys:
     assert r[k] > 0, (k, r)
-' $t '$prov' $over"
+' $t '$prov' '$over'"
     done
   fi
   check "xport_perf -a on $cfg" sh -c "\"$perf\" --loopback --check -p '$prov' -t write_bw -a -n 4 --warmup 1 -w 4 --csv | grep -c ',ok$' | grep -qx 24"

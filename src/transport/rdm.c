@@ -1541,7 +1541,7 @@ static int rdm_listen(xport_listener_t *lst, const char *addr, const char *host,
         snprintf(p, sizeof p, "%s", port);
       else if (hold < 0)
         snprintf(p, sizeof p, "%u", 49152u + (unsigned)(xport__random_key(8) % 16384));
-      ret = prof->listen_name(host, p, name, sizeof name);
+      ret = prof->listen_name(host, p, 0, name, sizeof name);
       if (!ret)
         ret = prof->claim_name(name, &lock);
       /* The provider may find the name in use where the lock did not (a
@@ -1699,13 +1699,25 @@ static int rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
 
   if (prof && prof->listen_name) {
     char name[XPORT__ADDR_MAX];
-    ret = prof->listen_name(host, port, name, sizeof name);
-    if (ret)
-      return ret;
-    /* Inserting a name nobody owns can later misdirect traffic (shm):
-     * only a live listener's name goes into the address vector. */
-    if (!prof->name_alive(name))
+    /* The host's own address first, then the port's wildcard, as TCP
+     * would find them. Inserting a name nobody owns can later misdirect
+     * traffic (shm): only a live listener's name goes into the address
+     * vector. */
+    int alive = 0;
+    for (int any = 0; any < 2 && !alive; any++) {
+      if ((ret = prof->listen_name(host, port, any, name, sizeof name)))
+        return ret;
+      alive = prof->name_alive(name);
+    }
+    if (!alive)
       return -XPORT_ECONNREFUSED;
+    /* Processes of two users do not meet over shm: the listener cannot
+     * map the client's region, and libfabric 1.17 crashes there. */
+    if (prof->name_same_user && !prof->name_same_user(name)) {
+      XPORT__INFO("%s:%s: the listener there is another user's: not over %s", host, port,
+                  ctx->caps.provider);
+      return -XPORT_ECONNREFUSED;
+    }
     alen = strlen(name) + 1;
     memcpy(addr, name, alen);
   } else {
