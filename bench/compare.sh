@@ -20,7 +20,9 @@
 #
 # Transports: shm = libfabric shm, UCX_TLS=posix,cma; tcp and tcp;ofi_rxm =
 # libfabric tcp (rxm over it), UCX_TLS=tcp UCX_NET_DEVICES=lo (without the
-# second variable UCX also opens a lane over the machine's other interface).
+# second variable UCX also opens a lane over the machine's other interface);
+# shm+tcp = xport's tcp context with shm beside it (XPORT_SHM=auto), whose
+# loopback connection runs over shm, against the other tools on shm.
 # A tool that is missing (ucx-utils, libfabric-bin) is left out, and said so.
 #
 # Writes DIR/runs.csv (every run) and DIR/medians.csv, which bench/plot.sh
@@ -41,7 +43,9 @@ while getopts "r:p:s:o:h" o; do
   esac
 done
 # Each provider measured alone: with shm beside the fabric (XPORT_SHM's
-# default) a loopback over "tcp" would run over shm.
+# default) a loopback over "tcp" would run over shm. "shm+tcp" (-p) is
+# that case on purpose: xport's tcp context, its connection over shm,
+# against the raw tools on shm, which is what the connection runs on.
 export XPORT_SHM=off
 perf=${XPORT_PERF:-$(dirname "$0")/../tools/xport_perf}
 [ -x "$perf" ] || perf=./tools/xport_perf
@@ -60,6 +64,11 @@ port() { echo $((20000 + RANDOM % 20000)); }
 # Each tool prints "lat_us bw_MBps msg_rate" (a field it cannot measure: 0).
 run_xport() { # prov size
   local lat bw
+  case $1 in shm+*) XPORT_SHM=auto run_xport_on "${1#shm+}" "$2"; return ;; esac
+  run_xport_on "$1" "$2"
+}
+run_xport_on() {
+  local lat bw
   lat=$("$perf" --loopback -p "$1" -t send_lat -s "$2" -n "$(lat_iters "$2")" --unsignaled --json 2>/dev/null |
         tail -1 | sed -n 's/.*"lat_us_mean":\([0-9.e+-]*\).*/\1/p')
   bw=$("$perf" --loopback -p "$1" -t send_bw -s "$2" -n "$(bw_iters "$2")" --unsignaled --json 2>/dev/null |
@@ -69,6 +78,7 @@ run_xport() { # prov size
 
 run_fi() { # prov size
   local ep=msg p; p=$(port)
+  case $1 in shm+*) set -- shm "$2" ;; esac
   [ "$1" = tcp ] || ep=rdm
   fi_pingpong -p "$1" -e "$ep" -B "$p" -I "$(lat_iters "$2")" -S "$2" >/dev/null 2>&1 &
   local srv=$! line
@@ -81,7 +91,7 @@ run_fi() { # prov size
 
 ucx_env() {
   case $1 in
-    shm) echo "UCX_TLS=posix,cma" ;;
+    shm | shm+*) echo "UCX_TLS=posix,cma" ;;
     *) echo "UCX_TLS=tcp UCX_NET_DEVICES=lo" ;;
   esac
 }

@@ -187,6 +187,22 @@ START_TEST(strict_and_progress_thread)
 }
 END_TEST
 
+/* A context of the environment's settings has no descriptor: the fd is
+ * refused, the output untouched, and waiting still works (in steps). */
+static void expect_no_fd(void)
+{
+  xport_ctx_t *ctx;
+  xport_caps_t caps;
+  int fd = -7;
+  ck_assert_int_eq(xport_ctx_create(NULL, &ctx), 0);
+  xport_ctx_query(ctx, &caps);
+  ck_assert_int_eq(caps.wait_fd, 0);
+  ck_assert_int_eq(xport_ctx_fd(ctx, &fd), -XPORT_ENOSYS);
+  ck_assert_int_eq(fd, -7);
+  ck_assert_int_eq(xport_wait(ctx, 10), -XPORT_ETIMEDOUT);
+  xport_ctx_destroy(ctx);
+}
+
 START_TEST(wait_fd_usable)
 {
   xport_ctx_t *ctx;
@@ -202,28 +218,13 @@ START_TEST(wait_fd_usable)
   ck_assert_int_ge(fcntl(fd, F_GETFD), 0);
   ck_assert_int_eq(xport_wait(ctx, 10), -XPORT_ETIMEDOUT);
   xport_ctx_destroy(ctx);
-  /* shm beside tcp: no descriptor covers both, so none is given, and
-   * waiting works in steps. */
+  /* shm beside tcp: no descriptor covers both. */
   setenv("XPORT_SHM", "auto", 1);
-  ck_assert_int_eq(xport_ctx_create(NULL, &ctx), 0);
-  xport_ctx_query(ctx, &caps);
-  ck_assert_int_eq(caps.wait_fd, 0);
-  fd = -7;
-  ck_assert_int_eq(xport_ctx_fd(ctx, &fd), -XPORT_ENOSYS);
-  ck_assert_int_eq(fd, -7);
-  ck_assert_int_eq(xport_wait(ctx, 10), -XPORT_ETIMEDOUT);
-  xport_ctx_destroy(ctx);
+  expect_no_fd();
   setenv("XPORT_SHM", "off", 1);
-  /* Without one, waiting still works (in steps) and the fd is refused. */
+  /* Opened without one. */
   setenv("XPORT_WAIT_FD", "0", 1);
-  ck_assert_int_eq(xport_ctx_create(NULL, &ctx), 0);
-  xport_ctx_query(ctx, &caps);
-  ck_assert_int_eq(caps.wait_fd, 0);
-  fd = -7;
-  ck_assert_int_eq(xport_ctx_fd(ctx, &fd), -XPORT_ENOSYS);
-  ck_assert_int_eq(fd, -7);
-  ck_assert_int_eq(xport_wait(ctx, 10), -XPORT_ETIMEDOUT);
-  xport_ctx_destroy(ctx);
+  expect_no_fd();
   unsetenv("XPORT_WAIT_FD");
 }
 END_TEST

@@ -669,6 +669,8 @@ static int keys_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   xport_completion_t c;
   xport_rkey_t *ro = import_key(ctx, conn, raw, &klen);
   xport_rkey_t *wo = import_key(ctx, conn, NULL, NULL);
+  /* One transport's key: a blob of two is damaged in check_multi. */
+  klen = xt_key_part(conn, raw, klen);
 
   /* rights */
   XT_CHECK(xport_write(conn, buf, 8, NULL, ro, 0, NULL) == -XPORT_EACCES, "write, read-only");
