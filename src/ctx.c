@@ -712,10 +712,17 @@ fail:
 static void progress_beside(xport_ctx_t *ctx)
 {
   xport_ctx_t *o = ctx->is_sub ? ctx->parent : ctx->shm, *top = ctx->is_sub ? ctx->parent : ctx;
-  if (!o || top->in_beside)
+  if (!o)
     return;
+  /* Both locks held from here (the caller holds its own): in_beside is
+   * read and written under both. */
   if (o->progress_on && pthread_mutex_trylock(&o->progress_lock))
     return;
+  if (top->in_beside) {
+    if (o->progress_on)
+      pthread_mutex_unlock(&o->progress_lock);
+    return;
+  }
   top->in_beside = 1;
   xport__cq_drain(o);
   if (o->holding)
