@@ -372,6 +372,11 @@ START_TEST(one_port_two_addresses)
 {
   if (skip_unless_mixed("one_port_two_addresses"))
     return;
+  if (getenv("XPORT_TEST_HOST") && *getenv("XPORT_TEST_HOST")) {
+    printf("SKIP: one_port_two_addresses on %s: the fabric listens only on %s (verbs: no "
+           "device on the loopback's addresses)\n", xt_config(), getenv("XPORT_TEST_HOST"));
+    return;
+  }
   char a1[128], a2[128], want[64];
   pid_t s1 = xt_spawn_server_on("127.0.0.1:0", named_server, "A", a1, sizeof a1);
   snprintf(want, sizeof want, "127.0.0.2:%s", strrchr(a1, ':') + 1);
