@@ -617,6 +617,7 @@ struct xport_listener {
   struct xport__connreq *pending, *pending_tail;
   size_t npending, backlog;       /* requests waiting, and how many may */
   int refusing;                   /* the backlog overflowed (logged once) */
+  int closing;                    /* being closed: what comes now is refused */
   /* MSG: requests answered whose handshake goes on (accept) */
   xport_conn_t *shaking;
   size_t nshaking;

@@ -501,9 +501,19 @@ static void eq_read_all(xport_ctx_t *ctx)
     }
     size_t dlen = (size_t)r > sizeof buf.e ? (size_t)r - sizeof buf.e : 0;
     switch (event) {
-    case FI_CONNREQ:
-      on_connreq(buf.e.fid->context, buf.e.info, buf.data, dlen);
+    case FI_CONNREQ: {
+      /* A request the provider noticed only after its listener closed
+       * (tcp: a client that connected while nobody polled) names an
+       * endpoint that is gone: compared, never followed. */
+      xport_listener_t *l = ctx->listeners;
+      while (l && (!l->pep || &l->pep->fid != buf.e.fid))
+        l = l->next;
+      if (l)
+        on_connreq(l, buf.e.info, buf.data, dlen);
+      else
+        fi_freeinfo(buf.e.info);
       break;
+    }
     case FI_CONNECTED: {
       /* The active side learns the server's context id from the accept
        * data; the passive side got the client's with the request. */
@@ -781,8 +791,17 @@ static void msg_listener_close(xport_listener_t *lst)
 {
   xport_ctx_t *ctx = lst->ctx;
   /* Requests still waiting are refused, so that their clients hear it
-   * now rather than at their timeout; then the endpoint goes. */
-  msg_progress(ctx);
+   * now rather than at their timeout; then the endpoint goes. A client
+   * that connected while nobody polled becomes a request only after a few
+   * steps of the provider's progress (tcp: the socket is accepted, then its
+   * greeting read): a few, a millisecond apart. */
+  for (int i = 0; i < 4; i++) {
+    if (i) {
+      struct timespec ts = {0, 1000 * 1000};
+      nanosleep(&ts, NULL);
+    }
+    msg_progress(ctx);
+  }
   while (lst->pending) {
     struct xport__connreq *cr = lst->pending;
     lst->pending = cr->next;

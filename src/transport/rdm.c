@@ -934,7 +934,7 @@ static void on_connreq(struct xport__rep *rep, const struct xport__ctl *m, size_
     ctl_drop(ctx, "not (yet) from the address it names", m->type, len);
     return;
   }
-  if (!lst) {
+  if (!lst || lst->closing) {
     answer(rep, m, CTL_CONNREJ, 0); /* nobody listens here any more */
     return;
   }
@@ -1594,7 +1594,10 @@ static int rdm_listen(xport_listener_t *lst, const char *addr, const char *host,
 static void rdm_listener_close(xport_listener_t *lst)
 {
   /* Requests still waiting are refused, so that their clients hear it now
-   * rather than at their timeout. */
+   * rather than at their timeout: those queued, and those the CQ still
+   * holds (a listener nobody polled). */
+  lst->closing = 1;
+  xport__cq_drain(lst->ctx);
   while (lst->pending) {
     struct xport__connreq *cr = lst->pending;
     lst->pending = cr->next;
@@ -1697,8 +1700,8 @@ static int rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
   size_t alen;
   int ret;
 
+  char name[XPORT__ADDR_MAX] = "";
   if (prof && prof->listen_name) {
-    char name[XPORT__ADDR_MAX];
     /* The host's own address first, then the port's wildcard, as TCP
      * would find them. Inserting a name nobody owns can later misdirect
      * traffic (shm): only a live listener's name goes into the address
@@ -1763,6 +1766,10 @@ static int rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
         int r = ctl_send(ctx->cep, peer->fi_addr, CTL_CONNREQ, &a);
         if (r && r != -XPORT_EAGAIN)
           ret = r;
+        /* A named listener that is gone (closed before it answered, or
+         * killed) answers nothing: its name says so. */
+        if (!ret && name[0] && !prof->name_alive(name))
+          ret = -XPORT_ECONNREFUSED;
       }
     }
     /* The request went down with the provider's own connection to that
