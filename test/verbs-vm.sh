@@ -126,6 +126,12 @@ $*
 EOF
 )
 enc=$(printf '%s\n' "$script" | base64 -w0)
+# The kernel keeps 2048 bytes of its command line; a longer one leaves the
+# guest hung at boot, silently.
+if [ ${#enc} -gt 1900 ]; then
+  echo "verbs guest: the command is ${#enc} bytes in base64, more than the kernel command line holds"
+  exit 1
+fi
 log="$dir/console.log"
 accel=tcg
 # A KVM guest hangs early in boot on this kind of machine; TCG is slow
