@@ -59,14 +59,15 @@ static void job_keep(xport_job_t *job, int r, xport_conn_t *conn)
   job->peers[r].conn = conn;
 }
 
-#ifdef XPORT_HAVE_PMIX /* the hooks of the job's listener, set by job_join */
 /* A handshake with that context is under way at either half of the
- * job's listener. */
+ * job's listener. Used with and without PMIx: xport_job_conn weighs it. */
 static int shaking_from(const xport_job_t *job, uint64_t ctx_id)
 {
   return xport__listener_shaking_from(job->lst, ctx_id) ||
          (job->lst->sub && xport__listener_shaking_from(job->lst->sub, ctx_id));
 }
+
+#ifdef XPORT_HAVE_PMIX /* the hooks of the job's listener, set by job_join */
 
 static int rank_of(const xport_job_t *job, uint64_t ctx_id)
 {
