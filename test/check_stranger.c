@@ -9,6 +9,7 @@
 #include "harness.h"
 #include "../src/transport/rdm_wire.h"
 
+#include <dirent.h>
 #include <malloc.h>
 #include <netdb.h>
 #include <poll.h>
@@ -590,6 +591,64 @@ START_TEST(stranger_spoofs_requests)
 }
 END_TEST
 
+/* ---- requests in a connected client's name, with bytes after its NUL ---- */
+
+/* shm reads a name up to its first NUL: a request that names an honest
+ * client's endpoint with more bytes after it names that client to the
+ * provider. Each such spelling once became an entry of its own in the
+ * listener's address vector, and the listener let go of it (the refused
+ * list keeps 16) with fi_av_remove, which unmapped the client's region:
+ * its next send to the client, or its next poll, crashed. The stranger
+ * does what any process of the user can: reads the client's names in
+ * /dev/shm (this process's endpoints: xport-PID-RANDOM) and asks in each. */
+#define ALIAS_REQUESTS 32
+static void alias_client_names(struct stranger *s)
+{
+  char prefix[64];
+  size_t names = 0;
+  snprintf(prefix, sizeof prefix, "xport-%ld-", (long)getpid());
+  DIR *d = opendir("/dev/shm");
+  XT_CHECK(d, "opendir /dev/shm");
+  for (struct dirent *e; (e = readdir(d));) {
+    size_t n = strlen(e->d_name);
+    if (strncmp(e->d_name, prefix, strlen(prefix)) || (n > 5 && !strcmp(e->d_name + n - 5, ".lock")))
+      continue;
+    names++;
+    for (uint32_t i = 0; i < ALIAS_REQUESTS; i++) {
+      struct xport__ctl *m = st_ctl(s, XPORT__CTL_CONNREQ);
+      m->src_id = 300 + i;
+      m->tag = rnd64() & XPORT__TAG_MASK;
+      /* name NUL "aNN" NUL: still a string that ends in the buffer, and a
+       * different address for each request (and length, every 4th). */
+      int k = snprintf((char *)m->addr, sizeof m->addr, "%s", e->d_name) + 1;
+      k += snprintf((char *)m->addr + k, sizeof m->addr - (size_t)k, "a%02u%.*s", i, (int)(i % 4),
+                    "xyz") + 1;
+      m->addrlen = (uint32_t)k;
+      XT_CHECK(st_send(s, 0, 0, sizeof *m) == 0, "aliased request %u", i);
+      /* Paced, so that the listener answers each (it rations answers in
+       * flight) rather than dropping most. */
+      for (long again = now_ms() + 3; now_ms() < again;)
+        st_progress(s);
+    }
+  }
+  closedir(d);
+  XT_CHECK(names > 0, "no endpoint of this process (%s*) in /dev/shm", prefix);
+}
+
+START_TEST(stranger_aliases_client_name)
+{
+  if (!rdm_config("stranger_aliases_client_name"))
+    return;
+  if (strcmp(xt_transport(), "shm")) {
+    printf("SKIP: stranger_aliases_client_name on %s: its addresses are socket addresses, "
+           "read to their length, not names ended by a NUL\n", xt_config());
+    return;
+  }
+  struct attack a = {alias_client_names, no_phantom, 0};
+  run_attack(&a);
+}
+END_TEST
+
 /* ---- flood of connection requests -------------------------------------- */
 
 static void flood_requests(struct stranger *s, uint32_t base)
@@ -998,6 +1057,7 @@ static Suite *make_suite(void)
   tcase_add_test(st, stranger_short_control);
   tcase_add_test(st, stranger_long_control);
   tcase_add_test(st, stranger_spoofs_requests);
+  tcase_add_test(st, stranger_aliases_client_name);
   tcase_add_test(st, stranger_floods_requests);
   tcase_add_test(st, stranger_floods_unused_tags);
   tcase_add_test(st, closed_connections_drain);

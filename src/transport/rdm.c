@@ -78,10 +78,26 @@ static const char *boot_id(void)
 
 /* ---- peers in an endpoint's address vector -------------------------- */
 
+/* The bytes of an address the provider reads. A string address
+ * (FI_ADDR_STR: shm's names) ends at its first NUL: two that differ only
+ * after it are one peer to the provider, one slot in its address vector,
+ * and removing either unmaps that peer (libfabric 1.17 shm counts no
+ * references), so they must be one entry here too. */
+static size_t addr_len(const struct xport__rep *rep, const void *addr, size_t len)
+{
+  const char *nul;
+  if (rep->ctx->info->addr_format != FI_ADDR_STR || !(nul = memchr(addr, '\0', len)))
+    return len;
+  return (size_t)(nul - (const char *)addr) + 1;
+}
+
+/* One entry per peer, counted by its users (connections, answers, the
+ * refused list): only the last one removes it from the address vector. */
 static struct xport__peer *peer_get(struct xport__rep *rep, const void *addr, size_t len,
                                     int *ret_p)
 {
   struct xport__peer *p;
+  len = addr_len(rep, addr, len);
   for (p = rep->peers; p; p = p->next)
     if (p->addrlen == len && !memcmp(p->addr, addr, len)) {
       p->refs++;
@@ -99,6 +115,15 @@ static struct xport__peer *peer_get(struct xport__rep *rep, const void *addr, si
     *ret_p = ret < 0 ? xport__err_from_fi(ret) : -XPORT_EADDRNOTAVAIL;
     return NULL;
   }
+  /* An address the provider took for one it holds (a spelling xport does
+   * not know to be the same) is that peer: a second entry would remove
+   * it from under the first one's users. */
+  for (struct xport__peer *q = rep->peers; q; q = q->next)
+    if (q->fi_addr == p->fi_addr) {
+      free(p);
+      q->refs++;
+      return q;
+    }
   p->refs = 1;
   p->next = rep->peers;
   rep->peers = p;
@@ -907,7 +932,8 @@ static int from_named(struct xport__rep *rep, const struct xport__ctl *m, fi_add
     return 0;
   for (struct xport__peer *p = rep->peers; p; p = p->next)
     if (p->fi_addr == src)
-      return p->addrlen == m->addrlen && !memcmp(p->addr, m->addr, m->addrlen);
+      return p->addrlen == addr_len(rep, m->addr, m->addrlen) &&
+             !memcmp(p->addr, m->addr, p->addrlen);
   return 0;
 }
 
