@@ -111,14 +111,70 @@ static void lock_path(const char *name, char *path, size_t len)
   snprintf(path, len, SHM_DIR "%s.lock", name);
 }
 
-static int shm_claim_name(const char *name, int *lock_p)
+/* What is at a name in /dev/shm that xport must not use as its own; NULL
+ * for a regular file of this user. */
+static const char *not_ours(const struct stat *st)
 {
-  char path[512];
+  return S_ISLNK(st->st_mode)      ? "a symbolic link"
+         : !S_ISREG(st->st_mode)   ? "no regular file"
+         : st->st_uid != geteuid() ? "another user's file"
+                                   : NULL;
+}
+
+/* /dev/shm is every user's: another may plant, under a name xport will
+ * use, a link (which, followed, makes a root process create or write the
+ * file it points to, where fs.protected_symlinks is 0) or a file of their
+ * own (whose content they control). xport opens its files there without
+ * following links and without blocking (on a FIFO), and uses only a
+ * regular file of its own user. The descriptor, or -XPORT_EADDRINUSE
+ * where the name holds something else (what, in *why), or another failure. */
+static int own_open(const char *path, int flags, const char **why)
+{
+  struct stat st;
+  *why = "unreadable";
+  int fd = open(path, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    int e = errno;
+    if (lstat(path, &st) == 0 && (*why = not_ours(&st)))
+      return -XPORT_EADDRINUSE;
+    return xport__err_from_fi(-e);
+  }
+  if (fstat(fd, &st) == 0 && !(*why = not_ours(&st)))
+    return fd;
+  close(fd);
+  return -XPORT_EADDRINUSE;
+}
+
+/* 1 where nothing, or a regular file of this user, is at path. */
+static int own_or_none(const char *path, const char **why)
+{
+  struct stat st;
+  *why = "unreadable";
+  if (lstat(path, &st))
+    return errno == ENOENT;
+  return !(*why = not_ours(&st));
+}
+
+/* A name that another user's file or a link holds is never taken (nor
+ * what is there touched): the caller is told, and the user with quiet 0. */
+static int refuse(const char *path, const char *why, const char *name, int quiet)
+{
+  if (!quiet)
+    XPORT__WARN("shm: %s is %s: the name %s is not used (remove it, or listen on another "
+                "port)", path, why, name);
+  return -XPORT_EADDRINUSE;
+}
+
+static int claim(const char *name, int *lock_p, int quiet)
+{
+  char path[512], ep[512];
+  const char *why;
   lock_path(name, path, sizeof path);
+  snprintf(ep, sizeof ep, SHM_DIR "%s", name);
   for (;;) {
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    int fd = own_open(path, O_RDWR | O_CREAT, &why);
     if (fd < 0)
-      return -XPORT_EACCES;
+      return fd == -XPORT_EADDRINUSE ? refuse(path, why, name, quiet) : fd;
     if (flock(fd, LOCK_EX | LOCK_NB)) {
       close(fd);
       return -XPORT_EADDRINUSE; /* a live process holds it */
@@ -126,15 +182,25 @@ static int shm_claim_name(const char *name, int *lock_p)
     /* The file may have been unlinked by its previous owner between our
      * open and lock: then lock the new one. */
     struct stat a, b;
-    if (fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_ino == b.st_ino) {
-      char ep[512];
-      snprintf(ep, sizeof ep, SHM_DIR "%s", name);
-      unlink(ep); /* left by an owner that died */
+    if (fstat(fd, &a) == 0 && lstat(path, &b) == 0 && a.st_ino == b.st_ino) {
+      /* An endpoint file left by an owner that died goes; one that is not
+       * ours stays, and so does the name: shm would map it as ours. */
+      if (!own_or_none(ep, &why)) {
+        unlink(path); /* ours, and locked: as shm_release_name does */
+        close(fd);
+        return refuse(ep, why, name, quiet);
+      }
+      unlink(ep);
       *lock_p = fd;
       return 0;
     }
     close(fd);
   }
+}
+
+static int shm_claim_name(const char *name, int *lock_p)
+{
+  return claim(name, lock_p, 0);
 }
 
 static void shm_release_name(const char *name, int lock)
@@ -150,7 +216,7 @@ static int shm_name_alive(const char *name)
 {
   char path[512];
   lock_path(name, path, sizeof path);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0)
     return 0;
   int alive = flock(fd, LOCK_SH | LOCK_NB) != 0;
@@ -163,7 +229,7 @@ static int shm_name_same_user(const char *name)
   char path[512];
   struct stat st;
   lock_path(name, path, sizeof path);
-  return stat(path, &st) == 0 && st.st_uid == geteuid();
+  return lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid();
 }
 
 static int shm_name_exists(const char *name)
@@ -178,7 +244,7 @@ static int shm_name_exists(const char *name)
   if (!name[0] || strchr(name, '/') || strlen(name) > 255)
     return 0;
   snprintf(path, sizeof path, SHM_DIR "%s", name);
-  return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+  return lstat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
 /* An endpoint with a message a live peer has yet to take (peer_may_map)
@@ -229,14 +295,17 @@ static void shm_sweep(void)
     memcpy(name, e->d_name, n - 5);
     name[n - 5] = '\0';
     lock_path(name, path, sizeof path);
-    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0)
       continue;
     struct stat a, b;
-    if (flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &a) == 0 && stat(path, &b) == 0 &&
-        a.st_ino == b.st_ino && a.st_uid == geteuid() && a.st_mtime <= time(NULL)) {
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &a) == 0 && lstat(path, &b) == 0 &&
+        a.st_ino == b.st_ino && S_ISREG(a.st_mode) && a.st_uid == geteuid() &&
+        a.st_mtime <= time(NULL)) {
+      const char *why;
       snprintf(ep, sizeof ep, SHM_DIR "%s", name);
-      unlink(ep);
+      if (own_or_none(ep, &why))
+        unlink(ep);
       unlink(path); /* while holding the lock, as shm_release_name does */
       removed++;
     }
@@ -277,7 +346,7 @@ static void shm_peer_gone(const void *addr, size_t len)
     /* Claiming the name of a dead listener removes its endpoint file;
      * releasing it removes the lock file. A live owner keeps both. */
     int lock;
-    if (shm_claim_name(n, &lock) == 0)
+    if (claim(n, &lock, 1) == 0)
       shm_release_name(n, lock);
     return;
   }

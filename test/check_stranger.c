@@ -10,6 +10,10 @@
 #include "../src/transport/rdm_wire.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <malloc.h>
 #include <netdb.h>
 #include <poll.h>
@@ -21,6 +25,8 @@
 #include <rdma/fi_tagged.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/random.h>
 #include <sys/wait.h>
@@ -1047,6 +1053,293 @@ START_TEST(eager_size_small_or_malformed)
 }
 END_TEST
 
+/* ---- other users' files under a listener's name -------------------------- */
+
+/* /dev/shm is every user's. Another user (nobody, played by a child that
+ * becomes it) plants, under the names a shm listener on a port will use,
+ * links to files of root's (a listener running as root followed them and
+ * created or wrote the file the link names, where fs.protected_symlinks is
+ * 0) or files of their own (which a root listener took for its own). The
+ * listener must use none of them and leave them, and what they point to,
+ * as they were: over shm alone it refuses the port (XPORT_EADDRINUSE);
+ * with shm beside a fabric it listens over the fabric only, and a peer of
+ * this node reaches it there. */
+#define OTHER_UID 65534 /* nobody */
+
+enum plant { PLANT_LINKS, PLANT_FILES };
+
+struct planted {
+  char dir[64];        /* root's, 0700: where the links lead */
+  char port[8], name[128], shm[160], lock[160];
+  char symlinks_was[8]; /* fs.protected_symlinks before, where the test set it */
+};
+/* In memory the runner process shares with each test's process: a failed
+ * check ends the test's process at once (_exit), and the runner's
+ * teardown then removes what it planted and restores the setting. */
+static struct planted *planted_log;
+#define PLANTED_MAX 4
+
+static int sysctl_rw(const char *path, char *was, size_t len, const char *to)
+{
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return -1;
+  int ok = fgets(was, (int)len, f) != NULL;
+  fclose(f);
+  was[strcspn(was, "\n")] = '\0';
+  if (!ok || !to || !strcmp(was, to))
+    return ok ? 0 : -1;
+  f = fopen(path, "w");
+  if (!f)
+    return -1;
+  ok = fputs(to, f) >= 0;
+  return fclose(f) == 0 && ok ? 1 : -1;
+}
+
+static void planted_remove(struct planted *pl)
+{
+  char path[200];
+  if (pl->name[0]) {
+    unlink(pl->shm);
+    unlink(pl->lock);
+  }
+  static const char *const in_dir[] = {"created", "precious"};
+  for (size_t i = 0; pl->dir[0] && i < 2; i++) {
+    snprintf(path, sizeof path, "%s/%s", pl->dir, in_dir[i]);
+    unlink(path);
+  }
+  if (pl->dir[0])
+    rmdir(pl->dir);
+  if (pl->symlinks_was[0]) {
+    char now[8];
+    sysctl_rw("/proc/sys/fs/protected_symlinks", now, sizeof now, pl->symlinks_was);
+  }
+  memset(pl, 0, sizeof *pl);
+}
+
+static void planted_setup(void)
+{
+  planted_log = mmap(NULL, PLANTED_MAX * sizeof *planted_log, PROT_READ | PROT_WRITE,
+                     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (planted_log == MAP_FAILED)
+    planted_log = NULL;
+}
+
+static void planted_teardown(void)
+{
+  for (unsigned i = 0; planted_log && i < PLANTED_MAX; i++)
+    planted_remove(&planted_log[i]);
+  if (planted_log)
+    munmap(planted_log, PLANTED_MAX * sizeof *planted_log);
+  planted_log = NULL;
+}
+
+static int free_port(char *port, size_t len)
+{
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  socklen_t l = sizeof a;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+           getsockname(fd, (struct sockaddr *)&a, &l) == 0;
+  if (fd >= 0)
+    close(fd);
+  snprintf(port, len, "%u", ntohs(a.sin_port));
+  return ok ? 0 : -1;
+}
+
+/* The other user's part, in a child that became nobody. */
+static int plant_as_other(const struct planted *pl, enum plant what)
+{
+  if (setgroups(0, NULL) || setgid(OTHER_UID) || setuid(OTHER_UID))
+    return 77;
+  if (what == PLANT_LINKS) {
+    char created[100], precious[100];
+    snprintf(created, sizeof created, "%s/created", pl->dir);
+    snprintf(precious, sizeof precious, "%s/precious", pl->dir);
+    return symlink(created, pl->lock) || symlink(precious, pl->shm) ? 1 : 0;
+  }
+  for (int i = 0; i < 2; i++) {
+    int fd = open(i ? pl->lock : pl->shm, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0 || write(fd, "squat", 5) != 5)
+      return 1;
+    close(fd);
+  }
+  return 0;
+}
+
+struct seen {
+  struct stat lock, shm, precious;
+};
+static void look(const struct planted *pl, struct seen *s)
+{
+  char precious[100];
+  snprintf(precious, sizeof precious, "%s/precious", pl->dir);
+  XT_CHECK(lstat(pl->lock, &s->lock) == 0 && lstat(pl->shm, &s->shm) == 0,
+           "the planted %s or %s is gone", pl->lock, pl->shm);
+  memset(&s->precious, 0, sizeof s->precious);
+  stat(precious, &s->precious);
+}
+
+#define OTHER_LEN 300
+#define OTHER_SEED 41
+
+/* A peer of this node: connects once told to, sends its bytes and waits
+ * for the word that they arrived. */
+static void other_client(struct xt_steps *st, const char *addr)
+{
+  char go = xt_step_get(st->s2c[0], 3 * T_MS);
+  if (go != 'C')
+    _exit(0);
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn;
+  unsigned char msg[OTHER_LEN];
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  xt_fill(msg, sizeof msg, OTHER_SEED);
+  XT_OK(xport_send(conn, msg, sizeof msg, NULL, NULL));
+  xport_completion_t c;
+  expect(ctx, &c, XPORT_OP_SEND, 0);
+  xt_step_get(st->s2c[0], 3 * T_MS);
+  xport_conn_close(conn);
+  xport_ctx_destroy(ctx);
+  _exit(0);
+}
+
+static void listen_past(enum plant what, const char *test)
+{
+  if (strcmp(xt_transport(), "shm")) {
+    printf("SKIP: %s on %s: no shm listener here\n", test, xt_config());
+    return;
+  }
+  if (geteuid() != 0) {
+    printf("SKIP: %s on %s: only root can play another user\n", test, xt_config());
+    return;
+  }
+  struct planted *pl = NULL;
+  for (unsigned i = 0; planted_log && i < PLANTED_MAX && !pl; i++)
+    if (!planted_log[i].dir[0])
+      pl = &planted_log[i];
+  XT_CHECK(pl, "no room to record what the test plants");
+  snprintf(pl->dir, sizeof pl->dir, "/tmp/xport-other-XXXXXX");
+  XT_CHECK(mkdtemp(pl->dir), "mkdtemp");
+  /* Where the kernel refuses to follow another user's link in a sticky
+   * directory, nobody can show that xport does not: turned off for the
+   * test, and back after it. */
+  char was[8];
+  int set = what == PLANT_LINKS
+                ? sysctl_rw("/proc/sys/fs/protected_symlinks", was, sizeof was, "0")
+                : 0;
+  if (set > 0)
+    snprintf(pl->symlinks_was, sizeof pl->symlinks_was, "%s", was);
+  if (set < 0) {
+    printf("SKIP: %s on %s: fs.protected_symlinks cannot be set to 0 here\n", test,
+           xt_config());
+    planted_remove(pl);
+    return;
+  }
+  char precious[100];
+  snprintf(precious, sizeof precious, "%s/precious", pl->dir);
+  FILE *f = fopen(precious, "w");
+  XT_CHECK(f && fputs("root's", f) >= 0 && fclose(f) == 0, "%s", precious);
+  XT_CHECK(free_port(pl->port, sizeof pl->port) == 0, "no free port");
+  xt_shm_name(pl->port, pl->name, sizeof pl->name);
+  snprintf(pl->shm, sizeof pl->shm, "/dev/shm/%s", pl->name);
+  snprintf(pl->lock, sizeof pl->lock, "/dev/shm/%s.lock", pl->name);
+
+  fflush(NULL);
+  pid_t other = fork();
+  XT_CHECK(other >= 0, "fork");
+  if (other == 0)
+    _exit(plant_as_other(pl, what));
+  int status;
+  XT_CHECK(waitpid(other, &status, 0) == other && WIFEXITED(status), "the other user's child");
+  if (WEXITSTATUS(status) == 77) {
+    printf("SKIP: %s on %s: cannot become uid %d\n", test, xt_config(), OTHER_UID);
+    planted_remove(pl);
+    return;
+  }
+  XT_CHECK(WEXITSTATUS(status) == 0, "the other user could not plant its files");
+  struct seen before, after;
+  look(pl, &before);
+  struct stat pst;
+  XT_CHECK(stat(precious, &pst) == 0, "%s", precious);
+  before.precious = pst;
+
+  char addr[64];
+  snprintf(addr, sizeof addr, "%s:%s", xt_host(), pl->port);
+  struct xt_steps st;
+  xt_steps_open(&st);
+  pid_t client = xt_fork();
+  if (client == 0)
+    other_client(&st, addr);
+
+  xport_ctx_t *ctx = xt_ctx();
+  xport_listener_t *lst = NULL;
+  int rc = xport_listen(ctx, addr, &lst);
+  look(pl, &after);
+  if (xt_mixed()) {
+    XT_CHECK(rc == 0, "listen on %s with another user's files under its shm name: %s", addr,
+             xport_strerror(rc));
+    xt_step_put(st.s2c[1], 'C');
+    xport_conn_t *conn;
+    unsigned char buf[OTHER_LEN + 16];
+    XT_OK(xport_accept(lst, T_MS, &conn));
+    XT_OK(xport_recv(conn, buf, sizeof buf, NULL, buf));
+    xport_completion_t c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS);
+    XT_CHECK(c.status == 0 && c.len == OTHER_LEN &&
+             xt_verify(buf, OTHER_LEN, OTHER_SEED) == OTHER_LEN,
+             "the peer's bytes did not arrive intact (%s, %zu bytes)", xport_strerror(c.status),
+             c.len);
+    xport_caps_t caps;
+    XT_OK(xport_conn_query(conn, &caps));
+    XT_CHECK(strcmp(caps.provider, "shm"), "the connection runs over shm, under a name "
+             "another user's files hold");
+    xt_step_put(st.s2c[1], 'D');
+    XT_OK(xport_conn_close(conn));
+    XT_OK(xport_listener_close(lst));
+  } else {
+    xt_step_put(st.s2c[1], 'X');
+    XT_CHECK(rc == -XPORT_EADDRINUSE, "listen on %s over shm with another user's files under "
+             "its name: %s, not %s", addr, xport_strerror(rc),
+             xport_strerror(-XPORT_EADDRINUSE));
+  }
+  xport_ctx_destroy(ctx);
+  XT_CHECK(xt_reap(client) == 0, "the peer failed");
+  xt_steps_close(&st);
+
+  char created[100];
+  snprintf(created, sizeof created, "%s/created", pl->dir);
+  XT_CHECK(access(created, F_OK) != 0, "the listener created %s through the link %s", created,
+           pl->lock);
+  struct stat pnow;
+  XT_CHECK(stat(precious, &pnow) == 0 && pnow.st_size == before.precious.st_size &&
+           pnow.st_mtim.tv_sec == before.precious.st_mtim.tv_sec &&
+           pnow.st_mtim.tv_nsec == before.precious.st_mtim.tv_nsec,
+           "the listener wrote %s through the link %s", precious, pl->shm);
+  const struct stat *b[2] = {&before.lock, &before.shm}, *a[2] = {&after.lock, &after.shm};
+  for (int i = 0; i < 2; i++)
+    XT_CHECK(a[i]->st_ino == b[i]->st_ino && a[i]->st_uid == OTHER_UID &&
+             a[i]->st_size == b[i]->st_size && a[i]->st_mtim.tv_sec == b[i]->st_mtim.tv_sec &&
+             a[i]->st_mtim.tv_nsec == b[i]->st_mtim.tv_nsec,
+             "the listener took or changed the other user's %s", i ? pl->shm : pl->lock);
+  struct stat gone;
+  look(pl, &after); /* and after the listener and its context are gone */
+  XT_CHECK(after.lock.st_ino == before.lock.st_ino && after.shm.st_ino == before.shm.st_ino &&
+           stat(pl->dir, &gone) == 0, "the other user's files went with the listener");
+  planted_remove(pl);
+}
+
+START_TEST(other_users_links_refused)
+{
+  listen_past(PLANT_LINKS, "other_users_links_refused");
+}
+END_TEST
+
+START_TEST(other_users_files_squat_name)
+{
+  listen_past(PLANT_FILES, "other_users_files_squat_name");
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
   Suite *s = suite_create("stranger");
@@ -1062,6 +1355,13 @@ static Suite *make_suite(void)
   tcase_add_test(st, stranger_floods_unused_tags);
   tcase_add_test(st, closed_connections_drain);
   suite_add_tcase(s, st);
+
+  TCase *other = tcase_create("OtherUsers");
+  tcase_set_timeout(other, 120);
+  tcase_add_unchecked_fixture(other, planted_setup, planted_teardown);
+  tcase_add_test(other, other_users_links_refused);
+  tcase_add_test(other, other_users_files_squat_name);
+  suite_add_tcase(s, other);
 
   TCase *lim = tcase_create("Limits");
   tcase_set_timeout(lim, 120);
