@@ -5,7 +5,9 @@
  * "xport-PID-RANDOM", and guards each name with a lock file held for the
  * owner's life: starting a second endpoint under a live name unlinks the
  * owner's file (libfabric 1.17), and a killed process leaves its files,
- * which the lock tells from a live owner's (shm_sweep). */
+ * which the lock tells from a live owner's (shm_sweep). /dev/shm is every
+ * user's: a name whose files are links or another user's is never taken
+ * (own_open, claim). */
 #define _GNU_SOURCE /* process_vm_readv */
 #include "xport_int.h"
 
