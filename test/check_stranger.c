@@ -617,7 +617,8 @@ static void alias_client_names(struct stranger *s)
   XT_CHECK(d, "opendir /dev/shm");
   for (struct dirent *e; (e = readdir(d));) {
     size_t n = strlen(e->d_name);
-    if (strncmp(e->d_name, prefix, strlen(prefix)) || (n > 5 && !strcmp(e->d_name + n - 5, ".lock")))
+    if (strncmp(e->d_name, prefix, strlen(prefix)) ||
+        (n > 5 && !strcmp(e->d_name + n - 5, ".lock")))
       continue;
     names++;
     for (uint32_t i = 0; i < ALIAS_REQUESTS; i++) {
