@@ -58,7 +58,7 @@ static int same_row(const xport_candidate_t *a, const xport_candidate_t *b)
 }
 
 /* libfabric lists one provider several times over where it answers
- * several of the probe's queries (rxm: four), and those entries differ
+ * several of the probe's queries (rxm: six here), and those entries differ
  * only in what the table does not show: unless verbose, such rows are
  * one, with their count. */
 static void print_cands(const xport_candidate_t *cands, int n, int verbose)
