@@ -53,8 +53,10 @@ static void client(const char *addr)
         exit(1);
       }
     }
-    printf("client: %5zu bytes echoed and verified\n", len);
   }
+  printf("client: %d messages of %d to %d bytes echoed, every byte verified\n", ROUNDS, 1 << 5,
+         1 << (ROUNDS + 4));
+  fflush(stdout); /* the child leaves by _exit, which flushes nothing */
   xport_conn_close(conn);
   xport_ctx_destroy(ctx);
 }
@@ -72,15 +74,16 @@ int main(void)
   if ((rc = xport_ctx_create(NULL, &ctx)))
     die("xport_ctx_create", rc);
   xport_ctx_query(ctx, &caps);
+  /* The choice and its reason; a second chosen candidate is shm opened
+   * beside the fabric for peers on this node (XPORT_SHM). The whole table
+   * is xport_info's to print. */
   int n = xport_ctx_candidates(ctx, &cands);
-  printf("probe chose %s (fabric %s, domain %s); %d candidates seen:\n", caps.provider,
-         caps.fabric, caps.domain, n);
   for (int i = 0; i < n; i++)
-    printf("  %-9s %-12s %-6s %-14s %s\n",
-           cands[i].verdict == XPORT_VERDICT_CHOSEN   ? "chosen"
-           : cands[i].verdict == XPORT_VERDICT_USABLE ? "usable"
-                                                      : "rejected",
-           cands[i].provider, cands[i].domain, cands[i].fabric, cands[i].reason);
+    if (cands[i].verdict == XPORT_VERDICT_CHOSEN)
+      printf("probe: %s %s (domain %s): %s\n",
+             strcmp(cands[i].provider, caps.provider) ? "also" : "chose", cands[i].provider,
+             cands[i].domain, cands[i].reason);
+  printf("probe: every candidate and why: tools/xport_info (-v: every libfabric entry)\n");
   if ((rc = xport_listen(ctx, "127.0.0.1:0", &lst)))
     die("xport_listen", rc);
   xport_listener_addr(lst, addr, sizeof addr);

@@ -189,7 +189,9 @@ static int judge(const struct fi_info *fi, const struct settings *s,
              fi->domain_attr->name ? fi->domain_attr->name : "?", s->domain);
     return -1;
   }
-  if (s->iface && !on_iface(fi, s->iface, ifs)) {
+  /* A node-local provider has no network interface: a job that sets
+   * XPORT_IFACE for all its runs must still be able to name it. */
+  if (s->iface && !(prof && prof->node_local) && !on_iface(fi, s->iface, ifs)) {
     snprintf(reason, rlen, "not on interface XPORT_IFACE=%s", s->iface);
     return -1;
   }
@@ -463,6 +465,20 @@ static void log_no_provider(const struct settings *s, const xport_candidate_t *c
              "no usable provider for XPORT_PROVIDER=%s (FI_EP_MSG or FI_EP_RDM with "
              "FI_MSG|FI_RMA); found: %s", s->provider ? s->provider : "(default)",
              n ? found : "none");
+  /* Why each provider the settings let in was turned down, once per
+   * distinct reason; the rest (not requested, excluded) say nothing new. */
+  int named = s->provider && s->provider[0] != '^';
+  for (int i = 0; i < n; i++) {
+    if (named ? list_pos(s->provider, c[i].provider) < 0
+              : s->provider && list_pos(s->provider + 1, c[i].provider) >= 0)
+      continue;
+    int dup = 0;
+    for (int j = 0; j < i && !dup; j++)
+      dup = !strcmp(c[i].provider, c[j].provider) && !strcmp(c[i].reason, c[j].reason);
+    if (!dup)
+      XPORT__LOG(XPORT__LOG_ERROR, "  %s: %s", c[i].provider, c[i].reason);
+  }
+  XPORT__LOG(XPORT__LOG_ERROR, "xport_info -v lists every candidate and its verdict");
   for (int i = 0; i < n; i++)
     XPORT__INFO("  %s %s/%s: %s", c[i].provider, c[i].fabric, c[i].domain, c[i].reason);
 }

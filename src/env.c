@@ -15,7 +15,9 @@ static const xport_env_var_t env_table[XPORT__ENV_COUNT] = {
   [XPORT__ENV_DOMAIN] = {"XPORT_DOMAIN", "string", "(any)",
     "Use only this libfabric domain (device), e.g. mlx5_0 or rxe0."},
   [XPORT__ENV_IFACE] = {"XPORT_IFACE", "string", "(any)",
-    "Use only domains on this network interface, e.g. eth0 or lo."},
+    "Use only domains on this network interface, e.g. eth0 or lo. A "
+    "provider without one (shm, which reaches this node only) is not "
+    "filtered by it."},
   [XPORT__ENV_LOG] = {"XPORT_LOG", "string", "warn",
     "Log level on stderr: none, error, warn, info or debug."},
   [XPORT__ENV_STRICT] = {"XPORT_STRICT", "bool", "0",

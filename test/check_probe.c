@@ -164,6 +164,70 @@ START_TEST(domain_and_iface)
 }
 END_TEST
 
+/* Reads what xport_ctx_create writes on stderr into log. */
+static int create_logged(xport_ctx_t **ctx_p, char *log, size_t len)
+{
+  int p[2];
+  ck_assert_int_eq(pipe(p), 0);
+  int saved = dup(2);
+  dup2(p[1], 2);
+  int rc = xport_ctx_create(NULL, ctx_p);
+  dup2(saved, 2);
+  close(saved);
+  close(p[1]);
+  ssize_t n = read(p[0], log, len - 1);
+  close(p[0]);
+  log[n > 0 ? n : 0] = '\0';
+  return rc;
+}
+
+/* A job script sets XPORT_IFACE for all its runs; one that names shm,
+ * which has no network interface, still gets it. */
+START_TEST(iface_spares_node_local)
+{
+  xport_ctx_t *ctx = NULL;
+  xport_caps_t caps;
+  char log[4096];
+  clear_env();
+  setenv("XPORT_PROVIDER", "shm", 1);
+  setenv("XPORT_LOG", "error", 1);
+  if (create_logged(&ctx, log, sizeof log) == -XPORT_ENOPROV) {
+    printf("SKIP: iface_spares_node_local on %s: shm does not open here\n", xt_config());
+    return;
+  }
+  xport_ctx_destroy(ctx);
+  const char *ifaces[] = {"lo", "nosuchif9"};
+  for (size_t i = 0; i < 2; i++) {
+    setenv("XPORT_IFACE", ifaces[i], 1);
+    int rc = create_logged(&ctx, log, sizeof log);
+    ck_assert_msg(rc == 0, "XPORT_IFACE=%s: %s: %s", ifaces[i], xport_strerror(rc), log);
+    xport_ctx_query(ctx, &caps);
+    ck_assert_str_eq(caps.provider, "shm");
+    xport_ctx_destroy(ctx);
+  }
+}
+END_TEST
+
+/* A probe that finds nothing says why the provider asked for was turned
+ * down, not only which providers exist. */
+START_TEST(failure_says_why)
+{
+  xport_ctx_t *ctx = (xport_ctx_t *)0x1;
+  char log[4096];
+  clear_env();
+  setenv("XPORT_PROVIDER", "tcp", 1);
+  setenv("XPORT_IFACE", "nosuchif9", 1);
+  setenv("XPORT_LOG", "error", 1);
+  ck_assert_int_eq(create_logged(&ctx, log, sizeof log), -XPORT_ENOPROV);
+  ck_assert_ptr_eq(ctx, (xport_ctx_t *)0x1);
+  ck_assert_msg(strstr(log, "tcp: not on interface XPORT_IFACE=nosuchif9"),
+                "no reason given: %s", log);
+  ck_assert_msg(strstr(log, "xport_info"), "no pointer to the full table: %s", log);
+  /* The providers not asked for are not listed as reasons. */
+  ck_assert_msg(!strstr(log, "not requested"), "noise: %s", log);
+}
+END_TEST
+
 START_TEST(strict_and_progress_thread)
 {
   xport_ctx_t *ctx;
@@ -240,6 +304,8 @@ static Suite *make_suite(void)
   tcase_add_test(tc, provider_excluded);
   tcase_add_test(tc, attribute_beats_environment);
   tcase_add_test(tc, domain_and_iface);
+  tcase_add_test(tc, iface_spares_node_local);
+  tcase_add_test(tc, failure_says_why);
   tcase_add_test(tc, strict_and_progress_thread);
   tcase_add_test(tc, wait_fd_usable);
   suite_add_tcase(s, tc);

@@ -383,11 +383,16 @@ pid_t xt_fork(void)
   XT_CHECK(!opened, "a fork after this process opened a context (xport(7), FORK): fork "
            "every peer first");
   fflush(NULL);
+  pid_t parent = getpid();
   pid_t pid = fork();
   XT_CHECK(pid >= 0, "fork");
   if (pid == 0) {
     xt_in_child = 1;
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    /* A parent gone before the prctl sends no signal: nothing else ends a
+     * child waiting on a peer that will never come. */
+    if (getppid() != parent)
+      _exit(1);
   }
   return pid;
 }

@@ -7,26 +7,34 @@
 # assigns inside namespaces it made, and every client and server runs
 # inside them: nothing connects from the machine's own namespace to them.
 # Each case prints PASS/FAIL/SKIP with why; the last line counts them.
+# Nothing outlives it: every launcher, and Slurm with its munged, runs in
+# a PID namespace of its own, whose processes the kernel kills when it
+# ends; their files are in $tmp, removed at exit.
 set -u
 b=${top_builddir:-.}
 ranks="$b/test/job_ranks"
 pass=0; fail=0; skip=0
 tmp=$(mktemp -d /tmp/xport-jobs.XXXXXX)
 ns_a="xjA$$"; ns_b="xjB$$"
-slurm_pids=""
+slurm_ns=""
 # The fabric named carries every pair, unless a case says otherwise:
 # cases with shm beside it (XPORT_SHM=auto) check who went over which.
 XPORT_SHM=off; export XPORT_SHM
 
-started_munged=0
 cleanup() {
-  for p in $slurm_pids; do kill "$p" 2>/dev/null; done
-  [ "$started_munged" = 1 ] && pkill -x -u munge munged
+  # unshare ignores TERM while its child runs; killed, it takes its
+  # namespace's first process (--kill-child), and with it every process of
+  # the namespace (slurmstepd, the ranks), along.
+  if [ -n "$slurm_ns" ]; then kill -KILL "$slurm_ns" 2>/dev/null; wait "$slurm_ns" 2>/dev/null; fi
   ip netns del "$ns_a" 2>/dev/null
   ip netns del "$ns_b" 2>/dev/null
   rm -rf "$tmp"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+# Open MPI's session directories (a launcher killed by timeout leaves them).
+TMPDIR=$tmp; export TMPDIR
 
 ok()   { pass=$((pass + 1)); echo "PASS: jobs: $*"; }
 bad()  { fail=$((fail + 1)); echo "FAIL: jobs: $*"; }
@@ -48,9 +56,12 @@ count_ok() {
 }
 
 # Runs "$@" in a mount namespace with a /dev/shm of its own: libfabric's
-# shm files of killed ranks go with it, and two "nodes" never share one.
+# shm files of killed ranks go with it, and two "nodes" never share one;
+# and in a PID namespace of its own, so that no launcher's daemon or rank
+# outlives the launcher, however it ends.
+in_ns="unshare -p -f --kill-child -m --mount-proc"
 private_shm() {
-  unshare -m sh -c 'mount -t tmpfs -o mode=1777 none /dev/shm && exec "$@"' sh "$@"
+  $in_ns sh -c 'mount -t tmpfs -o mode=1777 none /dev/shm && exec "$@"' sh "$@"
 }
 
 # job_case WHAT CMD...: CMD (a launcher running job_ranks, in a /dev/shm of
@@ -63,8 +74,10 @@ job_case() {
   if [ $rc = 0 ] && count_ok "$log" 4; then
     ok "$what"
   else
-    # The ranks' own words first: sanitizer reports can fill the tail.
-    bad "$what (rc $rc):"; grep -E 'job_ranks|xport' "$log" | sed 's/^/  /' | head -20
+    # The ranks' own words first: sanitizer reports can fill the tail, and
+    # xport's warnings, each said by every rank, the head.
+    bad "$what (rc $rc):"
+    { grep -E '^job_ranks' "$log"; grep -E 'xport' "$log" | sort | uniq -c; } | sed 's/^/  /' | head -20
     sed 's/^/  /' "$log" | tail -20
   fi
 }
@@ -195,7 +208,7 @@ EOF
     for mode in off auto; do
     for prov in tcp "tcp;ofi_rxm"; do
       log="$tmp/two.log"
-      XPORT_SHM=$mode ip netns exec "$ns_a" unshare -m -u sh -c \
+      XPORT_SHM=$mode ip netns exec "$ns_a" $in_ns -u sh -c \
         'mount -t tmpfs -o mode=1777 none /dev/shm && hostname "$0" && exec "$@"' "$ns_a" \
         timeout 180 mpirun --hostfile "$tmp/hosts" -np 4 --mca plm_rsh_agent "$tmp/agent" \
         --mca oob_tcp_if_include 10.98.0.0/24 --mca btl_tcp_if_include 10.98.0.0/24 \
@@ -237,13 +250,14 @@ srun_case() {
     skip "srun" "no Slurm (Debian: slurmctld slurmd slurm-client munge)"; return
   fi
   if [ "$(id -u)" != 0 ]; then skip "srun" "starting slurmd needs root"; return; fi
-  s="$tmp/slurm"; mkdir -p "$s/spool" "$s/state" /run/munge
-  chown munge:munge /run/munge 2>/dev/null
-  if ! pgrep -x munged >/dev/null; then
-    su -s /bin/sh munge -c munged 2>"$s/munge.err" ||
-      { skip "srun" "munged does not start: $(cat "$s/munge.err")"; return; }
-    started_munged=1 # stopped again at the end
-  fi
+  # Its state, spool and TmpFS here, fresh each run: srun's PMIx plugin
+  # makes TmpFS/spmix_appdir_UID_JOB.STEP, which a step of an earlier run
+  # left in /tmp (job numbers restart at 1), and the step of that number
+  # then failed to launch ("task 0 launch failed: Unspecified error").
+  s="$tmp/slurm"; mkdir -p "$s/spool" "$s/state" "$s/tmp" && chmod 711 "$tmp" "$s"
+  # A munged of its own, with a key of its own: none of the machine's is
+  # needed or touched.
+  dd if=/dev/urandom of="$s/munge.key" bs=1024 count=1 2>/dev/null && chmod 400 "$s/munge.key"
   host=$(hostname -s)
   port=$((20000 + $$ % 20000))
   cat >"$s/slurm.conf" <<EOF
@@ -252,12 +266,14 @@ SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=$port
 SlurmdPort=$((port + 1))
 AuthType=auth/munge
+AuthInfo=socket=$s/munge.sock
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 MpiDefault=none
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation=$s/state
+TmpFS=$s/tmp
 SlurmdSpoolDir=$s/spool
 SlurmctldPidFile=$s/ctld.pid
 SlurmdPidFile=$s/d.pid
@@ -271,11 +287,26 @@ NodeName=$host NodeAddr=127.0.0.1 CPUs=$(nproc) State=UNKNOWN
 PartitionName=xport Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 EOF
   export SLURM_CONF="$s/slurm.conf"
-  slurmctld -D >/dev/null 2>&1 & slurm_pids="$slurm_pids $!"
-  slurmd -D >/dev/null 2>&1 & slurm_pids="$slurm_pids $!"
+  # The daemons, the steps they start and the ranks all in one PID and
+  # mount namespace (a /dev/shm of its own): a slurmstepd [2.0] once
+  # outlived every run, for good.
+  cat >"$s/daemons" <<EOF
+mount -t tmpfs -o mode=1777 none /dev/shm || exit 1
+munged --socket=$s/munge.sock --key-file=$s/munge.key --log-file=$s/munge.log \\
+  --pid-file=$s/munged.pid --seed-file=$s/munge.seed 2>"$s/munge.err" || exit 1
+slurmctld -D >/dev/null 2>&1 &
+slurmd -D >/dev/null 2>&1 &
+wait
+EOF
+  $in_ns sh "$s/daemons" &
+  slurm_ns=$!
   i=0
   until sinfo -h -o %T 2>/dev/null | grep -q idle; do
     i=$((i + 1))
+    if ! kill -0 "$slurm_ns" 2>/dev/null; then
+      skip "srun" "munged or Slurm did not start: $(cat "$s/munge.err" 2>/dev/null)"
+      return
+    fi
     if [ $i -gt 60 ]; then
       skip "srun" "Slurm did not come up in 30 s: $(tail -3 "$s/ctld.log" "$s/d.log" 2>/dev/null | tr '\n' ' ')"
       return

@@ -107,6 +107,27 @@ for k in keys:
   fi
   check "xport_perf -a on $cfg" sh -c "\"$perf\" --loopback --check -p '$prov' -t write_bw -a -n 4 --warmup 1 -w 4 --csv | grep -c ',ok$' | grep -qx 24"
 done
+# The candidate table a reader sees: no two rows alike (libfabric's
+# look-alike entries are one row with a count), every entry under -v and
+# in --json. The demo's first screen: the choice and why, then the result.
+if XPORT_LOG=none "$info" --json > /dev/null 2>&1; then
+  check "xport_info rows are told apart" sh -c "
+rows() { sed -n '/^candidates/,/^\$/p' | grep '^  [a-z]'; }
+t=\$(XPORT_LOG=none \"$info\" | rows) && v=\$(XPORT_LOG=none \"$info\" -v | rows) || exit 1
+d=\$(printf '%s\\n' \"\$t\" | sort | uniq -d); [ -z \"\$d\" ] || { echo \"alike: \$d\"; exit 1; }
+j=\$(XPORT_LOG=none \"$info\" --json | \"$PYTHON\" -c 'import json,sys; print(len(json.load(sys.stdin)[\"candidates\"]))')
+[ \"\$(printf '%s\\n' \"\$v\" | wc -l)\" -eq \"\$j\" ] || { echo \"-v: not the \$j of --json\"; exit 1; }"
+fi
+demo="$top_builddir/examples/demo"
+if XPORT_PROVIDER=shm XPORT_LOG=none "$info" --json > /dev/null 2>&1; then
+  check "demo's first screen" sh -c "
+out=\$(XPORT_PROVIDER=shm XPORT_LOG=warn \"$demo\" 2>&1) || { echo \"\$out\"; exit 1; }
+printf '%s\\n' \"\$out\" | grep -q '^probe: chose shm (domain shm): first requested' &&
+printf '%s\\n' \"\$out\" | grep -q 'xport_info' &&
+printf '%s\\n' \"\$out\" | grep -q '^client: 8 messages .* every byte verified' &&
+printf '%s\\n' \"\$out\" | grep -q '^demo: 8 round trips over shm, all bytes verified' &&
+[ \"\$(printf '%s\\n' \"\$out\" | wc -l)\" -le 6 ] || { echo \"\$out\"; exit 1; }"
+fi
 echo "tools: $pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ] || exit 1
 [ "$pass" -gt 0 ] || exit 77

@@ -140,11 +140,23 @@ accel=tcg
 # A guard against a hung guest, not a budget: the suites take about 25
 # minutes under TCG (a killed target's operations end only when the
 # emulated device gives up retrying them).
+# In the background, and the console's reader too, so that this script,
+# stopped however it is (make's timeout, ^C), stops the guest with it
+# (timeout passes the TERM on): bash runs a trap only once the foreground
+# command is done, and in wait at once.
+: >"$log"
 timeout "${XPORT_VM_TIMEOUT:-2700}" qemu-system-x86_64 -accel "$accel" -cpu max -smp 2 -m 3072 \
   -nographic -no-reboot -nic none -kernel "$dir/vmlinuz" -initrd "$dir/initrd.cpio.gz" \
   -append "console=ttyS0 quiet panic=-1 xport_cmd=$enc" \
   -virtfs local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap \
-  </dev/null 2>&1 | tee "$log" | grep -v -E '^\s*$|^\[' 
+  </dev/null >"$log" 2>&1 &
+vm=$!
+trap 'kill "$vm" 2>/dev/null; wait "$vm" 2>/dev/null' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+tail -n +1 -f --pid="$vm" "$log" | grep -v -E '^\s*$|^\[' &
+wait "$vm"
+wait
 status=$(sed -n 's/.*xport-guest-exit=\([0-9]*\).*/\1/p' "$log" | tail -1)
 [ -n "$status" ] || { echo "verbs guest: no exit status (boot failed or timed out); see $log"; exit 1; }
 exit "$status"

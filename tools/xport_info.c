@@ -50,13 +50,45 @@ static void mr_mode_str(unsigned m, char *buf, size_t len)
     snprintf(buf, len, "none");
 }
 
-static void print_text(const xport_caps_t *c, const xport_candidate_t *cands, int n)
+static int same_row(const xport_candidate_t *a, const xport_candidate_t *b)
+{
+  return a->verdict == b->verdict && a->ep_type == b->ep_type &&
+         !strcmp(a->provider, b->provider) && !strcmp(a->domain, b->domain) &&
+         !strcmp(a->fabric, b->fabric) && !strcmp(a->reason, b->reason);
+}
+
+/* libfabric lists one provider several times over where it answers
+ * several of the probe's queries (rxm: six here), and those entries differ
+ * only in what the table does not show: unless verbose, such rows are
+ * one, with their count. */
+static void print_cands(const xport_candidate_t *cands, int n, int verbose)
+{
+  printf("candidates (in rank order%s):\n", verbose ? ", every libfabric entry" : "");
+  for (int i = 0; i < n; i++) {
+    int count = 1, seen = 0;
+    for (int j = 0; j < n && !verbose; j++)
+      if (same_row(&cands[i], &cands[j])) {
+        seen |= j < i;
+        count += j > i;
+      }
+    if (seen)
+      continue;
+    char times[16] = "";
+    if (count > 1)
+      snprintf(times, sizeof times, "x%d", count);
+    printf("  %-8s %-12s %-3s %-10s %-18s %-3s %s\n", verdict_name(cands[i].verdict),
+           cands[i].provider, cands[i].ep_type == XPORT_EP_RDM ? "rdm" : "msg",
+           cands[i].domain, cands[i].fabric, times, cands[i].reason);
+  }
+  if (!verbose)
+    printf("  (xN: libfabric lists that row N times; -v shows every entry)\n");
+}
+
+static void print_text(const xport_caps_t *c, const xport_candidate_t *cands, int n,
+                       int verbose)
 {
   char mr[96];
-  printf("candidates (in rank order):\n");
-  for (int i = 0; i < n; i++)
-    printf("  %-8s %-12s %-10s %-18s %s\n", verdict_name(cands[i].verdict), cands[i].provider,
-           cands[i].domain, cands[i].fabric, cands[i].reason);
+  print_cands(cands, n, verbose);
   mr_mode_str(c->mr_mode, mr, sizeof mr);
   printf("\nchosen:\n"
          "  provider:        %s\n  fabric:          %s\n  domain:          %s\n"
@@ -301,9 +333,10 @@ static int print_all(void)
 
 static void usage(FILE *f)
 {
-  fprintf(f, "usage: xport_info [-p PROVIDER] [--json] [-a] [-e] [-h]\n"
+  fprintf(f, "usage: xport_info [-p PROVIDER] [-v] [--json] [-a] [-e] [-h]\n"
              "  -p PROVIDER  probe only this provider (same syntax as XPORT_PROVIDER)\n"
-             "  --json       one JSON object: chosen and candidates\n"
+             "  -v           every candidate libfabric lists, rows that look alike included\n"
+             "  --json       one JSON object: chosen and every candidate\n"
              "  -a           every provider that opens, side by side\n"
              "  -e           list every XPORT_* environment variable\n");
 }
@@ -312,14 +345,16 @@ int main(int argc, char **argv)
 {
   static const struct option opts[] = {{"json", no_argument, NULL, 'j'},
                                        {"help", no_argument, NULL, 'h'},
+                                       {"verbose", no_argument, NULL, 'v'},
                                        {NULL, 0, NULL, 0}};
   xport_ctx_attr_t attr = {0};
-  int json = 0, ch;
-  while ((ch = getopt_long(argc, argv, "p:eajh", opts, NULL)) != -1) {
+  int json = 0, verbose = 0, ch;
+  while ((ch = getopt_long(argc, argv, "p:veajh", opts, NULL)) != -1) {
     switch (ch) {
     case 'p': attr.provider = optarg; break;
     case 'e': return print_env();
     case 'a': return print_all();
+    case 'v': verbose = 1; break;
     case 'j': json = 1; break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
@@ -338,7 +373,7 @@ int main(int argc, char **argv)
   if (json) {
     print_json(&caps, cands, n);
   } else {
-    print_text(&caps, cands, n);
+    print_text(&caps, cands, n, verbose);
     print_verbs();
   }
   xport_ctx_destroy(ctx);
