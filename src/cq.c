@@ -969,6 +969,13 @@ static void *progress_main(void *arg)
      * (RDM ones through the CQ, just drained). Within one sleep below. */
     if (XPORT__UNLIKELY(ctx->nhooked) && ctx->tp->background)
       ctx->tp->background(ctx);
+    /* Where peers are watched by the clock, what keeps a connection
+     * alive (heartbeats, answers to the RMA probe, peer checks) runs here
+     * too: an application that computes outside xport for longer than
+     * XPORT_KEEPALIVE_TIMEOUT must not look dead to its peers. It reads
+     * the clock and returns until a check is due. */
+    if (ctx->tp->watches_peers)
+      ctx->tp->progress(ctx);
     if (ctx->sig_fd >= 0 && !ctx->sig_set && (ctx->done || ctx->evq)) {
       uint64_t one = 1;
       ctx->sig_set = 1;

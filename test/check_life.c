@@ -778,6 +778,71 @@ START_TEST(busy_peer_stays_alive)
 }
 END_TEST
 
+/* A peer that computes outside xport, with its progress thread on, for
+ * several keepalive timeouts: the thread keeps the connection alive
+ * (heartbeats), and data still flows both ways afterwards. */
+#define COMPUTE_KA_MS 1500
+#define COMPUTE_MSG 4096
+static int computing_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  static char out[COMPUTE_MSG], back[COMPUTE_MSG];
+  static volatile char work[64 << 10];
+  xport_completion_t c;
+  XT_OK(xport_recv(conn, back, sizeof back, NULL, back));
+  long end = now_ms() + 4 * COMPUTE_KA_MS;
+  for (unsigned i = 0; now_ms() < end; i++) /* the application's own work */
+    for (size_t j = 0; j < sizeof work; j += 64)
+      work[j] = (char)(i + j);
+  xt_fill(out, sizeof out, 11);
+  XT_OK(xport_send(conn, out, sizeof out, NULL, out));
+  for (int sent = 0, got = 0; !sent || !got;) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "server: send %d, echo %d", sent, got);
+    XT_CHECK(c.status == 0 && (c.op == XPORT_OP_SEND || c.op == XPORT_OP_RECV),
+             "server on %s: op %d %s after computing with its progress thread on", xt_config(),
+             c.op, xport_strerror(c.status));
+    sent |= c.op == XPORT_OP_SEND;
+    got |= c.op == XPORT_OP_RECV;
+  }
+  XT_CHECK(xt_verify(back, sizeof back, 12) == sizeof back, "server: the echo's bytes differ");
+  return 0;
+}
+
+START_TEST(computing_peer_with_progress_thread_stays_alive)
+{
+  static char in[COMPUTE_MSG], echo[COMPUTE_MSG];
+  char addr[128];
+  xport_conn_t *conn;
+  xport_completion_t c;
+  char ka[16];
+  snprintf(ka, sizeof ka, "%d", COMPUTE_KA_MS);
+  setenv("XPORT_KEEPALIVE", "1", 1);
+  setenv("XPORT_PEER_TIMEOUT", ka, 1);
+  setenv("XPORT_KEEPALIVE_TIMEOUT", ka, 1);
+  /* The server's alone: this side stays inside xport, and answers. */
+  setenv("XPORT_PROGRESS_THREAD", "1", 1);
+  pid_t pid = xt_spawn_pair_server(computing_server, NULL, addr, sizeof addr);
+  unsetenv("XPORT_PROGRESS_THREAD");
+  xport_ctx_t *ctx = xt_ctx();
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  xt_check_transport(conn);
+  XT_OK(xport_recv(conn, in, sizeof in, NULL, in));
+  XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "client: the computing peer's message never came");
+  XT_CHECK(c.op == XPORT_OP_RECV && c.status == 0, "client on %s: op %d %s while the peer "
+           "computed with its progress thread on", xt_config(), c.op,
+           xport_strerror(c.status));
+  XT_CHECK(c.len == sizeof in && xt_verify(in, sizeof in, 11) == sizeof in,
+           "client: the message's bytes differ");
+  xt_fill(echo, sizeof echo, 12);
+  XT_OK(xport_send(conn, echo, sizeof echo, NULL, echo));
+  expect(ctx, &c, XPORT_OP_SEND, 0);
+  expect(ctx, &c, XPORT_OP_DISCONNECT, -XPORT_ECONNRESET);
+  XT_OK(xport_conn_close(conn));
+  xport_ctx_destroy(ctx);
+  XT_CHECK(xt_reap(pid) == 0, "server failed on %s", xt_config());
+}
+END_TEST
+
 /* A disconnect is delivered while the completion queue stays busy: one
  * connection streams messages, the other is closed by its peer, and the
  * server polls for one completion at a time. Two moments of the close:
@@ -1212,6 +1277,10 @@ static Suite *life_suite(void)
   tcase_add_test(live, busy_target_is_no_refusal);
   tcase_add_test(live, depth_is_what_caps_say);
   suite_add_tcase(s, live);
+  TCase *ka = tcase_create("Keepalive");
+  tcase_set_timeout(ka, 90);
+  tcase_add_test(ka, computing_peer_with_progress_thread_stays_alive);
+  suite_add_tcase(s, ka);
   return s;
 }
 
