@@ -301,6 +301,8 @@ void xport__log(int level, const char *fmt, ...)
 
 /* Maps a libfabric return or completion code (either sign) to -XPORT_E*. */
 int xport__err_from_fi(int fi_err);
+/* 1 if code is 0 or the negative of one of xport's codes. */
+int xport__err_known(int code);
 /* A one-line hint for a failed completion, or NULL. */
 const char *xport__err_hint(int code);
 
