@@ -115,35 +115,81 @@ static inline __attribute__((always_inline)) void unlink_out(struct xport__req *
 /* ---- unsignaled sends (xport_send_flags(3)) --------------------------- */
 
 /* Whether an unsignaled send on conn posted before seq is still the
- * provider's: on the connection's outstanding or held lists, or orphaned.
- * Walked only while conn has unsignaled sends out. */
+ * provider's: on the connection's outstanding or held lists, or orphaned
+ * and not yet queued for the user (a shown one counts in unsig_failing
+ * until delivered). Walked only while conn has unsignaled sends out. */
 static int unsig_before(const xport_ctx_t *ctx, const xport_conn_t *conn, uint64_t seq)
 {
   const struct xport__req *lists[3] = {conn->out, conn->held, ctx->zombies};
   for (int i = 0; i < 3; i++)
     for (const struct xport__req *r = lists[i]; r; r = i == 1 ? r->next : r->cnext)
-      if ((r->unsig & XPORT__UNSIG) && r->conn == conn && r->tx_seq < seq)
+      if ((r->unsig & XPORT__UNSIG) && r->conn == conn && r->tx_seq < seq &&
+          !(r->zombie & XPORT__Z_SHOWN))
         return 1;
   return 0;
 }
 
 static void done_push(xport_ctx_t *ctx, struct xport__req *req);
 
-/* An unsignaled send on conn left the provider: the signaled sends that
- * waited for it, and have nothing else to wait for, are delivered. */
-static void unsig_left(xport_ctx_t *ctx, xport_conn_t *conn)
+/* A signaled send whose turn came: a success does not vouch for an
+ * unsignaled send before it that failed, so it fails the same way. */
+static void unsig_vouch(const xport_conn_t *conn, struct xport__req *r)
 {
-  conn->unsig_out--;
+  if (!r->status && conn->unsig_fail_seq && r->tx_seq >= conn->unsig_fail_seq)
+    r->status = conn->unsig_fail_status;
+}
+
+/* 1 while a signaled send on conn must wait (on ctx->sig_wait) for an
+ * unsignaled send posted before it: the provider's still, or its failure
+ * not yet delivered (the failure comes first). */
+static int unsig_wait(const xport_ctx_t *ctx, const xport_conn_t *conn,
+                      const struct xport__req *r)
+{
+  return conn->unsig_failing || (conn->unsig_out && unsig_before(ctx, conn, r->tx_seq));
+}
+
+/* Delivers the signaled sends on conn that waited and have nothing left
+ * to wait for. */
+static void sig_release(xport_ctx_t *ctx, xport_conn_t *conn)
+{
   for (struct xport__req **pp = &ctx->sig_wait; *pp;) {
     struct xport__req *r = *pp;
-    if (r->conn != conn || (conn->unsig_out && unsig_before(ctx, conn, r->tx_seq))) {
+    if (r->conn != conn || unsig_wait(ctx, conn, r)) {
       pp = &r->next;
       continue;
     }
     *pp = r->next;
+    unsig_vouch(conn, r);
     r->unsig = 0;
     done_push(ctx, r);
   }
+}
+
+/* An unsignaled send on conn left the provider. A success ends it here;
+ * a failure (status) ends it only once delivered (unsig_failed), and
+ * holds the signaled sends behind it until then. */
+static void unsig_left(xport_ctx_t *ctx, xport_conn_t *conn, int status)
+{
+  if (status) {
+    conn->unsig_failing++;
+    return;
+  }
+  conn->unsig_out--;
+  sig_release(ctx, conn);
+}
+
+/* An unsignaled send's failure is being delivered: the signaled sends
+ * posted after it fail too, now that it came first. */
+static __attribute__((noinline)) void unsig_failed(xport_ctx_t *ctx, struct xport__req *req)
+{
+  xport_conn_t *conn = req->conn;
+  conn->unsig_failing--;
+  conn->unsig_out--;
+  if (!conn->unsig_fail_seq || req->tx_seq + 1 < conn->unsig_fail_seq) {
+    conn->unsig_fail_seq = req->tx_seq + 1;
+    conn->unsig_fail_status = req->status;
+  }
+  sig_release(ctx, conn);
 }
 
 /* Ends a request's life on the wire: library-owned memory is released,
@@ -164,7 +210,7 @@ finish(xport_ctx_t *ctx, struct xport__req *req, int status, size_t len)
   unlink_out(req);
   ctx->nposted--;
   if (XPORT__UNLIKELY(req->unsig & XPORT__UNSIG))
-    unsig_left(ctx, req->conn);
+    unsig_left(ctx, req->conn, status);
 }
 
 static void req_finish(xport_ctx_t *ctx, struct xport__req *req, int status, size_t len)
@@ -360,8 +406,6 @@ static void zombie_done(xport_ctx_t *ctx, struct xport__req *req,
 {
   unsigned z = req->zombie;
   XPORT__LIST_UNLINK(ctx->zombies, req, cnext, cprev);
-  if (req->unsig & XPORT__UNSIG)
-    unsig_left(ctx, req->conn);
   if (e && !(z & XPORT__Z_SHOWN)) {
     size_t len = req->op == XPORT_OP_RECV ? e->len : req->len;
     if (req->bounce && req->uiovcnt)
@@ -369,8 +413,12 @@ static void zombie_done(xport_ctx_t *ctx, struct xport__req *req,
     if (req->result)
       atom_result(req);
     entry_result(ctx, req, e, len);
+    if (req->unsig & XPORT__UNSIG)
+      unsig_left(ctx, req->conn, req->status);
     z |= XPORT__Z_SHOWN; /* nothing to clear below */
     done_push(ctx, req);
+  } else if (!(z & XPORT__Z_SHOWN) && (req->unsig & XPORT__UNSIG)) {
+    unsig_left(ctx, req->conn, req->status); /* queued below, failed */
   }
   xport__req_free_mem(ctx, req);
   ctx->nposted--;
@@ -393,6 +441,8 @@ void xport__zombie_show(xport_ctx_t *ctx, xport_conn_t *conn)
   for (struct xport__req *z = ctx->zombies; z; z = z->cnext)
     if (z->conn == conn && !(z->zombie & XPORT__Z_SHOWN)) {
       z->zombie |= XPORT__Z_SHOWN;
+      if (z->unsig & XPORT__UNSIG)
+        unsig_left(ctx, conn, z->status);
       z->len = 0;
       z->flags = 0;
       z->imm = 0;
@@ -515,14 +565,19 @@ static inline __attribute__((always_inline)) int
 deliver_one(xport_ctx_t *ctx, struct xport__req *req, xport_completion_t *c, int may_be_zombie)
 {
   int shown = req->op != XPORT__OP_SILENT;
-  if (XPORT__UNLIKELY(req->unsig) && !req->status) {
-    if (req->unsig & XPORT__UNSIG) {
+  if (XPORT__UNLIKELY(req->unsig)) {
+    if (!(req->unsig & XPORT__UNSIG)) {
+      if (unsig_wait(ctx, req->conn, req)) {
+        req->next = ctx->sig_wait; /* until those before it are finished */
+        ctx->sig_wait = req;
+        return 0;
+      }
+      unsig_vouch(req->conn, req);
+    } else if (!req->status) {
       xport__req_release(ctx, req); /* only its failure is ever seen */
       return 0;
-    } else if (req->conn->unsig_out && unsig_before(ctx, req->conn, req->tx_seq)) {
-      req->next = ctx->sig_wait; /* until those before it are finished */
-      ctx->sig_wait = req;
-      return 0;
+    } else {
+      unsig_failed(ctx, req);
     }
   }
   if (XPORT__UNLIKELY(req->pair)) {
@@ -914,6 +969,13 @@ static void *progress_main(void *arg)
      * (RDM ones through the CQ, just drained). Within one sleep below. */
     if (XPORT__UNLIKELY(ctx->nhooked) && ctx->tp->background)
       ctx->tp->background(ctx);
+    /* Where peers are watched by the clock, what keeps a connection
+     * alive (heartbeats, answers to the RMA probe, peer checks) runs here
+     * too: an application that computes outside xport for longer than
+     * XPORT_KEEPALIVE_TIMEOUT must not look dead to its peers. It reads
+     * the clock and returns until a check is due. */
+    if (ctx->tp->watches_peers)
+      ctx->tp->progress(ctx);
     if (ctx->sig_fd >= 0 && !ctx->sig_set && (ctx->done || ctx->evq)) {
       uint64_t one = 1;
       ctx->sig_set = 1;

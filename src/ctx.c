@@ -629,8 +629,12 @@ static void log_init(void)
       xport__profiles[i]->preinit();
 }
 
-/* Opens one context on the settings' provider (the probe's choice). */
-static int ctx_open(struct settings s, xport_ctx_t **ctx_p)
+static void progress_beside(xport_ctx_t *ctx);
+
+/* Opens one context on the settings' provider (the probe's choice): a
+ * node-local sub-context of parent where parent is not NULL, made one
+ * before its progress thread starts, which reads what makes it one. */
+static int ctx_open(struct settings s, xport_ctx_t *parent, xport_ctx_t **ctx_p)
 {
   xport_ctx_t *ctx;
   int ret;
@@ -647,6 +651,14 @@ static int ctx_open(struct settings s, xport_ctx_t **ctx_p)
     ctx->prof->sweep();
   uint64_t mm = ctx->info->domain_attr->mr_mode;
   ctx->id = xport__random_key(8);
+  if (parent) {
+    /* One identity: a peer sees the same context over either transport
+     * (hellos, jobs, keys bound to the peer context). */
+    ctx->id = parent->id;
+    ctx->is_sub = 1;
+    ctx->parent = parent;
+    ctx->beside = progress_beside;
+  }
   ctx->need_local_mr = s.strict || (mm & FI_MR_LOCAL);
   ctx->prov_key = !!(mm & FI_MR_PROV_KEY);
   ctx->virt_addr = !!(mm & FI_MR_VIRT_ADDR);
@@ -788,7 +800,7 @@ static void node_local_open(xport_ctx_t *ctx, struct settings s, const char *mod
   s.domain = NULL; /* XPORT_DOMAIN and XPORT_IFACE name the fabric's */
   s.iface = NULL;
   xport_ctx_t *sub;
-  int ret = ctx_open(s, &sub);
+  int ret = ctx_open(s, ctx, &sub);
   if (ret) {
     XPORT__INFO("%s beside %s: %s: peers on this node use %s", nl->name, ctx->caps.provider,
                 xport_strerror(ret), ctx->caps.provider);
@@ -797,14 +809,12 @@ static void node_local_open(xport_ctx_t *ctx, struct settings s, const char *mod
                xport_strerror(ret));
     return;
   }
-  /* One identity: a peer sees the same context over either transport
-   * (hellos, jobs, keys bound to the peer context). */
-  sub->id = ctx->id;
-  sub->is_sub = 1;
-  sub->parent = ctx;
+  /* Under the lock: the fabric's progress thread may be running. */
+  XPORT__LOCK(ctx);
   ctx->shm = sub;
-  ctx->beside = sub->beside = progress_beside;
+  ctx->beside = progress_beside;
   ctx->caps.wait_fd = 0; /* shm has no wait object: xport_ctx_fd(3) */
+  XPORT__UNLOCK(ctx);
   if (c) {
     c->verdict = XPORT_VERDICT_CHOSEN;
     snprintf(c->reason, sizeof c->reason, "opened beside %s for peers on this node (XPORT_SHM=auto)",
@@ -843,7 +853,7 @@ XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p
     s.provider = nl->name;
   }
   xport_ctx_t *ctx;
-  int ret = ctx_open(s, &ctx);
+  int ret = ctx_open(s, NULL, &ctx);
   if (ret)
     return ret;
   node_local_open(ctx, s, mode);

@@ -27,7 +27,8 @@ static const xport_env_var_t env_table[XPORT__ENV_COUNT] = {
   [XPORT__ENV_PROGRESS_THREAD] = {"XPORT_PROGRESS_THREAD", "bool", "0",
     "Start a thread that drives the provider's progress while the "
     "application is not polling (needed on tcp and shm for one-sided "
-    "operations to reach a target that is busy elsewhere)."},
+    "operations to reach a target that is busy elsewhere); it also keeps "
+    "heartbeats going (XPORT_KEEPALIVE)."},
   [XPORT__ENV_EAGER_SIZE] = {"XPORT_EAGER_SIZE", "size", "8192",
     "Where local registration is required, unregistered messages up to "
     "this size are copied through pre-registered buffers; larger ones "

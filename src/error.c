@@ -61,6 +61,19 @@ int xport__err_from_fi(int fi_err)
   return -XPORT_EPROVIDER;
 }
 
+int xport__err_known(int code)
+{
+  switch (-code) {
+  case 0:
+#define XPORT__ERRNO_KNOWN(name, value, msg) case XPORT_##name:
+    XPORT_ERRNO_MAP(XPORT__ERRNO_KNOWN)
+#undef XPORT__ERRNO_KNOWN
+    return 1;
+  default:
+    return 0;
+  }
+}
+
 const char *xport__err_hint(int code)
 {
   switch (-code) {

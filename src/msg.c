@@ -185,6 +185,8 @@ int xport__post_hold(xport_conn_t *conn, struct xport__req *req, const struct xp
   xport_ctx_t *ctx = conn->ctx;
   struct xport__held *copy = malloc(sizeof *copy);
   if (XPORT__UNLIKELY(!copy)) {
+    if (req->unsig & XPORT__UNSIG)
+      conn->unsig_out--; /* counted by post(), which posted nothing */
     undo_prepare(ctx, req);
     return -XPORT_EAGAIN;
   }

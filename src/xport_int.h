@@ -301,6 +301,8 @@ void xport__log(int level, const char *fmt, ...)
 
 /* Maps a libfabric return or completion code (either sign) to -XPORT_E*. */
 int xport__err_from_fi(int fi_err);
+/* 1 if code is 0 or the negative of one of xport's codes. */
+int xport__err_known(int code);
 /* A one-line hint for a failed completion, or NULL. */
 const char *xport__err_hint(int code);
 
@@ -551,10 +553,15 @@ struct xport_conn {
    * sends on the connection wait too (EAGAIN), to stay behind them. */
   size_t wimm_deferred;
   struct xport__req *out;        /* outstanding (posted) requests */
-  /* Unsignaled sends the provider still holds (posted, held or
-   * orphaned), and the numbering of sends while there are any. */
-  size_t unsig_out;
-  uint64_t tx_seq;
+  /* Unsignaled sends whose end the user has not seen: the provider's
+   * still (posted, held or orphaned), or failed and not yet delivered
+   * (unsig_failing of them); and the numbering of sends while there are
+   * any. unsig_fail_seq: 1 + the number of the first one whose failure was
+   * delivered (0: none), with its status, which every signaled send
+   * numbered after it takes (cq.c unsig_vouch). */
+  size_t unsig_out, unsig_failing;
+  uint64_t tx_seq, unsig_fail_seq;
+  int unsig_fail_status;
   /* Posts waiting for the provider's room, oldest first (through next),
    * and this connection's place on ctx->holding while there are any. */
   struct xport__req *held, *held_tail;

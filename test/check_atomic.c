@@ -9,6 +9,9 @@
  * calling xport at a known point; no process opens a context before it
  * forks (verbs does not survive a fork). */
 #include "harness.h"
+/* The service channel's endpoint (struct xport_conn), where a test plays
+ * a peer that breaks its rules. */
+#include "../src/xport_int.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -875,6 +878,90 @@ START_TEST(target_asleep_progress_thread)
 }
 END_TEST
 
+/* ---- a peer that breaks the service channel's rules (emulated atomics) -- */
+
+#define SVC_FORGED_STATUS (-4000) /* in errno range, but no code of xport's */
+
+/* Sends raw bytes on conn's service channel, as a peer that breaks its
+ * rules would (no completion: injected). */
+static void svc_inject(xport_conn_t *conn, const void *buf, size_t len)
+{
+  XT_CHECK(conn->svc != NULL, "no service channel on %s", xt_config());
+  ssize_t ret;
+  while ((ret = fi_inject(conn->svc, buf, len, 0)) == -FI_EAGAIN)
+    usleep(1000);
+  XT_CHECK(ret == 0, "fi_inject on the service channel: %zd", ret);
+}
+
+/* The target: exports a word, and answers the client's first atomic
+ * itself, with a status that is no code of xport's, before xport does;
+ * then serves until the client says it is done. */
+static int svc_rogue_target(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  struct xt_steps *st = arg;
+  static uint64_t w[2] __attribute__((aligned(64))) = {100, CANARY0};
+  xport_mr_t *mr;
+  char done[8];
+  XT_OK(xport_mr_reg(ctx, w, sizeof w, XPORT_ACCESS_REMOTE_ATOMIC, &mr));
+  send_key(ctx, conn, mr, 0, sizeof w);
+  xt_step_put(st->s2c[1], 'K');
+  if (emulated(conn)) {
+    /* Outside xport until the client's atomic is out: its real answer
+     * can only come after this one. */
+    XT_CHECK(xt_step_get(st->c2s[0], T_MS) == 'A', "protocol");
+    uint8_t ans[24] = {0};
+    int32_t status = SVC_FORGED_STATUS;
+    memcpy(ans, "XATA", 4);
+    for (int i = 0; i < 4; i++)
+      ans[4 + i] = (uint8_t)((uint32_t)status >> (8 * i));
+    ans[8] = 1; /* the connection's first atomic */
+    svc_inject(conn, ans, sizeof ans);
+  }
+  XT_CHECK(msg_recv(ctx, conn, done, sizeof done) == 5 && !memcmp(done, "done", 5),
+           "target: the client's word");
+  XT_CHECK(w[0] == 101 && w[1] == CANARY0, "target on %s: words %llu %llx", xt_config(),
+           (unsigned long long)w[0], (unsigned long long)w[1]);
+  XT_OK(xport_mr_dereg(mr));
+  return 0;
+}
+
+static int svc_rogue_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  struct xt_steps *st = arg;
+  xport_rkey_t *rk = import_key(ctx, conn, NULL, NULL);
+  XT_CHECK(xt_step_get(st->s2c[0], T_MS) == 'K', "protocol");
+  if (!emulated(conn))
+    printf("NOTE: %s carries atomics natively: no service channel to break\n", xt_config());
+  {
+    uint64_t res = UNTOUCHED;
+    XT_OK(xport_fetch_add(conn, &res, 1, rk, 0, &res));
+    xt_step_put(st->c2s[1], 'A');
+    xport_completion_t c = xt_wait_op(ctx, XPORT_OP_ATOMIC, T_MS);
+    XT_CHECK(c.user_ctx == &res, "a completion for another operation");
+    if (emulated(conn)) {
+      XT_CHECK(c.status == -XPORT_EPROTO, "on %s an answer with status %d completed the "
+               "atomic with %d (%s), not EPROTO", xt_config(), SVC_FORGED_STATUS, c.status,
+               xport_strerror(c.status));
+      XT_CHECK(res == UNTOUCHED, "a failed atomic wrote its result");
+    } else {
+      XT_CHECK(c.status == 0 && res == 100, "fetch_add on %s: %s, fetched %llu", xt_config(),
+               xport_strerror(c.status), (unsigned long long)res);
+    }
+  }
+  msg_send(ctx, conn, "done", 5);
+  xport_rkey_release(rk);
+  return 0;
+}
+
+START_TEST(svc_answer_status_unknown_is_eproto)
+{
+  struct xt_steps st;
+  xt_steps_open(&st);
+  xt_pair(svc_rogue_target, svc_rogue_client, &st);
+  xt_steps_close(&st);
+}
+END_TEST
+
 /* ---- 8. the target killed with atomics outstanding --------------------- */
 
 /* Exports a word, says it stopped calling xport, and waits to be killed. */
@@ -1074,6 +1161,7 @@ static Suite *make_suite(void)
   tcase_add_test(err, revoked_key_add);
   tcase_add_test(err, forged_key_widened_add);
   tcase_add_test(err, target_killed);
+  tcase_add_test(err, svc_answer_status_unknown_is_eproto);
   suite_add_tcase(s, err);
   return s;
 }

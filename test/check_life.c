@@ -471,6 +471,94 @@ START_TEST(dead_peer_ops_end_and_context_goes_on)
 }
 END_TEST
 
+/* ---- unsignaled sends, a signaled one behind them, and a dead peer ---- */
+
+/* Accepts, then stays out of xport until killed: nothing it was sent is
+ * taken, so a large message to it stays unfinished. */
+static int stalled_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)ctx;
+  (void)conn;
+  (void)arg;
+  for (;;)
+    pause();
+  return 0;
+}
+
+/* A large unsignaled send (never finished: the peer takes nothing), a
+ * small one, then a signaled one; the peer is killed, before or after
+ * the client's own close. Every signaled send completes exactly once, with
+ * an error, since its success would vouch for the large send that failed
+ * (xport_send_flags(3)), and after that failure; the large send fails
+ * exactly once; the small one at most once. */
+static void unsig_then_dead_peer(int close_first)
+{
+  char addr[128], small[256], sig[16];
+  xport_conn_t *conn;
+  xport_completion_t c;
+  char *big = malloc(BIG);
+  XT_CHECK(big != NULL, "malloc");
+  xt_fill(big, BIG, 7);
+  xt_fill(small, sizeof small, 8);
+  xt_fill(sig, sizeof sig, 9);
+  pid_t pid = xt_spawn_pair_server(stalled_server, NULL, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  xt_check_transport(conn);
+  XT_OK(xport_send_flags(conn, big, BIG, NULL, XPORT_SEND_UNSIGNALED, big));
+  int rc = xport_send_flags(conn, small, sizeof small, NULL, XPORT_SEND_UNSIGNALED, small);
+  XT_CHECK(rc == 0 || rc == -XPORT_EAGAIN, "small unsignaled send: %s", xport_strerror(rc));
+  XT_OK(xport_send_flags(conn, sig, sizeof sig, NULL, 0, sig));
+  /* The signaled send may not come before the large one ended. */
+  XT_CHECK(xt_next(ctx, &c, 300) == -XPORT_ETIMEDOUT, "op %d (%s) came while the large "
+           "unsignaled send before it was unfinished", c.op, xport_strerror(c.status));
+  if (close_first)
+    XT_OK(xport_conn_close(conn));
+  kill(pid, SIGKILL);
+  XT_CHECK(xt_reap(pid) == 128 + SIGKILL, "server did not die by SIGKILL");
+  int got_big = 0, got_small = 0, got_sig = 0, gone = close_first;
+  while (!got_big || !got_sig || !gone) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "on %s: large send ended %d, signaled send %d, "
+             "disconnect %d", xt_config(), got_big, got_sig, gone);
+    if (c.op == XPORT_OP_DISCONNECT) {
+      XT_CHECK(!close_first && !gone, "a disconnect event %s", close_first ? "after the "
+               "user's close" : "twice");
+      gone = 1;
+      continue;
+    }
+    XT_CHECK(c.op == XPORT_OP_SEND && c.status != 0, "op %d %s toward a dead peer", c.op,
+             xport_strerror(c.status));
+    if (c.user_ctx == big) {
+      XT_CHECK(!got_big++, "the large send completed twice");
+    } else if (c.user_ctx == small) {
+      XT_CHECK(!got_small++, "the small send completed twice");
+    } else {
+      XT_CHECK(c.user_ctx == sig, "a completion of no send posted");
+      XT_CHECK(!got_sig++, "the signaled send completed twice");
+      XT_CHECK(got_big, "on %s the signaled send (%s) came before the failure of the "
+               "unsignaled send it vouches for", xt_config(), xport_strerror(c.status));
+    }
+  }
+  if (!close_first)
+    XT_OK(xport_conn_close(conn));
+  XT_CHECK(xt_next(ctx, &c, 300) == -XPORT_ETIMEDOUT, "a second completion: op %d", c.op);
+  xport_ctx_destroy(ctx);
+  xt_shm_remove_of(pid);
+  free(big);
+}
+
+START_TEST(signaled_send_behind_unsignaled_dead_peer)
+{
+  unsig_then_dead_peer(0);
+}
+END_TEST
+
+START_TEST(signaled_send_behind_unsignaled_closed_dead_peer)
+{
+  unsig_then_dead_peer(1);
+}
+END_TEST
+
 /* ---- a peer that destroys its context, alive, with operations out ------ */
 
 /* The server's receive ends, and the disconnect comes, while the client's
@@ -687,6 +775,71 @@ START_TEST(busy_peer_stays_alive)
   setenv("XPORT_PEER_TIMEOUT", "1500", 1);
   setenv("XPORT_KEEPALIVE_TIMEOUT", "1500", 1);
   xt_pair(flood_server, flood_client, &ms);
+}
+END_TEST
+
+/* A peer that computes outside xport, with its progress thread on, for
+ * several keepalive timeouts: the thread keeps the connection alive
+ * (heartbeats), and data still flows both ways afterwards. */
+#define COMPUTE_KA_MS 1500
+#define COMPUTE_MSG 4096
+static int computing_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  static char out[COMPUTE_MSG], back[COMPUTE_MSG];
+  static volatile char work[64 << 10];
+  xport_completion_t c;
+  XT_OK(xport_recv(conn, back, sizeof back, NULL, back));
+  long end = now_ms() + 4 * COMPUTE_KA_MS;
+  for (unsigned i = 0; now_ms() < end; i++) /* the application's own work */
+    for (size_t j = 0; j < sizeof work; j += 64)
+      work[j] = (char)(i + j);
+  xt_fill(out, sizeof out, 11);
+  XT_OK(xport_send(conn, out, sizeof out, NULL, out));
+  for (int sent = 0, got = 0; !sent || !got;) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "server: send %d, echo %d", sent, got);
+    XT_CHECK(c.status == 0 && (c.op == XPORT_OP_SEND || c.op == XPORT_OP_RECV),
+             "server on %s: op %d %s after computing with its progress thread on", xt_config(),
+             c.op, xport_strerror(c.status));
+    sent |= c.op == XPORT_OP_SEND;
+    got |= c.op == XPORT_OP_RECV;
+  }
+  XT_CHECK(xt_verify(back, sizeof back, 12) == sizeof back, "server: the echo's bytes differ");
+  return 0;
+}
+
+START_TEST(computing_peer_with_progress_thread_stays_alive)
+{
+  static char in[COMPUTE_MSG], echo[COMPUTE_MSG];
+  char addr[128];
+  xport_conn_t *conn;
+  xport_completion_t c;
+  char ka[16];
+  snprintf(ka, sizeof ka, "%d", COMPUTE_KA_MS);
+  setenv("XPORT_KEEPALIVE", "1", 1);
+  setenv("XPORT_PEER_TIMEOUT", ka, 1);
+  setenv("XPORT_KEEPALIVE_TIMEOUT", ka, 1);
+  /* The server's alone: this side stays inside xport, and answers. */
+  setenv("XPORT_PROGRESS_THREAD", "1", 1);
+  pid_t pid = xt_spawn_pair_server(computing_server, NULL, addr, sizeof addr);
+  unsetenv("XPORT_PROGRESS_THREAD");
+  xport_ctx_t *ctx = xt_ctx();
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  xt_check_transport(conn);
+  XT_OK(xport_recv(conn, in, sizeof in, NULL, in));
+  XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "client: the computing peer's message never came");
+  XT_CHECK(c.op == XPORT_OP_RECV && c.status == 0, "client on %s: op %d %s while the peer "
+           "computed with its progress thread on", xt_config(), c.op,
+           xport_strerror(c.status));
+  XT_CHECK(c.len == sizeof in && xt_verify(in, sizeof in, 11) == sizeof in,
+           "client: the message's bytes differ");
+  xt_fill(echo, sizeof echo, 12);
+  XT_OK(xport_send(conn, echo, sizeof echo, NULL, echo));
+  expect(ctx, &c, XPORT_OP_SEND, 0);
+  expect(ctx, &c, XPORT_OP_DISCONNECT, -XPORT_ECONNRESET);
+  XT_OK(xport_conn_close(conn));
+  xport_ctx_destroy(ctx);
+  XT_CHECK(xt_reap(pid) == 0, "server failed on %s", xt_config());
 }
 END_TEST
 
@@ -1115,6 +1268,8 @@ static Suite *life_suite(void)
   tcase_add_test(own, close_with_big_message_unreceived);
   tcase_add_test(own, destroy_with_operations_out_tells_peer);
   tcase_add_test(own, close_after_dead_peer_left_big_message);
+  tcase_add_test(own, signaled_send_behind_unsignaled_dead_peer);
+  tcase_add_test(own, signaled_send_behind_unsignaled_closed_dead_peer);
   suite_add_tcase(s, own);
   TCase *live = tcase_create("Liveness");
   tcase_set_timeout(live, 90);
@@ -1124,6 +1279,10 @@ static Suite *life_suite(void)
   tcase_add_test(live, busy_target_is_no_refusal);
   tcase_add_test(live, depth_is_what_caps_say);
   suite_add_tcase(s, live);
+  TCase *ka = tcase_create("Keepalive");
+  tcase_set_timeout(ka, 90);
+  tcase_add_test(ka, computing_peer_with_progress_thread_stays_alive);
+  suite_add_tcase(s, ka);
   return s;
 }
 

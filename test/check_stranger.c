@@ -897,6 +897,85 @@ START_TEST(closed_connections_drain)
 }
 END_TEST
 
+/* ---- a request whose acceptance could not be sent ---------------------- */
+
+/* Serves its endpoint (the stranger's request is challenged, then queued)
+ * until told that the requester's queue is full; then accepts, which
+ * cannot send its acceptance there at first. */
+static void jammed_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  struct xt_steps *st = arg;
+  xport_conn_t *sc;
+  for (;;) {
+    xport_completion_t c;
+    struct pollfd p = {.fd = st->c2s[0], .events = POLLIN};
+    XT_CHECK(xport_poll(ctx, &c, 1) == 0, "a completion with no connection");
+    if (poll(&p, 1, 1) == 1)
+      break;
+  }
+  XT_CHECK(xt_step_get(st->c2s[0], T_MS) == 'J', "protocol");
+  XT_OK(xport_accept(lst, T_MS, &sc));
+  XT_OK(xport_conn_close(sc));
+}
+
+START_TEST(accept_answer_failed_takes_the_retry)
+{
+  if (!rdm_config("accept_answer_failed_takes_the_retry"))
+    return;
+  if (strcmp(xt_transport(), "shm")) {
+    /* rxm takes any answer at once and fails it later, as a completion. */
+    printf("SKIP: accept_answer_failed_takes_the_retry on %s: only shm refuses an answer "
+           "while the requester's queue is full\n", xt_transport());
+    return;
+  }
+  char addr[128];
+  struct xt_steps st;
+  struct stranger a, b;
+  xt_steps_open(&st);
+  pid_t pid = xt_spawn_server(jammed_server, &st, addr, sizeof addr);
+  st_open(&a, addr);
+  st_open(&b, addr);
+  XT_CHECK(st_connect(&a, 0x4a4a, 0) == 0, "the request did not get through");
+  struct xport__ctl req = *(struct xport__ctl *)a.buf; /* with the listener's token */
+  for (long end = now_ms() + 500; now_ms() < end;)
+    st_progress(&a); /* the server queues it */
+  /* A third endpoint fills the requester's queue, which stops reading once
+   * it has taken the third's first message (shm refuses the messages of a
+   * sender its peer has not mapped yet). */
+  fi_addr_t to_a;
+  XT_CHECK(fi_av_insert(b.av, a.name, 1, &to_a, 0, NULL) == 1, "av insert");
+  memset(b.buf, 0, 16);
+  size_t sent = 0;
+  for (int refused = 0; refused < 1000;) {
+    ssize_t r = fi_inject(b.ep, b.buf, 16, to_a);
+    XT_CHECK(r == 0 || r == -FI_EAGAIN, "inject: %s", fi_strerror((int)-r));
+    sent += r == 0;
+    refused = r ? refused + 1 : 0;
+    st_progress(&b);
+    if (!sent)
+      st_progress(&a);
+  }
+  XT_CHECK(sent > 16, "the third endpoint sent only %zu messages", sent);
+  xt_step_put(st.c2s[1], 'J');
+  /* Until the listener gave up sending its acceptance (2,000 tries); if
+   * it is slower, the acceptance gets through, and the test proves less. */
+  usleep(3000 * 1000);
+  size_t answers = a.answers;
+  for (long end = now_ms() + T_MS; a.answers == answers && now_ms() < end;) {
+    for (long again = now_ms() + 100; now_ms() < again;)
+      st_progress(&a);
+    memcpy(a.buf, &req, sizeof req); /* asks again, as a client does */
+    XT_CHECK(st_send(&a, 0, 0, sizeof req) == 0, "the request again");
+  }
+  XT_CHECK(a.answers != answers, "the listener never answered a request it failed to "
+           "accept once (its retries were taken for repeats)");
+  XT_CHECK(xt_reap(pid) == 0, "server failed");
+  st_close(&b);
+  st_close(&a);
+  xt_steps_close(&st);
+}
+END_TEST
+
 /* ---- backlog ------------------------------------------------------------ */
 
 #define BACKLOG 2
@@ -1367,6 +1446,7 @@ static Suite *make_suite(void)
   TCase *lim = tcase_create("Limits");
   tcase_set_timeout(lim, 120);
   tcase_add_test(lim, backlog_refuses_and_close_refuses_pending);
+  tcase_add_test(lim, accept_answer_failed_takes_the_retry);
   tcase_add_test(lim, eager_size_small_or_malformed);
   suite_add_tcase(s, lim);
   return s;

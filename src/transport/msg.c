@@ -256,8 +256,9 @@ static void on_answer(xport_conn_t *conn, const uint8_t *m)
   uint32_t seq = xport__get32(m + 8);
   for (struct xport__req *r = conn->out; r; r = r->cnext)
     if (r->op == XPORT_OP_ATOMIC && r->imm == seq) {
+      /* The peer's word: only a code of ours reaches the user. */
       int status = (int)xport__get32(m + 4);
-      if (status > 0 || status < -4096)
+      if (!xport__err_known(status))
         status = -XPORT_EPROTO;
       r->atom[2] = xport__get64(m + 16);
       conn->natom--;

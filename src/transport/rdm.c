@@ -1821,6 +1821,16 @@ static int rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
   return 0;
 }
 
+/* Forgets that request m was queued: it was never answered (its accept
+ * failed), and the client, which asks again until answered, must not be
+ * taken for repeating an accepted one. */
+static void seen_forget(struct xport__rep *rep, const struct xport__ctl *m)
+{
+  for (unsigned i = 0; i < XPORT__SEEN_KEEP; i++)
+    if (rep->seen[i].ctx_id == m->ctx_id && rep->seen[i].src_id == m->src_id)
+      rep->seen[i].ctx_id = 0, rep->seen[i].src_id = 0;
+}
+
 static int rdm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_p)
 {
   xport_ctx_t *ctx = lst->ctx;
@@ -1859,6 +1869,8 @@ static int rdm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
       peer_put(rep, peer);
       ret = -XPORT_ENOMEM;
     }
+    if (ret)
+      seen_forget(rep, cr->ctl); /* the client's next try is queued again */
     free(cr->ctl);
     free(cr);
     if (conn && !ret) {
