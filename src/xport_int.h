@@ -120,6 +120,15 @@ struct xport__profile {
    * sink behind the caller's buffer, and reports the truncation itself;
    * this costs one iov element (max_iov) and bounds max_msg_size. */
   int truncation_hangs;
+  /* 1: the answers an endpoint awaits from its targets (to a read, a
+   * delivery-complete write, a transfer too large to go inline) are taken
+   * in the order their operations were posted, whatever the target, and
+   * one that never comes holds up every later one (shm in libfabric 1.17:
+   * one response queue per endpoint, smr_progress_resp stops at the first
+   * unanswered entry): a dead target would stall every other connection
+   * of the endpoint. xport then gives each destination of outgoing
+   * connections an endpoint of its own (transport/rdm.c, dest_rep). */
+  int answers_in_order;
   /* 1: delivery-complete is on unless the user turns it off: the
    * provider drops and re-makes, without a word, a connection whose target
    * refused a key, so only a write that waits for the target learns that
@@ -510,6 +519,10 @@ struct xport__rep {
   size_t addrlen;
   uint8_t addr[XPORT__ADDR_MAX];  /* fi_getname */
   int enabled;                    /* fi_enable succeeded */
+  /* Serves outgoing connections to this address only (answers_in_order):
+   * a target that dies stalls no other target's answers. */
+  size_t dest_len;
+  uint8_t dest_addr[XPORT__ADDR_MAX];
   struct xport__rep *next_retired; /* ctx->retired (profile retire_eps) */
 };
 

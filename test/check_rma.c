@@ -999,6 +999,130 @@ START_TEST(target_killed_reads)
 }
 END_TEST
 
+/* ---- a killed target among live ones ---------------------------------
+ * One client context, two server processes, reads in flight to both while
+ * the first is stopped; then it is killed. xport(7): the connection to the
+ * dead one ends, its operations fail as a dead target's do (ECONNRESET,
+ * with a hint that says the peer is gone, not that it refused the key),
+ * and the other connection goes on: every operation on it completes with
+ * its bytes, later ones too, and nothing about it ends. */
+#define TWO_OPS 16
+#define TWO_LEN 4096
+#define TWO_SEED_A 31
+#define TWO_SEED_B 47
+
+/* Exports a region filled with the seed in arg; serves until a message
+ * comes (the live one), or until it is killed. */
+static int two_target(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  xport_mr_t *mr;
+  char bye[8];
+  char *reg = export_region_filled(ctx, conn, TWO_OPS * 2 * TWO_LEN,
+                                   XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_READ |
+                                       XPORT_ACCESS_REMOTE_WRITE,
+                                   &mr, (unsigned)(uintptr_t)arg);
+  XT_OK(xport_recv(conn, bye, sizeof bye, NULL, NULL));
+  xport_completion_t c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS * 3);
+  XT_CHECK(c.status == 0 && !strcmp(bye, "bye"), "bye: %s", xport_strerror(c.status));
+  xport_mr_dereg(mr);
+  free(reg);
+  return 0;
+}
+
+START_TEST(killed_target_spares_the_other)
+{
+  char addr_a[128], addr_b[128];
+  static char ra[TWO_OPS][TWO_LEN], rb[2 * TWO_OPS][TWO_LEN], wb[TWO_OPS][TWO_LEN];
+  xport_conn_t *a, *b;
+  /* Short, so that a live target's operations taken for refused ones
+   * would show within the test's wait. */
+  setenv("XPORT_RMA_TIMEOUT", "1500", 1);
+  pid_t pa = xt_spawn_pair_server(two_target, (void *)(uintptr_t)TWO_SEED_A, addr_a,
+                                  sizeof addr_a);
+  pid_t pb = xt_spawn_pair_server(two_target, (void *)(uintptr_t)TWO_SEED_B, addr_b,
+                                  sizeof addr_b);
+  xport_ctx_t *ctx = xt_ctx();
+  XT_OK(xport_connect(ctx, addr_a, T_MS, &a));
+  XT_OK(xport_connect(ctx, addr_b, T_MS, &b));
+  xt_check_transport(a);
+  xport_rkey_t *ka = import_key(ctx, a, NULL, NULL);
+  xport_rkey_t *kb = import_key(ctx, b, NULL, NULL);
+  /* A takes nothing off its queue from now on: its reads stay
+   * unanswered, interleaved with B's, until it dies. */
+  int st;
+  kill(pa, SIGSTOP);
+  XT_CHECK(waitpid(pa, &st, WUNTRACED) == pa && WIFSTOPPED(st), "target did not stop");
+  int posted_a = 0, posted_b = 0;
+  for (int i = 0; i < TWO_OPS; i++) {
+    int rc = xport_read(a, ra[i], TWO_LEN, NULL, ka, (size_t)i * TWO_LEN, ra[i]);
+    XT_CHECK(rc == 0 || rc == -XPORT_EAGAIN, "read from A: %s", xport_strerror(rc));
+    posted_a += rc == 0;
+    POST_RETRY(ctx, xport_read(b, rb[i], TWO_LEN, NULL, kb, (size_t)i * TWO_LEN, rb[i]));
+    posted_b++;
+  }
+  kill(pa, SIGKILL);
+  XT_CHECK(xt_reap(pa) == 128 + SIGKILL, "target did not die by SIGKILL");
+  /* After the death: writes, then reads of what they wrote, to B. */
+  for (int i = 0; i < TWO_OPS; i++) {
+    size_t off = (size_t)(TWO_OPS + i) * TWO_LEN;
+    xt_fill(wb[i], TWO_LEN, 900 + (unsigned)i);
+    POST_RETRY(ctx, xport_write(b, wb[i], TWO_LEN, NULL, kb, off, wb[i]));
+    POST_RETRY(ctx, xport_read(b, rb[TWO_OPS + i], TWO_LEN, NULL, kb, off, rb[TWO_OPS + i]));
+    posted_b += 2;
+  }
+  int done_a = 0, done_b = 0, events_a = 0;
+  char bad_hint[256] = "";
+  while (done_a < posted_a || done_b < posted_b || !events_a) {
+    xport_completion_t c;
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "%s: hang: A %d of %d, B %d of %d, %d events",
+             xt_config(), done_a, posted_a, done_b, posted_b, events_a);
+    XT_CHECK(c.conn == a || c.conn == b, "a completion of no connection");
+    if (c.conn == b) {
+      XT_CHECK(c.op != XPORT_OP_DISCONNECT, "%s: the live connection ended: %s", xt_config(),
+               xport_strerror(c.status));
+      XT_CHECK(c.status == 0, "%s: op %d on the live connection: %s [%s] (%s)", xt_config(),
+               c.op, xport_strerror(c.status), c.detail ? c.detail : "",
+               c.hint ? c.hint : "");
+      done_b++;
+      continue;
+    }
+    if (c.op == XPORT_OP_DISCONNECT) {
+      XT_CHECK(c.status == -XPORT_ECONNRESET, "A's event: %s", xport_strerror(c.status));
+      events_a++;
+      continue;
+    }
+    XT_CHECK(c.op == XPORT_OP_READ, "op %d on A", c.op);
+    XT_CHECK(c.status == -XPORT_ECONNRESET, "%s: read from the dead target: %s [%s]",
+             xt_config(), xport_strerror(c.status), c.detail ? c.detail : "");
+    if (!c.hint || strstr(c.hint, "key"))
+      snprintf(bad_hint, sizeof bad_hint, "%s", c.hint ? c.hint : "(none)");
+    done_a++;
+  }
+  XT_CHECK(events_a == 1, "%d events for A", events_a);
+  XT_CHECK(!bad_hint[0], "%s: a dead target's hint blames the key: %s", xt_config(), bad_hint);
+  /* The region's pattern runs on across the slices the reads took. */
+  static char whole[TWO_OPS * 2 * TWO_LEN];
+  xt_fill(whole, sizeof whole, TWO_SEED_B);
+  for (int i = 0; i < TWO_OPS; i++)
+    XT_CHECK(!memcmp(rb[i], whole + (size_t)i * TWO_LEN, TWO_LEN),
+             "%s: read %d from the live target: wrong bytes", xt_config(), i);
+  for (int i = 0; i < TWO_OPS; i++)
+    XT_CHECK(!memcmp(rb[TWO_OPS + i], wb[i], TWO_LEN),
+             "%s: read %d of what was written to the live target: wrong bytes", xt_config(), i);
+  /* The live connection still carries messages; its server ends on this. */
+  XT_OK(xport_send(b, "bye", 4, NULL, NULL));
+  xport_completion_t c = xt_wait_op(ctx, XPORT_OP_SEND, T_MS);
+  XT_CHECK(c.status == 0 && c.conn == b, "bye: %s", xport_strerror(c.status));
+  xport_rkey_release(ka);
+  xport_rkey_release(kb);
+  xport_conn_close(a);
+  XT_OK(xport_conn_close(b));
+  xport_ctx_destroy(ctx);
+  XT_CHECK(xt_reap(pb) == 0, "the live server failed");
+  xt_shm_remove_of(pa);
+}
+END_TEST
+
 enum { K_CHECK = 10 };
 
 #define ORDER_ROUNDS 3
@@ -1826,6 +1950,11 @@ static Suite *make_suite(void)
   tcase_add_test(order, ordering_delivery_complete);
   tcase_add_test(order, write_with_immediate_delivery_complete);
   suite_add_tcase(s, order);
+  TCase *killed = tcase_create("Killed");
+  tcase_set_timeout(killed, 240); /* verbs: as Errors */
+  tcase_add_test(killed, killed_target_spares_the_other);
+  suite_add_tcase(s, killed);
+
   TCase *err = tcase_create("Errors");
   /* Over verbs an operation to a killed target ends only once the device
    * gives up retrying (rdma_cm's timeout times its retries: tens of

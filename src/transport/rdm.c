@@ -1472,6 +1472,36 @@ static int cep_open(xport_ctx_t *ctx)
   return anon_rep_open(ctx, &ctx->cep);
 }
 
+/* The endpoint outgoing connections to addr go through: the context's
+ * one, or where a dead target would stall the answers to every other
+ * (answers_in_order), one of addr's own, shared only by connections to
+ * the same listener, whose process they die with. A withdrawn one (its
+ * target died, or refused a key) is never chosen again. */
+static int dest_rep(xport_ctx_t *ctx, const uint8_t *addr, size_t alen,
+                    struct xport__rep **rep_p)
+{
+  int ret;
+  if (!ctx->prof || !ctx->prof->answers_in_order) {
+    if (!ctx->cep && (ret = cep_open(ctx)))
+      return ret;
+    *rep_p = ctx->cep;
+    return 0;
+  }
+  for (struct xport__rep *r = ctx->reps; r; r = r->next)
+    if (r->dest_len == alen && !memcmp(r->dest_addr, addr, alen) && !r->withdrawn &&
+        !r->closing && r->ep) {
+      *rep_p = r;
+      return 0;
+    }
+  if (alen > sizeof (*rep_p)->dest_addr)
+    return -XPORT_EADDRNOTAVAIL;
+  if ((ret = anon_rep_open(ctx, rep_p)))
+    return ret;
+  memcpy((*rep_p)->dest_addr, addr, alen);
+  (*rep_p)->dest_len = alen;
+  return 0;
+}
+
 /* ---- listen, connect, accept, close ----------------------------------- */
 
 /* An address vector holds the address format of its domain (rxm: an IPv4
@@ -1736,14 +1766,18 @@ static int rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
     memcpy(addr, info->dest_addr, alen);
     fi_freeinfo(info);
   }
-  if (!ctx->cep && (ret = cep_open(ctx)))
+  struct xport__rep *rep;
+  if ((ret = dest_rep(ctx, addr, alen, &rep)))
     return ret;
-  struct xport__peer *peer = peer_get(ctx->cep, addr, alen, &ret);
-  if (!peer)
+  struct xport__peer *peer = peer_get(rep, addr, alen, &ret);
+  if (!peer) {
+    rep_maybe_close(rep);
     return ret;
-  xport_conn_t *conn = conn_new(ctx->cep, peer);
+  }
+  xport_conn_t *conn = conn_new(rep, peer);
   if (!conn) {
-    peer_put(ctx->cep, peer);
+    peer_put(rep, peer);
+    rep_maybe_close(rep);
     return -XPORT_ENOMEM;
   }
   /* A listener that is not there makes some providers push back for
@@ -1753,7 +1787,7 @@ static int rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
    * request says; its challenge, which on_ctl answers, may be lost). */
   struct ctl_args a = {.src_id = conn->id, .tag = conn->rx_tag};
   for (;;) {
-    while ((ret = ctl_send(ctx->cep, peer->fi_addr, CTL_CONNREQ, &a)) == -XPORT_EAGAIN &&
+    while ((ret = ctl_send(rep, peer->fi_addr, CTL_CONNREQ, &a)) == -XPORT_EAGAIN &&
            (ret = wait_progress(ctx, deadline)) == 0)
       ;
     for (long gap = 1, again = xport__now_ms() + gap;
@@ -1763,7 +1797,7 @@ static int rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
           xport__now_ms() >= again) {
         gap = gap * 2 < REQUEST_AGAIN_MS ? gap * 2 : REQUEST_AGAIN_MS;
         again = xport__now_ms() + gap;
-        int r = ctl_send(ctx->cep, peer->fi_addr, CTL_CONNREQ, &a);
+        int r = ctl_send(rep, peer->fi_addr, CTL_CONNREQ, &a);
         if (r && r != -XPORT_EAGAIN)
           ret = r;
         /* A named listener that is gone (closed before it answered, or
