@@ -538,7 +538,11 @@ struct xport_conn {
   uint64_t rx_tag;                /* tag of messages from the peer: random, ours */
   fi_addr_t rx_src;               /* receives match only this source (or any) */
   uint32_t id, peer_id;
-  int pidfd;                      /* the peer's process, same node only */
+  int pidfd;                      /* the peer's process, same node only; else -1 */
+  /* The peer's process is known to have ended (its pidfd, or its
+   * heartbeats stopped): a one-sided operation that failed with the
+   * connection says so in its hint instead of blaming the key. */
+  int peer_gone;
   int keepalive;                  /* heartbeats: the peer's process cannot be watched */
   long last_heard, last_sent;     /* heartbeats, xport__now_ms() */
   unsigned heard;                 /* a message arrived since the last check */
@@ -609,6 +613,7 @@ struct xport__connreq {
   struct fi_info *info;          /* MSG */
   uint64_t peer_ctx_id;
   int want_svc;                  /* MSG: the client would make a service channel */
+  uint32_t peer_pid;             /* MSG: the client's process, on this node; else 0 */
   struct xport__ctl *ctl;        /* RDM: the request as received */
 };
 

@@ -2158,6 +2158,7 @@ static void rdm_progress(xport_ctx_t *ctx)
     }
     if (c->state == XPORT__CONN_DISCONNECTED && c->nzombies && !c->dead &&
         pid_gone(c->pidfd)) {
+      c->peer_gone = 1;
       conn_dead(c); /* lost, and now gone: its operations will never end */
       continue;
     }
@@ -2180,6 +2181,7 @@ static void rdm_progress(xport_ctx_t *ctx)
       if (now - c->last_heard > ctx->keepalive_ms) {
         XPORT__INFO("connection %u: nothing heard from the peer in %ld ms", c->id,
                     now - c->last_heard);
+        c->peer_gone = 1;
         conn_lost(c, -XPORT_ECONNRESET, 1);
         continue;
       }
@@ -2187,6 +2189,7 @@ static void rdm_progress(xport_ctx_t *ctx)
     if (!pid_gone(c->pidfd))
       continue;
     XPORT__INFO("connection %u: the peer process is gone", c->id);
+    c->peer_gone = 1;
     if (ctx->prof && ctx->prof->peer_gone)
       ctx->prof->peer_gone(c->peer->addr, c->peer->addrlen);
     conn_lost(c, -XPORT_ECONNRESET, 1);
@@ -2194,8 +2197,10 @@ static void rdm_progress(xport_ctx_t *ctx)
   /* Closed connections waiting for their operations: a peer that dies
    * will never finish them. */
   for (xport_conn_t *c = ctx->draining; c; c = c->dnext)
-    if (!c->dead && pid_gone(c->pidfd))
+    if (!c->dead && pid_gone(c->pidfd)) {
+      c->peer_gone = 1;
       conn_dead(c);
+    }
   if (ctx->reap)
     rdm_reap(ctx);
 }
@@ -2237,6 +2242,8 @@ static void rdm_fini(xport_ctx_t *ctx)
 static void rdm_op_failed(xport_ctx_t *ctx, struct xport__req *req, int status)
 {
   (void)ctx;
+  if (req->conn && pid_gone(req->conn->pidfd))
+    req->conn->peer_gone = 1; /* not a refusal, whatever the provider says */
   if (req->op == XPORT_OP_WRITE || req->op == XPORT_OP_READ || req->op == XPORT_OP_ATOMIC ||
       req->op == XPORT__OP_SILENT)
     rma_failed(req->conn, status);
