@@ -1429,13 +1429,16 @@ static int refused_case(xport_ctx_t *ctx, xport_ctx_t *octx, xport_conn_t *ctl,
   int silent = write_ok && shm;
   int rc2 = xport_send(victim, "after", 6, NULL, NULL);
   int op_status = 1, send_status = rc2 ? rc2 : 1, ev = 1;
+  char op_hint[256] = "";
   while (op_status == 1 || send_status == 1 || (!silent && ev == 1)) {
     xport_completion_t c;
     XT_CHECK(xt_next(ctx, &c, T_MS * 3) == 0,
              "%s key, %s of %zu on %s: op %d, message %d, event %d after %d ms", names[kind],
              what, size, xt_config(), op_status, send_status, ev, T_MS * 3);
-    if (c.op == op && c.user_ctx == buf)
+    if (c.op == op && c.user_ctx == buf) {
       op_status = c.status;
+      snprintf(op_hint, sizeof op_hint, "%s", c.hint ? c.hint : "(none)");
+    }
     else if (c.op == XPORT_OP_SEND)
       send_status = c.status;
     else if (c.op == XPORT_OP_DISCONNECT)
@@ -1475,6 +1478,9 @@ static int refused_case(xport_ctx_t *ctx, xport_ctx_t *octx, xport_conn_t *ctl,
   XT_CHECK(op_status == want, "%s key, %s of %zu on %s (delivery-complete %d): %s, expected %s",
            names[kind], what, size, xt_config(), caps.delivery_complete,
            xport_strerror(op_status), xport_strerror(want));
+  /* The target lives: its refusal is what the hint names. */
+  XT_CHECK(!op_status || strstr(op_hint, "key"), "%s key, %s on %s: the hint does not name "
+           "the key: %s", names[kind], what, xt_config(), op_hint);
   XT_CHECK(ev == -XPORT_ECONNRESET, "%s key on %s: disconnect event %d", names[kind],
            xt_config(), ev);
   if (!silent) {
