@@ -24,6 +24,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +36,7 @@
 /* What both sides send in the connection's private data. A connection
  * request without it (a port scanner, another program) is rejected. */
 #define HELLO_MAGIC 0x5850525455ULL /* "XPRTU" */
-#define HELLO_VERSION 3
+#define HELLO_VERSION 2
 #define HELLO_WANT_SVC 0x1u /* request: the client would make a service channel */
 #define HELLO_SVC 0x2u      /* request: this is that channel, for cookie */
 struct hello {
@@ -49,7 +50,8 @@ struct hello {
   /* The sender's process, and where a pid means it (its PID namespace,
    * the node's boot id): a peer on this node watches it, so that an
    * operation lost with the connection is known to have lost its target
-   * rather than been refused (peer_gone). */
+   * rather than been refused (peer_gone). An optional tail: a greeting
+   * that ends before it is whole, and names no process. */
   uint32_t pid;
   uint32_t zero;
   uint64_t pidns;
@@ -120,9 +122,10 @@ static void check_gone(xport_conn_t *conn)
 /* Validates a peer's greeting; 1 with it in *h, or 0. */
 static int hello_ok(const uint8_t *data, size_t len, struct hello *h)
 {
-  if (len < sizeof *h)
+  if (len < offsetof(struct hello, pid))
     return 0;
-  memcpy(h, data, sizeof *h);
+  memset(h, 0, sizeof *h);
+  memcpy(h, data, len < sizeof *h ? len : sizeof *h);
   return h->magic == HELLO_MAGIC && h->version == HELLO_VERSION;
 }
 
