@@ -538,7 +538,7 @@ struct xport_conn {
   uint64_t rx_tag;                /* tag of messages from the peer: random, ours */
   fi_addr_t rx_src;               /* receives match only this source (or any) */
   uint32_t id, peer_id;
-  int pidfd;                      /* the peer's process, same node only; else -1 */
+  int pidfd;                      /* the peer's process, same node only, else -1 (MSG too) */
   /* The peer's process is known to have ended (its pidfd, or its
    * heartbeats stopped): a one-sided operation that failed with the
    * connection says so in its hint instead of blaming the key. */
