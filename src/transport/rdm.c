@@ -1475,8 +1475,10 @@ static int cep_open(xport_ctx_t *ctx)
 /* The endpoint outgoing connections to addr go through: the context's
  * one, or where a dead target would stall the answers to every other
  * (answers_in_order), one of addr's own, shared only by connections to
- * the same listener, whose process they die with. A withdrawn one (its
- * target died, or refused a key) is never chosen again. */
+ * the same listener, whose process they die with. One whose target died
+ * or refused a key, or that only waits to close, is never chosen again:
+ * its address vector may still map a dead process's region under a name
+ * a new listener has taken since. */
 static int dest_rep(xport_ctx_t *ctx, const uint8_t *addr, size_t alen,
                     struct xport__rep **rep_p)
 {
@@ -1489,7 +1491,7 @@ static int dest_rep(xport_ctx_t *ctx, const uint8_t *addr, size_t alen,
   }
   for (struct xport__rep *r = ctx->reps; r; r = r->next)
     if (r->dest_len == alen && !memcmp(r->dest_addr, addr, alen) && !r->withdrawn &&
-        !r->closing && r->ep) {
+        !r->closing && r->ep && r->nconns && !r->ndead) {
       *rep_p = r;
       return 0;
     }
