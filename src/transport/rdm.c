@@ -736,6 +736,8 @@ static void conn_dead(xport_conn_t *conn)
     return;
   conn->dead = 1;
   conn->rep->ndead++;
+  if (conn->rep->dest_len)
+    rep_withdraw(conn->rep); /* its one target is gone: it closes (dest_rep) */
   if (conn->nzombies && ctx->prof && ctx->prof->dead_peer_lets_go)
     xport__zombie_show(ctx, conn);
   else if (conn->nzombies)
@@ -1369,12 +1371,13 @@ static void rep_close(struct xport__rep *rep)
 }
 
 /* A listener's endpoint closes with its listener and its last
- * connection, a retired one with its last live connection. */
+ * connection, a retired one with its last live connection; the context's
+ * own ones for outgoing connections (dest_rep) only once retired. */
 static int rep_maybe_close(struct xport__rep *rep)
 {
   xport_ctx_t *ctx = rep->ctx;
   if (rep->closing || rep->lst || rep == ctx->cep || rep == ctx->probe ||
-      rep->nconns != rep->ndead)
+      (rep->dest_len && !rep->withdrawn) || rep->nconns != rep->ndead)
     return 0;
   rep_close(rep);
   return 1;
@@ -1475,10 +1478,11 @@ static int cep_open(xport_ctx_t *ctx)
 /* The endpoint outgoing connections to addr go through: the context's
  * one, or where a dead target would stall the answers to every other
  * (answers_in_order), one of addr's own, shared only by connections to
- * the same listener, whose process they die with. One whose target died
- * or refused a key, or that only waits to close, is never chosen again:
- * its address vector may still map a dead process's region under a name
- * a new listener has taken since. */
+ * the same listener, whose process they die with. Like the context's
+ * one it stays open while no connection uses it, until its target dies
+ * or refuses a key (rep_withdraw); then it is never chosen again: its
+ * address vector may still map the dead process's region under a name a
+ * new listener has taken since. */
 static int dest_rep(xport_ctx_t *ctx, const uint8_t *addr, size_t alen,
                     struct xport__rep **rep_p)
 {
@@ -1491,7 +1495,7 @@ static int dest_rep(xport_ctx_t *ctx, const uint8_t *addr, size_t alen,
   }
   for (struct xport__rep *r = ctx->reps; r; r = r->next)
     if (r->dest_len == alen && !memcmp(r->dest_addr, addr, alen) && !r->withdrawn &&
-        !r->closing && r->ep && r->nconns && !r->ndead) {
+        !r->closing && r->ep) {
       *rep_p = r;
       return 0;
     }
@@ -1772,14 +1776,11 @@ static int rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
   if ((ret = dest_rep(ctx, addr, alen, &rep)))
     return ret;
   struct xport__peer *peer = peer_get(rep, addr, alen, &ret);
-  if (!peer) {
-    rep_maybe_close(rep);
+  if (!peer)
     return ret;
-  }
   xport_conn_t *conn = conn_new(rep, peer);
   if (!conn) {
     peer_put(rep, peer);
-    rep_maybe_close(rep);
     return -XPORT_ENOMEM;
   }
   /* A listener that is not there makes some providers push back for
