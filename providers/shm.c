@@ -422,6 +422,9 @@ const struct xport__profile xport__profile_shm = {
    * a peer still writing when its connection closes (or the context goes)
    * crashed the process inside fi_cq_read. */
   .close_needs_quiet = 1,
+  /* smr_progress_resp takes its endpoint's response queue in order and
+   * stops at the first entry still busy: a dead target's never clears. */
+  .answers_in_order = 1,
   /* smr_map_to_region takes a same-process peer's region from the
    * process's list of endpoints instead of mapping it, and the peer's
    * close frees it: the other context's next send (its goodbye, at the

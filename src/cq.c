@@ -513,11 +513,18 @@ static inline __attribute__((always_inline)) void fill_comp(xport_ctx_t *ctx, xp
      * truncated receive says how much of its buffer it filled. */
     if (req->status != -XPORT_ETRUNC)
       c->len = 0;
+    /* A connection lost under a one-sided operation: a target that died
+     * and one that refused the key end it alike on some providers (tcp,
+     * rxm), so the key is blamed only where the target is not known gone
+     * and the user did not close it. */
     if ((req->op == XPORT_OP_READ || req->op == XPORT_OP_WRITE || req->op == XPORT_OP_ATOMIC) &&
         (req->status == -XPORT_ECANCELED || req->status == -XPORT_ECONNRESET ||
-         req->status == -XPORT_EIO))
-      c->hint = "the target may have refused the remote key (revoked, forged or out of "
-                "range) and dropped the connection";
+         req->status == -XPORT_EIO) && req->conn && !req->conn->closing)
+      c->hint = req->conn->peer_gone
+                    ? "the target is gone (its process ended, or it stopped answering) with "
+                      "the operation outstanding"
+                    : "the target may have refused the remote key (revoked, forged or out "
+                      "of range) and dropped the connection";
   }
 }
 

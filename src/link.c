@@ -46,6 +46,7 @@ xport_conn_t *xport__conn_new(xport_ctx_t *ctx)
   if (!conn)
     return NULL;
   conn->ctx = ctx;
+  conn->pidfd = -1;
   conn->state = XPORT__CONN_CONNECTING;
   return conn;
 }

@@ -120,6 +120,15 @@ struct xport__profile {
    * sink behind the caller's buffer, and reports the truncation itself;
    * this costs one iov element (max_iov) and bounds max_msg_size. */
   int truncation_hangs;
+  /* 1: the answers an endpoint awaits from its targets (to a read, a
+   * delivery-complete write, a transfer too large to go inline) are taken
+   * in the order their operations were posted, whatever the target, and
+   * one that never comes holds up every later one (shm in libfabric 1.17:
+   * one response queue per endpoint, smr_progress_resp stops at the first
+   * unanswered entry): a dead target would stall every other connection
+   * of the endpoint. xport then gives each destination of outgoing
+   * connections an endpoint of its own (transport/rdm.c, dest_rep). */
+  int answers_in_order;
   /* 1: delivery-complete is on unless the user turns it off: the
    * provider drops and re-makes, without a word, a connection whose target
    * refused a key, so only a write that waits for the target learns that
@@ -512,6 +521,10 @@ struct xport__rep {
   size_t addrlen;
   uint8_t addr[XPORT__ADDR_MAX];  /* fi_getname */
   int enabled;                    /* fi_enable succeeded */
+  /* Serves outgoing connections to this address only (answers_in_order):
+   * a target that dies stalls no other target's answers. */
+  size_t dest_len;
+  uint8_t dest_addr[XPORT__ADDR_MAX];
   struct xport__rep *next_retired; /* ctx->retired (profile retire_eps) */
 };
 
@@ -527,7 +540,11 @@ struct xport_conn {
   uint64_t rx_tag;                /* tag of messages from the peer: random, ours */
   fi_addr_t rx_src;               /* receives match only this source (or any) */
   uint32_t id, peer_id;
-  int pidfd;                      /* the peer's process, same node only */
+  int pidfd;                      /* the peer's process, same node only, else -1 (MSG too) */
+  /* The peer's process is known to have ended (its pidfd, or its
+   * heartbeats stopped): a one-sided operation that failed with the
+   * connection says so in its hint instead of blaming the key. */
+  int peer_gone;
   int keepalive;                  /* heartbeats: the peer's process cannot be watched */
   long last_heard, last_sent;     /* heartbeats, xport__now_ms() */
   unsigned heard;                 /* a message arrived since the last check */
@@ -603,6 +620,7 @@ struct xport__connreq {
   struct fi_info *info;          /* MSG */
   uint64_t peer_ctx_id;
   int want_svc;                  /* MSG: the client would make a service channel */
+  uint32_t peer_pid;             /* MSG: the client's process, on this node; else 0 */
   struct xport__ctl *ctl;        /* RDM: the request as received */
 };
 

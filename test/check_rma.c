@@ -999,6 +999,150 @@ START_TEST(target_killed_reads)
 }
 END_TEST
 
+/* ---- a killed target among live ones ---------------------------------
+ * One client context, two server processes, reads in flight to both while
+ * the first is stopped; then it is killed. xport(7): the connection to the
+ * dead one ends, its operations fail as a dead target's do (ECONNRESET,
+ * with a hint that says the peer is gone, not that it refused the key),
+ * and the other connection goes on: every operation on it completes with
+ * its bytes, later ones too, and nothing about it ends. */
+#define TWO_OPS 16
+#define TWO_LEN 4096
+#define TWO_SEED_A 31
+#define TWO_SEED_B 47
+
+/* Exports a region filled with the seed in arg; serves until a message
+ * comes (the live one), or until it is killed. */
+static int two_target(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  xport_mr_t *mr;
+  char bye[8];
+  char *reg = export_region_filled(ctx, conn, TWO_OPS * 2 * TWO_LEN,
+                                   XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_READ |
+                                       XPORT_ACCESS_REMOTE_WRITE,
+                                   &mr, (unsigned)(uintptr_t)arg);
+  XT_OK(xport_recv(conn, bye, sizeof bye, NULL, NULL));
+  xport_completion_t c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS * 3);
+  XT_CHECK(c.status == 0 && !strcmp(bye, "bye"), "bye: %s", xport_strerror(c.status));
+  xport_mr_dereg(mr);
+  free(reg);
+  return 0;
+}
+
+/* What the client has seen of the two connections. */
+struct two_seen {
+  xport_conn_t *a, *b;
+  int done_a, done_b, events_a;
+  char bad_hint[256];
+};
+
+/* Takes the next completion of either connection: the live one's must all
+ * succeed; the dead one's reads fail as a dead target's do. */
+static void two_take(xport_ctx_t *ctx, struct two_seen *t, int posted_a, int posted_b)
+{
+  xport_completion_t c;
+  XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "%s: hang: A %d of %d, B %d of %d, %d events",
+           xt_config(), t->done_a, posted_a, t->done_b, posted_b, t->events_a);
+  XT_CHECK(c.conn == t->a || c.conn == t->b, "a completion of no connection");
+  if (c.conn == t->b) {
+    XT_CHECK(c.op != XPORT_OP_DISCONNECT, "%s: the live connection ended: %s", xt_config(),
+             xport_strerror(c.status));
+    XT_CHECK(c.status == 0, "%s: op %d on the live connection: %s [%s] (%s)", xt_config(),
+             c.op, xport_strerror(c.status), c.detail ? c.detail : "", c.hint ? c.hint : "");
+    t->done_b++;
+    return;
+  }
+  if (c.op == XPORT_OP_DISCONNECT) {
+    XT_CHECK(c.status == -XPORT_ECONNRESET, "A's event: %s", xport_strerror(c.status));
+    t->events_a++;
+    return;
+  }
+  XT_CHECK(c.op == XPORT_OP_READ, "op %d on A", c.op);
+  XT_CHECK(c.status == -XPORT_ECONNRESET, "%s: read from the dead target: %s [%s]",
+           xt_config(), xport_strerror(c.status), c.detail ? c.detail : "");
+  if (!c.hint || strstr(c.hint, "key"))
+    snprintf(t->bad_hint, sizeof t->bad_hint, "%s", c.hint ? c.hint : "(none)");
+  t->done_a++;
+}
+
+/* Posts to the live target, taking completions while its queue is full. */
+#define TWO_POST(expr)                                                                            \
+  do {                                                                                            \
+    int rc_;                                                                                      \
+    while ((rc_ = (expr)) == -XPORT_EAGAIN)                                                       \
+      two_take(ctx, &t, posted_a, posted_b);                                                      \
+    XT_CHECK(rc_ == 0, "%s -> %s", #expr, xport_strerror(rc_));                                   \
+    posted_b++;                                                                                   \
+  } while (0)
+
+START_TEST(killed_target_spares_the_other)
+{
+  char addr_a[128], addr_b[128];
+  static char ra[TWO_OPS][TWO_LEN], rb[2 * TWO_OPS][TWO_LEN], wb[TWO_OPS][TWO_LEN];
+  xport_conn_t *a, *b;
+  /* Short, so that a live target's operations taken for refused ones
+   * would show within the test's wait. */
+  setenv("XPORT_RMA_TIMEOUT", "1500", 1);
+  pid_t pa = xt_spawn_pair_server(two_target, (void *)(uintptr_t)TWO_SEED_A, addr_a,
+                                  sizeof addr_a);
+  pid_t pb = xt_spawn_pair_server(two_target, (void *)(uintptr_t)TWO_SEED_B, addr_b,
+                                  sizeof addr_b);
+  xport_ctx_t *ctx = xt_ctx();
+  XT_OK(xport_connect(ctx, addr_a, T_MS, &a));
+  XT_OK(xport_connect(ctx, addr_b, T_MS, &b));
+  xt_check_transport(a);
+  xport_rkey_t *ka = import_key(ctx, a, NULL, NULL);
+  xport_rkey_t *kb = import_key(ctx, b, NULL, NULL);
+  /* A takes nothing off its queue from now on: its reads stay
+   * unanswered, interleaved with B's, until it dies. */
+  int st;
+  kill(pa, SIGSTOP);
+  XT_CHECK(waitpid(pa, &st, WUNTRACED) == pa && WIFSTOPPED(st), "target did not stop");
+  int posted_a = 0, posted_b = 0;
+  struct two_seen t = {a, b, 0, 0, 0, ""};
+  for (int i = 0; i < TWO_OPS; i++) {
+    int rc = xport_read(a, ra[i], TWO_LEN, NULL, ka, (size_t)i * TWO_LEN, ra[i]);
+    XT_CHECK(rc == 0 || rc == -XPORT_EAGAIN, "read from A: %s", xport_strerror(rc));
+    posted_a += rc == 0;
+    TWO_POST(xport_read(b, rb[i], TWO_LEN, NULL, kb, (size_t)i * TWO_LEN, rb[i]));
+  }
+  kill(pa, SIGKILL);
+  XT_CHECK(xt_reap(pa) == 128 + SIGKILL, "target did not die by SIGKILL");
+  /* After the death: writes, then reads of what they wrote, to B. */
+  for (int i = 0; i < TWO_OPS; i++) {
+    size_t off = (size_t)(TWO_OPS + i) * TWO_LEN;
+    xt_fill(wb[i], TWO_LEN, 900 + (unsigned)i);
+    TWO_POST(xport_write(b, wb[i], TWO_LEN, NULL, kb, off, wb[i]));
+    TWO_POST(xport_read(b, rb[TWO_OPS + i], TWO_LEN, NULL, kb, off, rb[TWO_OPS + i]));
+  }
+  while (t.done_a < posted_a || t.done_b < posted_b || !t.events_a)
+    two_take(ctx, &t, posted_a, posted_b);
+  XT_CHECK(t.events_a == 1, "%d events for A", t.events_a);
+  XT_CHECK(!t.bad_hint[0], "%s: a dead target's hint blames the key: %s", xt_config(),
+           t.bad_hint);
+  /* The region's pattern runs on across the slices the reads took. */
+  static char whole[TWO_OPS * 2 * TWO_LEN];
+  xt_fill(whole, sizeof whole, TWO_SEED_B);
+  for (int i = 0; i < TWO_OPS; i++)
+    XT_CHECK(!memcmp(rb[i], whole + (size_t)i * TWO_LEN, TWO_LEN),
+             "%s: read %d from the live target: wrong bytes", xt_config(), i);
+  for (int i = 0; i < TWO_OPS; i++)
+    XT_CHECK(!memcmp(rb[TWO_OPS + i], wb[i], TWO_LEN),
+             "%s: read %d of what was written to the live target: wrong bytes", xt_config(), i);
+  /* The live connection still carries messages; its server ends on this. */
+  XT_OK(xport_send(b, "bye", 4, NULL, NULL));
+  xport_completion_t c = xt_wait_op(ctx, XPORT_OP_SEND, T_MS);
+  XT_CHECK(c.status == 0 && c.conn == b, "bye: %s", xport_strerror(c.status));
+  xport_rkey_release(ka);
+  xport_rkey_release(kb);
+  xport_conn_close(a);
+  XT_OK(xport_conn_close(b));
+  xport_ctx_destroy(ctx);
+  XT_CHECK(xt_reap(pb) == 0, "the live server failed");
+  xt_shm_remove_of(pa);
+}
+END_TEST
+
 enum { K_CHECK = 10 };
 
 #define ORDER_ROUNDS 3
@@ -1305,13 +1449,16 @@ static int refused_case(xport_ctx_t *ctx, xport_ctx_t *octx, xport_conn_t *ctl,
   int silent = write_ok && shm;
   int rc2 = xport_send(victim, "after", 6, NULL, NULL);
   int op_status = 1, send_status = rc2 ? rc2 : 1, ev = 1;
+  char op_hint[256] = "";
   while (op_status == 1 || send_status == 1 || (!silent && ev == 1)) {
     xport_completion_t c;
     XT_CHECK(xt_next(ctx, &c, T_MS * 3) == 0,
              "%s key, %s of %zu on %s: op %d, message %d, event %d after %d ms", names[kind],
              what, size, xt_config(), op_status, send_status, ev, T_MS * 3);
-    if (c.op == op && c.user_ctx == buf)
+    if (c.op == op && c.user_ctx == buf) {
       op_status = c.status;
+      snprintf(op_hint, sizeof op_hint, "%s", c.hint ? c.hint : "(none)");
+    }
     else if (c.op == XPORT_OP_SEND)
       send_status = c.status;
     else if (c.op == XPORT_OP_DISCONNECT)
@@ -1351,6 +1498,9 @@ static int refused_case(xport_ctx_t *ctx, xport_ctx_t *octx, xport_conn_t *ctl,
   XT_CHECK(op_status == want, "%s key, %s of %zu on %s (delivery-complete %d): %s, expected %s",
            names[kind], what, size, xt_config(), caps.delivery_complete,
            xport_strerror(op_status), xport_strerror(want));
+  /* The target lives: its refusal is what the hint names. */
+  XT_CHECK(!op_status || strstr(op_hint, "key"), "%s key, %s on %s: the hint does not name "
+           "the key: %s", names[kind], what, xt_config(), op_hint);
   XT_CHECK(ev == -XPORT_ECONNRESET, "%s key on %s: disconnect event %d", names[kind],
            xt_config(), ev);
   if (!silent) {
@@ -1826,6 +1976,11 @@ static Suite *make_suite(void)
   tcase_add_test(order, ordering_delivery_complete);
   tcase_add_test(order, write_with_immediate_delivery_complete);
   suite_add_tcase(s, order);
+  TCase *killed = tcase_create("Killed");
+  tcase_set_timeout(killed, 240); /* verbs: as Errors */
+  tcase_add_test(killed, killed_target_spares_the_other);
+  suite_add_tcase(s, killed);
+
   TCase *err = tcase_create("Errors");
   /* Over verbs an operation to a killed target ends only once the device
    * gives up retrying (rdma_cm's timeout times its retries: tens of

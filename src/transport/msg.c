@@ -24,10 +24,14 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 /* What both sides send in the connection's private data. A connection
  * request without it (a port scanner, another program) is rejected. */
@@ -43,6 +47,15 @@ struct hello {
   /* accept: nonzero asks the client for a service channel naming it;
    * a service channel's request: the cookie its accept gave */
   uint64_t cookie;
+  /* The sender's process, and where a pid means it (its PID namespace,
+   * the node's boot id): a peer on this node watches it, so that an
+   * operation lost with the connection is known to have lost its target
+   * rather than been refused (peer_gone). An optional tail: a greeting
+   * that ends before it is whole, and names no process. */
+  uint32_t pid;
+  uint32_t zero;
+  uint64_t pidns;
+  char boot_id[40];
 };
 /* How long a request an accept took has to be connected, its service
  * channel included, which the client asks for as soon as it is. */
@@ -61,12 +74,58 @@ struct cm_buf {
   uint8_t data[256];
 };
 
+/* This process's part of a greeting: where it runs. */
+static void hello_whence(struct hello *h)
+{
+  struct stat st;
+  h->pid = (uint32_t)getpid();
+  h->pidns = stat("/proc/self/ns/pid", &st) ? 0 : (uint64_t)st.st_ino;
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (!f || !fgets(h->boot_id, sizeof h->boot_id, f))
+    snprintf(h->boot_id, sizeof h->boot_id, "unknown");
+  if (f)
+    fclose(f);
+  h->boot_id[strcspn(h->boot_id, "\n")] = '\0';
+}
+
+/* The peer's pid where it means the same process here (same node and PID
+ * namespace, another process), else 0. */
+static uint32_t hello_local_pid(const struct hello *h)
+{
+  struct hello me;
+  hello_whence(&me);
+  int local = h->pidns && h->pidns == me.pidns &&
+              !strncmp(h->boot_id, me.boot_id, sizeof me.boot_id) && h->pid != me.pid;
+  return local ? h->pid : 0;
+}
+
+/* Watches the peer's process, where it runs here (pid, else 0). */
+static void watch_pid(xport_conn_t *conn, uint32_t pid)
+{
+#ifdef SYS_pidfd_open
+  if (pid && conn->pidfd < 0)
+    conn->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+#else
+  (void)conn;
+  (void)pid;
+#endif
+}
+
+/* Notes that the peer's process ended, if it did (peer_gone). */
+static void check_gone(xport_conn_t *conn)
+{
+  struct pollfd p = {.fd = conn->pidfd, .events = POLLIN};
+  if (!conn->peer_gone && conn->pidfd >= 0 && poll(&p, 1, 0) > 0)
+    conn->peer_gone = 1;
+}
+
 /* Validates a peer's greeting; 1 with it in *h, or 0. */
 static int hello_ok(const uint8_t *data, size_t len, struct hello *h)
 {
-  if (len < sizeof *h)
+  if (len < offsetof(struct hello, pid))
     return 0;
-  memcpy(h, data, sizeof *h);
+  memset(h, 0, sizeof *h);
+  memcpy(h, data, len < sizeof *h ? len : sizeof *h);
   return h->magic == HELLO_MAGIC && h->version == HELLO_VERSION;
 }
 
@@ -322,6 +381,9 @@ static void conn_release_ep(xport_conn_t *conn, int status)
   while (conn->out)
     xport__req_complete(ctx, conn->out, status);
   xport__held_flush(conn, status);
+  if (conn->pidfd >= 0) /* peer_gone is settled: nothing more fails */
+    close(conn->pidfd);
+  conn->pidfd = -1;
 }
 
 static void conn_lost(xport_conn_t *conn, int status)
@@ -333,6 +395,7 @@ static void conn_lost(xport_conn_t *conn, int status)
     /* A dead connection's operations must not wait for a close that the
      * application may only call after seeing them end. */
     conn->state = XPORT__CONN_DISCONNECTED;
+    check_gone(conn);
     conn_release_ep(conn, -XPORT_ECONNRESET);
     /* Only a connection the application holds has an event: one lost
      * in its handshake is dropped by the accept or connect making it. */
@@ -448,6 +511,7 @@ static void on_connreq(xport_listener_t *lst, struct fi_info *info,
   cr->info = info;
   cr->peer_ctx_id = h.ctx_id;
   cr->want_svc = !!(h.flags & HELLO_WANT_SVC);
+  cr->peer_pid = hello_local_pid(&h);
   cr->next = NULL;
   xport__connreq_push(lst, cr);
 }
@@ -531,6 +595,7 @@ static void eq_read_all(xport_ctx_t *ctx)
         conn->state = XPORT__CONN_CONNECTED;
       } else if (hello_ok(buf.data, dlen, &h)) {
         conn->peer_ctx_id = h.ctx_id;
+        watch_pid(conn, hello_local_pid(&h));
         conn->svc_cookie = h.cookie;
         conn->state = XPORT__CONN_CONNECTED;
       } else {
@@ -652,6 +717,8 @@ static void conn_discard(xport_conn_t *conn)
     fi_close(&conn->ep->fid);
   conn->ep = NULL;
   svc_close(conn);
+  if (conn->pidfd >= 0)
+    close(conn->pidfd);
   /* Lost while it was being made: its event must not outlive it. */
   xport__evq_remove(ctx, conn);
   free(conn);
@@ -683,6 +750,7 @@ static int handshake_start(xport_listener_t *lst)
 {
   xport_ctx_t *ctx = lst->ctx;
   struct hello h = {.magic = HELLO_MAGIC, .version = HELLO_VERSION, .ctx_id = ctx->id};
+  hello_whence(&h);
   struct xport__connreq *cr = lst->pending;
   lst->pending = cr->next;
   if (!lst->pending)
@@ -691,6 +759,7 @@ static int handshake_start(xport_listener_t *lst)
   xport_conn_t *conn = xport__conn_new(ctx);
   if (conn) {
     conn->peer_ctx_id = cr->peer_ctx_id;
+    watch_pid(conn, cr->peer_pid);
     if (cr->want_svc && ctx->atom_emulated)
       conn->svc_cookie = xport__random_key(8);
     h.cookie = conn->svc_cookie;
@@ -823,6 +892,7 @@ static int msg_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
 {
   struct hello h = {.magic = HELLO_MAGIC, .version = HELLO_VERSION, .ctx_id = ctx->id,
                     .flags = ctx->atom_emulated ? HELLO_WANT_SVC : 0};
+  hello_whence(&h);
   struct fi_info *info = NULL;
   int ret = xport__resolve(ctx, host, port, 0, &info);
   if (ret)
@@ -911,8 +981,12 @@ static void msg_op_failed(xport_ctx_t *ctx, struct xport__req *req, int status)
 {
   (void)ctx;
   (void)status;
-  if (req->conn)
-    conn_broken(req->conn);
+  if (!req->conn)
+    return;
+  /* Whether the target died or refused a key, tcp ends the connection
+   * the same way: only the target's process can tell them apart. */
+  check_gone(req->conn);
+  conn_broken(req->conn);
 }
 
 /* An emulated atomic (atomic.c took req, XPORT_OP_ATOMIC, and counted

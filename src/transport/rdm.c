@@ -761,6 +761,8 @@ static void conn_dead(xport_conn_t *conn)
     return;
   conn->dead = 1;
   conn->rep->ndead++;
+  if (conn->rep->dest_len)
+    rep_withdraw(conn->rep); /* its one target is gone: it closes (dest_rep) */
   if (conn->nzombies && ctx->prof && ctx->prof->dead_peer_lets_go)
     xport__zombie_show(ctx, conn);
   else if (conn->nzombies)
@@ -1395,12 +1397,13 @@ static void rep_close(struct xport__rep *rep)
 }
 
 /* A listener's endpoint closes with its listener and its last
- * connection, a retired one with its last live connection. */
+ * connection, a retired one with its last live connection; the context's
+ * own ones for outgoing connections (dest_rep) only once retired. */
 static int rep_maybe_close(struct xport__rep *rep)
 {
   xport_ctx_t *ctx = rep->ctx;
   if (rep->closing || rep->lst || rep == ctx->cep || rep == ctx->probe ||
-      rep->nconns != rep->ndead)
+      (rep->dest_len && !rep->withdrawn) || rep->nconns != rep->ndead)
     return 0;
   rep_close(rep);
   return 1;
@@ -1496,6 +1499,39 @@ static int anon_rep_open(xport_ctx_t *ctx, struct xport__rep **rep_p)
 static int cep_open(xport_ctx_t *ctx)
 {
   return anon_rep_open(ctx, &ctx->cep);
+}
+
+/* The endpoint outgoing connections to addr go through: the context's
+ * one, or where a dead target would stall the answers to every other
+ * (answers_in_order), one of addr's own, shared only by connections to
+ * the same listener, whose process they die with. Like the context's
+ * one it stays open while no connection uses it, until its target dies
+ * or refuses a key (rep_withdraw); then it is never chosen again: its
+ * address vector may still map the dead process's region under a name a
+ * new listener has taken since. */
+static int dest_rep(xport_ctx_t *ctx, const uint8_t *addr, size_t alen,
+                    struct xport__rep **rep_p)
+{
+  int ret;
+  if (!ctx->prof || !ctx->prof->answers_in_order) {
+    if (!ctx->cep && (ret = cep_open(ctx)))
+      return ret;
+    *rep_p = ctx->cep;
+    return 0;
+  }
+  for (struct xport__rep *r = ctx->reps; r; r = r->next)
+    if (r->dest_len == alen && !memcmp(r->dest_addr, addr, alen) && !r->withdrawn &&
+        !r->closing && r->ep) {
+      *rep_p = r;
+      return 0;
+    }
+  if (alen > sizeof (*rep_p)->dest_addr)
+    return -XPORT_EADDRNOTAVAIL;
+  if ((ret = anon_rep_open(ctx, rep_p)))
+    return ret;
+  memcpy((*rep_p)->dest_addr, addr, alen);
+  (*rep_p)->dest_len = alen;
+  return 0;
 }
 
 /* ---- listen, connect, accept, close ----------------------------------- */
@@ -1762,14 +1798,15 @@ static int rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
     memcpy(addr, info->dest_addr, alen);
     fi_freeinfo(info);
   }
-  if (!ctx->cep && (ret = cep_open(ctx)))
+  struct xport__rep *rep;
+  if ((ret = dest_rep(ctx, addr, alen, &rep)))
     return ret;
-  struct xport__peer *peer = peer_get(ctx->cep, addr, alen, &ret);
+  struct xport__peer *peer = peer_get(rep, addr, alen, &ret);
   if (!peer)
     return ret;
-  xport_conn_t *conn = conn_new(ctx->cep, peer);
+  xport_conn_t *conn = conn_new(rep, peer);
   if (!conn) {
-    peer_put(ctx->cep, peer);
+    peer_put(rep, peer);
     return -XPORT_ENOMEM;
   }
   /* A listener that is not there makes some providers push back for
@@ -1779,7 +1816,7 @@ static int rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
    * request says; its challenge, which on_ctl answers, may be lost). */
   struct ctl_args a = {.src_id = conn->id, .tag = conn->rx_tag};
   for (;;) {
-    while ((ret = ctl_send(ctx->cep, peer->fi_addr, CTL_CONNREQ, &a)) == -XPORT_EAGAIN &&
+    while ((ret = ctl_send(rep, peer->fi_addr, CTL_CONNREQ, &a)) == -XPORT_EAGAIN &&
            (ret = wait_progress(ctx, deadline)) == 0)
       ;
     for (long gap = 1, again = xport__now_ms() + gap;
@@ -1789,7 +1826,7 @@ static int rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
           xport__now_ms() >= again) {
         gap = gap * 2 < REQUEST_AGAIN_MS ? gap * 2 : REQUEST_AGAIN_MS;
         again = xport__now_ms() + gap;
-        int r = ctl_send(ctx->cep, peer->fi_addr, CTL_CONNREQ, &a);
+        int r = ctl_send(rep, peer->fi_addr, CTL_CONNREQ, &a);
         if (r && r != -XPORT_EAGAIN)
           ret = r;
         /* A named listener that is gone (closed before it answered, or
@@ -2162,6 +2199,7 @@ static void rdm_progress(xport_ctx_t *ctx)
     }
     if (c->state == XPORT__CONN_DISCONNECTED && c->nzombies && !c->dead &&
         pid_gone(c->pidfd)) {
+      c->peer_gone = 1;
       conn_dead(c); /* lost, and now gone: its operations will never end */
       continue;
     }
@@ -2184,6 +2222,7 @@ static void rdm_progress(xport_ctx_t *ctx)
       if (now - c->last_heard > ctx->keepalive_ms) {
         XPORT__INFO("connection %u: nothing heard from the peer in %ld ms", c->id,
                     now - c->last_heard);
+        c->peer_gone = 1;
         conn_lost(c, -XPORT_ECONNRESET, 1);
         continue;
       }
@@ -2191,6 +2230,7 @@ static void rdm_progress(xport_ctx_t *ctx)
     if (!pid_gone(c->pidfd))
       continue;
     XPORT__INFO("connection %u: the peer process is gone", c->id);
+    c->peer_gone = 1;
     if (ctx->prof && ctx->prof->peer_gone)
       ctx->prof->peer_gone(c->peer->addr, c->peer->addrlen);
     conn_lost(c, -XPORT_ECONNRESET, 1);
@@ -2198,8 +2238,10 @@ static void rdm_progress(xport_ctx_t *ctx)
   /* Closed connections waiting for their operations: a peer that dies
    * will never finish them. */
   for (xport_conn_t *c = ctx->draining; c; c = c->dnext)
-    if (!c->dead && pid_gone(c->pidfd))
+    if (!c->dead && pid_gone(c->pidfd)) {
+      c->peer_gone = 1;
       conn_dead(c);
+    }
   if (ctx->reap)
     rdm_reap(ctx);
 }
@@ -2241,6 +2283,8 @@ static void rdm_fini(xport_ctx_t *ctx)
 static void rdm_op_failed(xport_ctx_t *ctx, struct xport__req *req, int status)
 {
   (void)ctx;
+  if (req->conn && pid_gone(req->conn->pidfd))
+    req->conn->peer_gone = 1; /* not a refusal, whatever the provider says */
   if (req->op == XPORT_OP_WRITE || req->op == XPORT_OP_READ || req->op == XPORT_OP_ATOMIC ||
       req->op == XPORT__OP_SILENT)
     rma_failed(req->conn, status);
