@@ -899,8 +899,10 @@ int xport__hello_parse(const void *buf, size_t len, struct xport__hello *h);
  * XPORT__SVC_ANSWER or 0 for one to drop. */
 enum { XPORT__SVC_REQUEST = 1, XPORT__SVC_ANSWER };
 int xport__svc_kind(const void *buf, size_t len);
-/* Applies the atomic a service request asks for to ctx's memory: 0 with
- * the word's old value in *old_p, or why it is refused. */
+/* Applies the atomic a service request (ATOM_REQ_LEN bytes, passed by
+ * xport__svc_kind) asks for to ctx's memory: 0 with the word's old value
+ * in *old_p, or why it is refused; nothing outside a registration whose
+ * key the request names, with the atomic right, is touched. */
 int xport__svc_apply(xport_ctx_t *ctx, const uint8_t *m, uint64_t *old_p);
 
 /* Checks the remote side of an operation against the unpacked key. */
