@@ -117,12 +117,12 @@ XPORT_API int xport_rkey_pack(xport_mr_t *mr, size_t offset, size_t len, void *b
   return more < 0 ? more : ret + more;
 }
 
-/* One transport's key, the whole of [buf, buf + len). */
-static int unpack_one(xport_conn_t *conn, const void *buf, size_t len, xport_rkey_t **rkey_p)
+/* One transport's key, the whole of [buf, buf + len): checked, and its
+ * fields into *k. */
+static int parse_one(const xport_ctx_t *ctx, uint64_t peer_ctx_id, const uint8_t *p, size_t len,
+                     struct xport__rkey_wire *k)
 {
-  const uint8_t *p = buf;
   char prov[17];
-  xport_ctx_t *ctx = conn->ctx;
   /* Every field is checked before any is trusted: a key is data from
    * the network. */
   if (len < RK_HDR + 4 || xport__get32(p) != RK_MAGIC || xport__get16(p + 4) != RK_VERSION)
@@ -138,32 +138,17 @@ static int unpack_one(xport_conn_t *conn, const void *buf, size_t len, xport_rke
   if (strcmp(prov, ctx->caps.provider) || !(flags & RK_F_VIRT) != !ctx->virt_addr ||
       !(flags & RK_F_RAW) != !ctx->raw_keys || (!ctx->raw_keys && klen != 8))
     goto foreign;
-  if (xport__get64(p + 16) != conn->peer_ctx_id)
+  if (xport__get64(p + 16) != peer_ctx_id)
     goto foreign;
   uint64_t addr = xport__get64(p + 24), rlen = xport__get64(p + 32);
   if (!rlen || addr + rlen < addr || !access ||
       (access & ~(unsigned)XPORT__ACCESS_REMOTE))
     goto bad;
-
-  xport_rkey_t *rk = calloc(1, sizeof *rk);
-  if (!rk)
-    return -XPORT_ENOMEM;
-  if (ctx->raw_keys) {
-    int ret = fi_mr_map_raw(ctx->domain, addr, (uint8_t *)(p + RK_HDR), klen, &rk->key, 0);
-    if (ret) {
-      free(rk);
-      return -XPORT_EPROTO;
-    }
-    rk->mapped = 1;
-  } else {
-    rk->key = xport__get64(p + RK_HDR);
-  }
-  rk->conn = conn;
-  rk->ctx = ctx;
-  rk->addr = addr;
-  rk->len = rlen;
-  rk->access = access;
-  *rkey_p = rk;
+  k->addr = addr;
+  k->len = rlen;
+  k->access = access;
+  k->key = p + RK_HDR;
+  k->klen = klen;
   return 0;
 bad:
   XPORT__INFO("refused a remote key: truncated, corrupted or of another version");
@@ -173,14 +158,10 @@ foreign:
   return -XPORT_EPROTO;
 }
 
-static int xport_rkey_unpack__locked(xport_conn_t *conn, const void *buf, size_t len,
-                                     xport_rkey_t **rkey_p)
+int xport__rkey_parse(const xport_ctx_t *ctx, uint64_t peer_ctx_id, const void *buf, size_t len,
+                      struct xport__rkey_wire *k)
 {
   const uint8_t *p = buf;
-  if (!conn || !buf || !rkey_p)
-    return -XPORT_EINVAL;
-  if (conn->state != XPORT__CONN_CONNECTED)
-    return conn->state == XPORT__CONN_CLOSED ? -XPORT_EINVAL : -XPORT_ENOTCONN;
   /* A key per transport, back to back: their sizes must tile the blob
    * exactly before the connection's provider picks one, which is then
    * checked whole. */
@@ -194,7 +175,7 @@ static int xport_rkey_unpack__locked(xport_conn_t *conn, const void *buf, size_t
     off += total;
   }
   if (n <= 1 || off != len)
-    return unpack_one(conn, buf, len, rkey_p); /* one key, or what it says of a bad one */
+    return parse_one(ctx, peer_ctx_id, p, len, k); /* one key, or what it says of a bad one */
   /* Every part sound, the ones this connection does not take too: a
    * blob damaged anywhere is refused. */
   for (size_t i = 0; i < n; i++) {
@@ -206,12 +187,46 @@ static int xport_rkey_unpack__locked(xport_conn_t *conn, const void *buf, size_t
       return -XPORT_EPROTO;
     }
   }
-  const char *prov = conn->ctx->caps.provider;
+  const char *prov = ctx->caps.provider;
   for (size_t i = 0; i < n; i++)
     if (!strncmp((const char *)p + at[i] + 40, prov, 16))
-      return unpack_one(conn, p + at[i], sz[i], rkey_p);
+      return parse_one(ctx, peer_ctx_id, p + at[i], sz[i], k);
   XPORT__INFO("refused a remote key: none of its parts is for %s", prov);
   return -XPORT_EPROTO;
+}
+
+static int xport_rkey_unpack__locked(xport_conn_t *conn, const void *buf, size_t len,
+                                     xport_rkey_t **rkey_p)
+{
+  struct xport__rkey_wire k;
+  if (!conn || !buf || !rkey_p)
+    return -XPORT_EINVAL;
+  if (conn->state != XPORT__CONN_CONNECTED)
+    return conn->state == XPORT__CONN_CLOSED ? -XPORT_EINVAL : -XPORT_ENOTCONN;
+  xport_ctx_t *ctx = conn->ctx;
+  int ret = xport__rkey_parse(ctx, conn->peer_ctx_id, buf, len, &k);
+  if (ret)
+    return ret;
+  xport_rkey_t *rk = calloc(1, sizeof *rk);
+  if (!rk)
+    return -XPORT_ENOMEM;
+  if (ctx->raw_keys) {
+    ret = fi_mr_map_raw(ctx->domain, k.addr, (uint8_t *)k.key, k.klen, &rk->key, 0);
+    if (ret) {
+      free(rk);
+      return -XPORT_EPROTO;
+    }
+    rk->mapped = 1;
+  } else {
+    rk->key = xport__get64(k.key);
+  }
+  rk->conn = conn;
+  rk->ctx = ctx;
+  rk->addr = k.addr;
+  rk->len = k.len;
+  rk->access = k.access;
+  *rkey_p = rk;
+  return 0;
 }
 
 XPORT_API int xport_rkey_release(xport_rkey_t *rkey)

@@ -897,6 +897,39 @@ static inline const xport_mr_t *xport__mr_for(const xport_mr_t *mr, const xport_
 #define XPORT__ACCESS_REMOTE                                                  \
   (XPORT_ACCESS_REMOTE_READ | XPORT_ACCESS_REMOTE_WRITE | XPORT_ACCESS_REMOTE_ATOMIC)
 
+/* What a peer sends, parsed apart from acting on it, so that the fuzz
+ * targets (test/fuzz/) reach the very code the transports run. Each
+ * reads only [buf, buf + len) and writes its outputs only on success. */
+
+/* A remote key's fields, as a blob (one key, or one per transport back
+ * to back) offers them to a context of ctx's provider and mode whose
+ * peer context is peer_ctx_id; key points into the blob. */
+struct xport__rkey_wire {
+  uint64_t addr, len;
+  unsigned access;
+  const uint8_t *key;
+  size_t klen;
+};
+int xport__rkey_parse(const xport_ctx_t *ctx, uint64_t peer_ctx_id, const void *buf, size_t len,
+                      struct xport__rkey_wire *k);
+/* An RDM control message (rdm_wire.h): NULL with it in *m if it is well
+ * formed, or why it is not. */
+struct xport__ctl;
+const char *xport__ctl_parse(const void *buf, size_t len, struct xport__ctl *m);
+/* The MSG greeting (msg_wire.h) in a connection's private data: 1 with it
+ * in *h, or 0. */
+struct xport__hello;
+int xport__hello_parse(const void *buf, size_t len, struct xport__hello *h);
+/* A message on a service channel (msg_wire.h): XPORT__SVC_REQUEST,
+ * XPORT__SVC_ANSWER or 0 for one to drop. */
+enum { XPORT__SVC_REQUEST = 1, XPORT__SVC_ANSWER };
+int xport__svc_kind(const void *buf, size_t len);
+/* Applies the atomic a service request (ATOM_REQ_LEN bytes, passed by
+ * xport__svc_kind) asks for to ctx's memory: 0 with the word's old value
+ * in *old_p, or why it is refused; nothing outside a registration whose
+ * key the request names, with the atomic right, is touched. */
+int xport__svc_apply(xport_ctx_t *ctx, const uint8_t *m, uint64_t *old_p);
+
 /* Checks the remote side of an operation against the unpacked key. */
 static inline int xport__check_remote(const xport_conn_t *conn, const xport_rkey_t *rk,
                                       size_t offset, size_t len, unsigned need)

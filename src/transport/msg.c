@@ -1,7 +1,7 @@
 /* The MSG transport: one libfabric endpoint per connection, made by the
  * connection manager. Its events arrive on the context's one EQ and are
  * dispatched here to the listener or connection they belong to; the
- * greeting (struct hello) travels in the connection's private data.
+ * greeting (struct xport__hello) travels in the connection's private data.
  *
  * Where the provider has no trustworthy atomics (caps.atomics EMULATED)
  * every connection has a second endpoint, the service channel, made with
@@ -11,15 +11,10 @@
  * of the user's. It also keeps a dead peer from going unnoticed: tcp stops
  * reading a connection at a message no receive takes, and so never sees
  * the end of the stream behind it, while the channel, read to its end,
- * does.
- *
- * Service channel wire (little-endian, both directions):
- *   request  0 magic "XATQ"  4 kind (1 fetch-add, 2 cswap, 3 add)
- *            8 sequence  12 zero  16 key  24 address  32 operand  40 compare
- *   answer   0 magic "XATA"  4 status (0 or -XPORT_E*)
- *            8 sequence  12 zero  16 old value
+ * does. The wire format is in msg_wire.h.
  */
 #include "xport_int.h"
+#include "msg_wire.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -33,38 +28,10 @@
 #include <time.h>
 #include <unistd.h>
 
-/* What both sides send in the connection's private data. A connection
- * request without it (a port scanner, another program) is rejected. */
-#define HELLO_MAGIC 0x5850525455ULL /* "XPRTU" */
-#define HELLO_VERSION 2
-#define HELLO_WANT_SVC 0x1u /* request: the client would make a service channel */
-#define HELLO_SVC 0x2u      /* request: this is that channel, for cookie */
-struct hello {
-  uint64_t magic;
-  uint32_t version;
-  uint32_t flags;
-  uint64_t ctx_id; /* owner of the remote keys this side will pack */
-  /* accept: nonzero asks the client for a service channel naming it;
-   * a service channel's request: the cookie its accept gave */
-  uint64_t cookie;
-  /* The sender's process, and where a pid means it (its PID namespace,
-   * the node's boot id): a peer on this node watches it, so that an
-   * operation lost with the connection is known to have lost its target
-   * rather than been refused (peer_gone). An optional tail: a greeting
-   * that ends before it is whole, and names no process. */
-  uint32_t pid;
-  uint32_t zero;
-  uint64_t pidns;
-  char boot_id[40];
-};
 /* How long a request an accept took has to be connected, its service
  * channel included, which the client asks for as soon as it is. */
 #define HANDSHAKE_MS 30000
 
-#define ATOM_REQ_MAGIC 0x51544158u /* "XATQ" */
-#define ATOM_ANS_MAGIC 0x41544158u /* "XATA" */
-#define ATOM_REQ_LEN 48
-#define ATOM_ANS_LEN 24
 /* A channel's receives: the peer's requests (as many as it may have
  * outstanding) and the answers to ours. */
 #define SVC_RX (2 * XPORT__SVC_DEPTH)
@@ -75,7 +42,7 @@ struct cm_buf {
 };
 
 /* This process's part of a greeting: where it runs. */
-static void hello_whence(struct hello *h)
+static void hello_whence(struct xport__hello *h)
 {
   struct stat st;
   h->pid = (uint32_t)getpid();
@@ -90,9 +57,9 @@ static void hello_whence(struct hello *h)
 
 /* The peer's pid where it means the same process here (same node and PID
  * namespace, another process), else 0. */
-static uint32_t hello_local_pid(const struct hello *h)
+static uint32_t hello_local_pid(const struct xport__hello *h)
 {
-  struct hello me;
+  struct xport__hello me;
   hello_whence(&me);
   int local = h->pidns && h->pidns == me.pidns &&
               !strncmp(h->boot_id, me.boot_id, sizeof me.boot_id) && h->pid != me.pid;
@@ -119,14 +86,19 @@ static void check_gone(xport_conn_t *conn)
     conn->peer_gone = 1;
 }
 
-/* Validates a peer's greeting; 1 with it in *h, or 0. */
-static int hello_ok(const uint8_t *data, size_t len, struct hello *h)
+/* Validates a peer's greeting; 1 with it in *h, or 0. The process tail
+ * is optional: a greeting that ends before it is whole names no process. */
+int xport__hello_parse(const void *buf, size_t len, struct xport__hello *h)
 {
-  if (len < offsetof(struct hello, pid))
+  struct xport__hello m;
+  if (len < offsetof(struct xport__hello, pid))
     return 0;
-  memset(h, 0, sizeof *h);
-  memcpy(h, data, len < sizeof *h ? len : sizeof *h);
-  return h->magic == HELLO_MAGIC && h->version == HELLO_VERSION;
+  memset(&m, 0, sizeof m);
+  memcpy(&m, buf, len < sizeof m ? len : sizeof m);
+  if (m.magic != HELLO_MAGIC || m.version != HELLO_VERSION)
+    return 0;
+  *h = m;
+  return 1;
 }
 
 static void conn_discard(xport_conn_t *conn);
@@ -253,7 +225,7 @@ static void svc_close(xport_conn_t *conn)
 /* Applies a request to this context's memory: the old value, or an error
  * for a key that names no region of ours with the atomic right, or a word
  * outside it or misaligned. */
-static int apply(xport_ctx_t *ctx, const uint8_t *m, uint64_t *old_p)
+int xport__svc_apply(xport_ctx_t *ctx, const uint8_t *m, uint64_t *old_p)
 {
   char *base;
   size_t len;
@@ -296,7 +268,7 @@ static void on_request(xport_conn_t *conn, struct xport__req *req)
 {
   uint8_t *m = (uint8_t *)req->bounce->buf;
   uint64_t old = 0;
-  int status = apply(conn->ctx, m, &old);
+  int status = xport__svc_apply(conn->ctx, m, &old);
   uint32_t seq = xport__get32(m + 8);
   memset(m, 0, ATOM_ANS_LEN);
   xport__put32(m, ATOM_ANS_MAGIC);
@@ -308,6 +280,15 @@ static void on_request(xport_conn_t *conn, struct xport__req *req)
   if (svc_send(conn, req, ATOM_ANS_LEN))
     XPORT__WARN("an atomic's answer could not be sent; its initiator waits for the "
                 "connection's end");
+}
+
+int xport__svc_kind(const void *buf, size_t len)
+{
+  if (len == ATOM_REQ_LEN && xport__get32(buf) == ATOM_REQ_MAGIC)
+    return XPORT__SVC_REQUEST;
+  if (len == ATOM_ANS_LEN && xport__get32(buf) == ATOM_ANS_MAGIC)
+    return XPORT__SVC_ANSWER;
+  return 0;
 }
 
 static void on_answer(xport_conn_t *conn, const uint8_t *m)
@@ -349,11 +330,12 @@ static void svc_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
   }
   /* Data from the peer: checked before it is trusted. */
   const uint8_t *m = (const uint8_t *)req->bounce->buf;
-  if (e->len == ATOM_REQ_LEN && xport__get32(m) == ATOM_REQ_MAGIC) {
+  int kind = xport__svc_kind(m, e->len);
+  if (kind == XPORT__SVC_REQUEST) {
     on_request(conn, req);
     return;
   }
-  if (e->len == ATOM_ANS_LEN && xport__get32(m) == ATOM_ANS_MAGIC)
+  if (kind == XPORT__SVC_ANSWER)
     on_answer(conn, m);
   else
     XPORT__INFO("dropped a malformed message on a service channel (%zu bytes)", e->len);
@@ -450,12 +432,12 @@ static void svc_gone_check(xport_ctx_t *ctx)
 
 /* A client's service channel: taken only for a connection whose
  * handshake is under way, named by the cookie only that client was told. */
-static void on_svc_request(xport_listener_t *lst, struct fi_info *info, const struct hello *h)
+static void on_svc_request(xport_listener_t *lst, struct fi_info *info, const struct xport__hello *h)
 {
   xport_conn_t *conn = lst->shaking;
   while (conn && !(conn->svc_cookie && h->cookie == conn->svc_cookie))
     conn = conn->shake_next;
-  struct hello a = {.magic = HELLO_MAGIC, .version = HELLO_VERSION};
+  struct xport__hello a = {.magic = HELLO_MAGIC, .version = HELLO_VERSION};
   int ret = -FI_EINVAL;
   if (conn && !conn->svc && h->ctx_id == conn->peer_ctx_id) {
     a.ctx_id = lst->ctx->id;
@@ -478,8 +460,8 @@ static void on_connreq(xport_listener_t *lst, struct fi_info *info,
                        const uint8_t *data, size_t dlen)
 {
   struct xport__connreq *cr;
-  struct hello h;
-  if (!hello_ok(data, dlen, &h)) {
+  struct xport__hello h;
+  if (!xport__hello_parse(data, dlen, &h)) {
     XPORT__DEBUG("listener %s: rejected a connection request without xport's "
                 "greeting", lst->addr);
     fi_reject(lst->pep, info->handle, NULL, 0);
@@ -583,7 +565,7 @@ static void eq_read_all(xport_ctx_t *ctx)
       /* The active side learns the server's context id from the accept
        * data; the passive side got the client's with the request. */
       xport_conn_t *conn = buf.e.fid->context;
-      struct hello h;
+      struct xport__hello h;
       if (conn->svc && buf.e.fid == &conn->svc->fid) {
         if (conn->svc_state == 1)
           conn->svc_state = 2;
@@ -593,7 +575,7 @@ static void eq_read_all(xport_ctx_t *ctx)
         break;
       if (conn->peer_ctx_id) {
         conn->state = XPORT__CONN_CONNECTED;
-      } else if (hello_ok(buf.data, dlen, &h)) {
+      } else if (xport__hello_parse(buf.data, dlen, &h)) {
         conn->peer_ctx_id = h.ctx_id;
         watch_pid(conn, hello_local_pid(&h));
         conn->svc_cookie = h.cookie;
@@ -749,7 +731,7 @@ static int wait_svc(xport_conn_t *conn, long deadline)
 static int handshake_start(xport_listener_t *lst)
 {
   xport_ctx_t *ctx = lst->ctx;
-  struct hello h = {.magic = HELLO_MAGIC, .version = HELLO_VERSION, .ctx_id = ctx->id};
+  struct xport__hello h = {.magic = HELLO_MAGIC, .version = HELLO_VERSION, .ctx_id = ctx->id};
   hello_whence(&h);
   struct xport__connreq *cr = lst->pending;
   lst->pending = cr->next;
@@ -890,8 +872,8 @@ static void msg_listener_close(xport_listener_t *lst)
 static int msg_connect(xport_ctx_t *ctx, const char *host, const char *port, long deadline,
                        xport_conn_t **conn_p)
 {
-  struct hello h = {.magic = HELLO_MAGIC, .version = HELLO_VERSION, .ctx_id = ctx->id,
-                    .flags = ctx->atom_emulated ? HELLO_WANT_SVC : 0};
+  struct xport__hello h = {.magic = HELLO_MAGIC, .version = HELLO_VERSION, .ctx_id = ctx->id,
+                           .flags = ctx->atom_emulated ? HELLO_WANT_SVC : 0};
   hello_whence(&h);
   struct fi_info *info = NULL;
   int ret = xport__resolve(ctx, host, port, 0, &info);

@@ -953,10 +953,6 @@ static void on_connreq(struct xport__rep *rep, const struct xport__ctl *m, size_
   xport_ctx_t *ctx = rep->ctx;
   xport_listener_t *lst = rep->lst;
   int by_source = ctx->prof && ctx->prof->answer_needs_source && ctx->source;
-  if (!m->addrlen || m->dst_id || !tag_ok(m->tag)) {
-    ctl_drop(ctx, "malformed request", m->type, len);
-    return;
-  }
   if (by_source && !from_named(rep, m, src)) {
     answer(rep, m, 0, 0);
     ctl_drop(ctx, "not (yet) from the address it names", m->type, len);
@@ -1088,6 +1084,22 @@ static xport_conn_t *ctl_conn(struct xport__rep *rep, const struct xport__ctl *m
   return conn->state == XPORT__CONN_CONNECTED ? conn : NULL;
 }
 
+const char *xport__ctl_parse(const void *buf, size_t len, struct xport__ctl *m)
+{
+  struct xport__ctl c;
+  if (len != sizeof c)
+    return "malformed";
+  memcpy(&c, buf, sizeof c); /* a packed buffer aligns nothing */
+  if (c.magic != CTL_MAGIC || c.version != CTL_VERSION || c.addrlen > XPORT__ADDR_MAX)
+    return "malformed";
+  if (c.type < CTL_CONNREQ || c.type > CTL_CHALLENGE)
+    return "unknown type";
+  if (c.type == CTL_CONNREQ && (!c.addrlen || c.dst_id || !tag_ok(c.tag)))
+    return "malformed request";
+  *m = c;
+  return NULL;
+}
+
 /* Acts on a control message of len bytes from src, once it passed every
  * check; drops it otherwise. */
 static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t len,
@@ -1095,17 +1107,8 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
 {
   xport_ctx_t *ctx = rep->ctx;
   const char *why;
-  if (len != sizeof *m || m->magic != CTL_MAGIC || m->version != CTL_VERSION ||
-      m->addrlen > XPORT__ADDR_MAX) {
-    ctl_drop(ctx, "malformed", len >= 16 ? m->type : 0, len);
-    return;
-  }
   if (m->type == CTL_CONNREQ) {
     on_connreq(rep, m, len, src);
-    return;
-  }
-  if (m->type < CTL_CONNACK || m->type > CTL_CHALLENGE) {
-    ctl_drop(ctx, "unknown type", m->type, len);
     return;
   }
   if (m->type == CTL_KEEPALIVE && !m->dst_id)
@@ -1222,8 +1225,15 @@ static void rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
   const void *msg = ctx->multi_recv ? (e ? e->buf : NULL) : req->bounce->buf;
   if (!status && len && msg) {
     struct xport__ctl m;
-    memcpy(&m, msg, len < sizeof m ? len : sizeof m); /* a packed buffer aligns nothing */
-    on_ctl(rep, &m, len, src);
+    const char *why = xport__ctl_parse(msg, len, &m);
+    if (why) {
+      uint32_t type = 0;
+      if (len >= offsetof(struct xport__ctl, type) + sizeof type)
+        memcpy(&type, (const char *)msg + offsetof(struct xport__ctl, type), sizeof type);
+      ctl_drop(ctx, why, type, len);
+    } else {
+      on_ctl(rep, &m, len, src);
+    }
   } else if (status && status != -XPORT_ECANCELED) {
     ctl_drop(ctx, xport_strerror(status), 0, len);
   }
