@@ -465,6 +465,9 @@ struct xport__peer {
   size_t refs;
   long quiet_until;   /* an answer to it failed: answer none before (ms) */
   int unreached;      /* our first message waits there, untaken (peer_may_map) */
+  /* It took a message of ours: it has mapped us, and a push-back now
+   * means its queue is full (a peer busy or hung), never an unmapped one. */
+  int taken;
   size_t addrlen;
   uint8_t addr[XPORT__ADDR_MAX];
 };
