@@ -15,12 +15,16 @@
 #include <netinet/in.h>
 #include <netdb.h>
 #include <arpa/inet.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -301,6 +305,155 @@ static int shm_peer_may_map(const void *addr, size_t len)
   return strtol(n, NULL, 10) > 0 ? pid_alive(n) : shm_name_exists(n);
 }
 
+/* ---- a dead peer's region lock ----------------------------------------
+ *
+ * libfabric 1.17's shm serialises every sender to an endpoint with a
+ * spinlock that lives in the receiver's region (smr_generic_sendmsg,
+ * smr_generic_rma, smr_generic_atomic), and the receiver holds the same
+ * lock while its progress serves its command queue, copies of large
+ * messages included. A receiver killed there leaves it taken for ever:
+ * the next send to it spins inside the provider, where no check of xport's
+ * ever runs (a streaming sender hung in about 1 run in 12). So while this
+ * process watches shm peers, a thread of its own sleeps on their pidfds,
+ * and when one dies gives back the lock its region holds: nothing else
+ * ever can, and nothing lives on that region any more. */
+
+/* offsetof(struct smr_region, lock) in libfabric 1.17 (include/ofi_shm.h:
+ * version, resv, flags, pid, cma_cap_peer, cma_cap_self, base_addr); the
+ * lock is glibc's pthread_spinlock_t, 1 when free. */
+#define REGION_LOCK_OFFSET 24
+#define WATCH_MAX 256
+
+struct region_watch {
+  int pidfd;
+  ino_t ino; /* the region's file, as this process maps it */
+};
+
+static pthread_mutex_t watch_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct region_watch watches[WATCH_MAX];
+static int nwatches;
+static int watch_efd = -1; /* wakes the thread for a new watch */
+static pid_t watch_owner;  /* the process that started the thread (not a fork's child) */
+
+/* Frees the lock of every mapping of region file ino in this process. */
+static void region_unlock(ino_t ino)
+{
+  FILE *f = fopen("/proc/self/maps", "r");
+  char line[512];
+  if (!f)
+    return;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long start, end, off, inode;
+    char perms[8];
+    if (sscanf(line, "%lx-%lx %7s %lx %*s %lu", &start, &end, perms, &off, &inode) != 5 ||
+        inode != (unsigned long)ino || off != 0 || perms[0] != 'r' || perms[1] != 'w' ||
+        perms[3] != 's' || end - start < REGION_LOCK_OFFSET + sizeof(int))
+      continue;
+    int *lock = (int *)(start + REGION_LOCK_OFFSET);
+    if (__atomic_load_n(lock, __ATOMIC_ACQUIRE) != 1) {
+      __atomic_store_n(lock, 1, __ATOMIC_RELEASE);
+      XPORT__INFO("shm: a peer died holding its region's lock: released");
+    }
+  }
+  fclose(f);
+}
+
+static void *region_watcher(void *arg)
+{
+  (void)arg;
+  for (;;) {
+    struct pollfd p[WATCH_MAX + 1];
+    ino_t inos[WATCH_MAX + 1];
+    int n = 1;
+    p[0] = (struct pollfd){.fd = watch_efd, .events = POLLIN};
+    pthread_mutex_lock(&watch_mu);
+    for (int i = 0; i < nwatches; i++, n++) {
+      p[n] = (struct pollfd){.fd = watches[i].pidfd, .events = POLLIN};
+      inos[n] = watches[i].ino;
+    }
+    pthread_mutex_unlock(&watch_mu);
+    if (poll(p, (nfds_t)n, -1) <= 0)
+      continue;
+    uint64_t v;
+    if ((p[0].revents & POLLIN) && read(watch_efd, &v, sizeof v) < 0)
+      continue;
+    for (int i = 1; i < n; i++) {
+      if (!p[i].revents)
+        continue;
+      region_unlock(inos[i]);
+      pthread_mutex_lock(&watch_mu);
+      for (int j = 0; j < nwatches; j++)
+        if (watches[j].pidfd == p[i].fd) {
+          close(watches[j].pidfd);
+          watches[j] = watches[--nwatches];
+          break;
+        }
+      pthread_mutex_unlock(&watch_mu);
+    }
+  }
+  return NULL;
+}
+
+/* Starts the thread, once per process (a fork's child starts its own). */
+static int watcher_start(void)
+{
+  if (watch_owner == getpid())
+    return 0;
+  nwatches = 0; /* a child's copy of its parent's watches is not its own */
+  watch_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (watch_efd < 0)
+    return -1;
+  pthread_t tid;
+  pthread_attr_t attr;
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_sigmask(SIG_SETMASK, &all, &old); /* the application's signals stay its own */
+  int ret = pthread_create(&tid, &attr, region_watcher, NULL);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  pthread_attr_destroy(&attr);
+  if (ret) {
+    close(watch_efd);
+    watch_efd = -1;
+    return -1;
+  }
+  watch_owner = getpid();
+  return 0;
+}
+
+/* Watches the process pid, whose endpoint is at addr, until it dies. */
+static void shm_peer_watch(const void *addr, size_t len, uint32_t pid)
+{
+  char name[XPORT__ADDR_MAX], path[512];
+  struct stat st;
+  const char *n = peer_name(addr, len, name, sizeof name);
+  if (!n)
+    return;
+  snprintf(path, sizeof path, SHM_DIR "%s", n);
+  if (stat(path, &st))
+    return;
+  pthread_mutex_lock(&watch_mu);
+  int known = 0;
+  for (int i = 0; i < nwatches && watch_owner == getpid(); i++)
+    known |= watches[i].ino == st.st_ino;
+  int pidfd = -1;
+#ifdef SYS_pidfd_open
+  if (!known && nwatches < WATCH_MAX && !watcher_start())
+    pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+#endif
+  if (pidfd >= 0) {
+    watches[nwatches++] = (struct region_watch){.pidfd = pidfd, .ino = st.st_ino};
+    uint64_t one = 1;
+    if (write(watch_efd, &one, sizeof one) < 0)
+      XPORT__DEBUG("shm: the region watcher was not woken");
+  } else if (!known) {
+    XPORT__INFO("shm: a peer's region is not watched: if it dies holding its lock, sends "
+                "to it hang inside libfabric");
+  }
+  pthread_mutex_unlock(&watch_mu);
+}
+
 /* Cross-memory attach copies large messages in one step, but needs the
  * right to ptrace the peer. Where Yama or a seccomp filter forbids it,
  * say so and make shm use its copy path from the start, rather than
@@ -371,5 +524,6 @@ const struct xport__profile xport__profile_shm = {
   .sweep = shm_sweep,
   .peer_gone = shm_peer_gone,
   .peer_may_map = shm_peer_may_map,
+  .peer_watch = shm_peer_watch,
   .keep_name = shm_keep_name,
 };

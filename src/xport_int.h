@@ -244,6 +244,11 @@ struct xport__profile {
    * at an endpoint's close, for every such peer to take it, and where one
    * never does, leaves the endpoint open (transport/rdm.c, settle_names). */
   int (*peer_may_map)(const void *addr, size_t len);
+  /* Watches the process pid of this node, whose endpoint is at addr, for
+   * as long as it lives (may be NULL): a provider whose senders take a
+   * lock in the receiver's memory (shm) gives back the one a killed
+   * receiver held, which nothing else ever would (providers/shm.c). */
+  void (*peer_watch)(const void *addr, size_t len, uint32_t pid);
   /* keep 1: the endpoint under name (with lock, from claim_name) has such
    * a message out, or is left open at the context's end for it: its file
    * is to outlast this process by a while, however the process ends, and

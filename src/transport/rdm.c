@@ -709,6 +709,8 @@ static void watch_peer(xport_conn_t *conn, const struct xport__ctl *m)
 #ifdef SYS_pidfd_open
     conn->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)m->pid, 0);
 #endif
+    if (ctx->prof && ctx->prof->peer_watch)
+      ctx->prof->peer_watch(conn->peer->addr, conn->peer->addrlen, m->pid);
     if (conn->pidfd < 0)
       XPORT__INFO("cannot watch peer process %u: %s", m->pid, strerror(errno));
   }
