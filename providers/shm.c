@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -326,7 +327,8 @@ static int shm_peer_may_map(const void *addr, size_t len)
 
 struct region_watch {
   int pidfd;
-  ino_t ino; /* the region's file, as this process maps it */
+  ino_t ino;                     /* the region's file, as it was when watched */
+  char path[XPORT__ADDR_MAX + 16];
 };
 
 static pthread_mutex_t watch_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -335,27 +337,29 @@ static int nwatches;
 static int watch_efd = -1; /* wakes the thread for a new watch */
 static pid_t watch_owner;  /* the process that started the thread (not a fork's child) */
 
-/* Frees the lock of every mapping of region file ino in this process. */
-static void region_unlock(ino_t ino)
+/* Frees the lock of the dead peer's region through a mapping of the
+ * thread's own: libfabric may unmap its own at any moment (the endpoint's
+ * close). A file that is gone, or is another region by now, is left. */
+static void region_unlock(const struct region_watch *w)
 {
-  FILE *f = fopen("/proc/self/maps", "r");
-  char line[512];
-  if (!f)
+  struct stat st;
+  int fd = open(w->path, O_RDWR | O_CLOEXEC);
+  if (fd < 0)
     return;
-  while (fgets(line, sizeof line, f)) {
-    unsigned long start, end, off, inode;
-    char perms[8];
-    if (sscanf(line, "%lx-%lx %7s %lx %*s %lu", &start, &end, perms, &off, &inode) != 5 ||
-        inode != (unsigned long)ino || off != 0 || perms[0] != 'r' || perms[1] != 'w' ||
-        perms[3] != 's' || end - start < REGION_LOCK_OFFSET + sizeof(int))
-      continue;
-    int *lock = (int *)(start + REGION_LOCK_OFFSET);
-    if (__atomic_load_n(lock, __ATOMIC_ACQUIRE) != 1) {
-      __atomic_store_n(lock, 1, __ATOMIC_RELEASE);
-      XPORT__INFO("shm: a peer died holding its region's lock: released");
+  if (fstat(fd, &st) == 0 && st.st_ino == w->ino &&
+      st.st_size >= (off_t)(REGION_LOCK_OFFSET + sizeof(int))) {
+    void *m = mmap(NULL, REGION_LOCK_OFFSET + sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED,
+                   fd, 0);
+    if (m != MAP_FAILED) {
+      int *lock = (int *)((char *)m + REGION_LOCK_OFFSET);
+      if (__atomic_load_n(lock, __ATOMIC_ACQUIRE) != 1) {
+        __atomic_store_n(lock, 1, __ATOMIC_RELEASE);
+        XPORT__INFO("shm: a peer died holding its region's lock: released");
+      }
+      munmap(m, REGION_LOCK_OFFSET + sizeof(int));
     }
   }
-  fclose(f);
+  close(fd);
 }
 
 static void *region_watcher(void *arg)
@@ -363,13 +367,11 @@ static void *region_watcher(void *arg)
   (void)arg;
   for (;;) {
     struct pollfd p[WATCH_MAX + 1];
-    ino_t inos[WATCH_MAX + 1];
     int n = 1;
     p[0] = (struct pollfd){.fd = watch_efd, .events = POLLIN};
     pthread_mutex_lock(&watch_mu);
     for (int i = 0; i < nwatches; i++, n++) {
       p[n] = (struct pollfd){.fd = watches[i].pidfd, .events = POLLIN};
-      inos[n] = watches[i].ino;
     }
     pthread_mutex_unlock(&watch_mu);
     if (poll(p, (nfds_t)n, -1) <= 0)
@@ -380,15 +382,19 @@ static void *region_watcher(void *arg)
     for (int i = 1; i < n; i++) {
       if (!p[i].revents)
         continue;
-      region_unlock(inos[i]);
+      struct region_watch w = {.pidfd = -1};
       pthread_mutex_lock(&watch_mu);
       for (int j = 0; j < nwatches; j++)
         if (watches[j].pidfd == p[i].fd) {
-          close(watches[j].pidfd);
+          w = watches[j];
           watches[j] = watches[--nwatches];
           break;
         }
       pthread_mutex_unlock(&watch_mu);
+      if (w.pidfd >= 0) {
+        region_unlock(&w);
+        close(w.pidfd);
+      }
     }
   }
   return NULL;
@@ -425,14 +431,16 @@ static int watcher_start(void)
 /* Watches the process pid, whose endpoint is at addr, until it dies. */
 static void shm_peer_watch(const void *addr, size_t len, uint32_t pid)
 {
-  char name[XPORT__ADDR_MAX], path[512];
+  char name[XPORT__ADDR_MAX];
+  struct region_watch w;
   struct stat st;
   const char *n = peer_name(addr, len, name, sizeof name);
   if (!n)
     return;
-  snprintf(path, sizeof path, SHM_DIR "%s", n);
-  if (stat(path, &st))
+  snprintf(w.path, sizeof w.path, SHM_DIR "%s", n);
+  if (stat(w.path, &st))
     return;
+  w.ino = st.st_ino;
   pthread_mutex_lock(&watch_mu);
   int known = 0;
   for (int i = 0; i < nwatches && watch_owner == getpid(); i++)
@@ -443,7 +451,8 @@ static void shm_peer_watch(const void *addr, size_t len, uint32_t pid)
     pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
 #endif
   if (pidfd >= 0) {
-    watches[nwatches++] = (struct region_watch){.pidfd = pidfd, .ino = st.st_ino};
+    w.pidfd = pidfd;
+    watches[nwatches++] = w;
     uint64_t one = 1;
     if (write(watch_efd, &one, sizeof one) < 0)
       XPORT__DEBUG("shm: the region watcher was not woken");
