@@ -17,12 +17,17 @@
 #include <netinet/in.h>
 #include <netdb.h>
 #include <arpa/inet.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -372,6 +377,163 @@ static int shm_peer_may_map(const void *addr, size_t len)
   return strtol(n, NULL, 10) > 0 ? pid_alive(n) : shm_name_exists(n);
 }
 
+/* ---- a dead peer's region lock ----------------------------------------
+ *
+ * libfabric 1.17's shm serialises every sender to an endpoint with a
+ * spinlock that lives in the receiver's region (smr_generic_sendmsg,
+ * smr_generic_rma, smr_generic_atomic), and the receiver holds the same
+ * lock while its progress serves its command queue, copies of large
+ * messages included. A receiver killed there leaves it taken for ever:
+ * the next send to it spins inside the provider, where no check of xport's
+ * ever runs (a streaming sender hung in about 1 run in 12). So while this
+ * process watches shm peers, a thread of its own sleeps on their pidfds,
+ * and when one dies gives back the lock its region holds: nothing else
+ * ever can, and nothing lives on that region any more. */
+
+/* offsetof(struct smr_region, lock) in libfabric 1.17 (include/ofi_shm.h:
+ * version, resv, flags, pid, cma_cap_peer, cma_cap_self, base_addr); the
+ * lock is glibc's pthread_spinlock_t, 1 when free. */
+#define REGION_LOCK_OFFSET 24
+#define WATCH_MAX 256
+
+struct region_watch {
+  int pidfd;
+  ino_t ino;                     /* the region's file, as it was when watched */
+  char path[XPORT__ADDR_MAX + 16];
+};
+
+static pthread_mutex_t watch_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct region_watch watches[WATCH_MAX];
+static int nwatches;
+static int watch_efd = -1; /* wakes the thread for a new watch */
+static pid_t watch_owner;  /* the process that started the thread (not a fork's child) */
+
+/* Frees the lock of the dead peer's region through a mapping of the
+ * thread's own: libfabric may unmap its own at any moment (the endpoint's
+ * close). A file that is gone, or is another region by now, is left. */
+static void region_unlock(const struct region_watch *w)
+{
+  struct stat st;
+  int fd = open(w->path, O_RDWR | O_CLOEXEC);
+  if (fd < 0)
+    return;
+  if (fstat(fd, &st) == 0 && st.st_ino == w->ino &&
+      st.st_size >= (off_t)(REGION_LOCK_OFFSET + sizeof(int))) {
+    void *m = mmap(NULL, REGION_LOCK_OFFSET + sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED,
+                   fd, 0);
+    if (m != MAP_FAILED) {
+      int *lock = (int *)((char *)m + REGION_LOCK_OFFSET);
+      if (__atomic_load_n(lock, __ATOMIC_ACQUIRE) != 1) {
+        __atomic_store_n(lock, 1, __ATOMIC_RELEASE);
+        XPORT__INFO("shm: a peer died holding its region's lock: released");
+      }
+      munmap(m, REGION_LOCK_OFFSET + sizeof(int));
+    }
+  }
+  close(fd);
+}
+
+static void *region_watcher(void *arg)
+{
+  (void)arg;
+  for (;;) {
+    struct pollfd p[WATCH_MAX + 1];
+    int n = 1;
+    p[0] = (struct pollfd){.fd = watch_efd, .events = POLLIN};
+    pthread_mutex_lock(&watch_mu);
+    for (int i = 0; i < nwatches; i++, n++) {
+      p[n] = (struct pollfd){.fd = watches[i].pidfd, .events = POLLIN};
+    }
+    pthread_mutex_unlock(&watch_mu);
+    if (poll(p, (nfds_t)n, -1) <= 0)
+      continue;
+    uint64_t v;
+    if ((p[0].revents & POLLIN) && read(watch_efd, &v, sizeof v) < 0)
+      continue;
+    for (int i = 1; i < n; i++) {
+      if (!p[i].revents)
+        continue;
+      struct region_watch w = {.pidfd = -1};
+      pthread_mutex_lock(&watch_mu);
+      for (int j = 0; j < nwatches; j++)
+        if (watches[j].pidfd == p[i].fd) {
+          w = watches[j];
+          watches[j] = watches[--nwatches];
+          break;
+        }
+      pthread_mutex_unlock(&watch_mu);
+      if (w.pidfd >= 0) {
+        region_unlock(&w);
+        close(w.pidfd);
+      }
+    }
+  }
+  return NULL;
+}
+
+/* Starts the thread, once per process (a fork's child starts its own). */
+static int watcher_start(void)
+{
+  if (watch_owner == getpid())
+    return 0;
+  nwatches = 0; /* a child's copy of its parent's watches is not its own */
+  watch_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (watch_efd < 0)
+    return -1;
+  pthread_t tid;
+  pthread_attr_t attr;
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_sigmask(SIG_SETMASK, &all, &old); /* the application's signals stay its own */
+  int ret = pthread_create(&tid, &attr, region_watcher, NULL);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  pthread_attr_destroy(&attr);
+  if (ret) {
+    close(watch_efd);
+    watch_efd = -1;
+    return -1;
+  }
+  watch_owner = getpid();
+  return 0;
+}
+
+/* Watches the process pid, whose endpoint is at addr, until it dies. */
+static void shm_peer_watch(const void *addr, size_t len, uint32_t pid)
+{
+  char name[XPORT__ADDR_MAX];
+  struct region_watch w;
+  struct stat st;
+  const char *n = peer_name(addr, len, name, sizeof name);
+  if (!n)
+    return;
+  snprintf(w.path, sizeof w.path, SHM_DIR "%s", n);
+  if (stat(w.path, &st))
+    return;
+  w.ino = st.st_ino;
+  pthread_mutex_lock(&watch_mu);
+  int known = 0;
+  for (int i = 0; i < nwatches && watch_owner == getpid(); i++)
+    known |= watches[i].ino == st.st_ino;
+  int pidfd = -1;
+#ifdef SYS_pidfd_open
+  if (!known && nwatches < WATCH_MAX && !watcher_start())
+    pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+#endif
+  if (pidfd >= 0) {
+    w.pidfd = pidfd;
+    watches[nwatches++] = w;
+    uint64_t one = 1;
+    if (write(watch_efd, &one, sizeof one) < 0)
+      XPORT__DEBUG("shm: the region watcher was not woken");
+  } else if (!known) {
+    XPORT__INFO("shm: a peer's region is not watched: if it dies holding its lock, sends "
+                "to it hang inside libfabric");
+  }
+  pthread_mutex_unlock(&watch_mu);
+}
+
 /* Cross-memory attach copies large messages in one step, but needs the
  * right to ptrace the peer. Where Yama or a seccomp filter forbids it,
  * say so and make shm use its copy path from the start, rather than
@@ -445,5 +607,6 @@ const struct xport__profile xport__profile_shm = {
   .sweep = shm_sweep,
   .peer_gone = shm_peer_gone,
   .peer_may_map = shm_peer_may_map,
+  .peer_watch = shm_peer_watch,
   .keep_name = shm_keep_name,
 };

@@ -253,6 +253,11 @@ struct xport__profile {
    * at an endpoint's close, for every such peer to take it, and where one
    * never does, leaves the endpoint open (transport/rdm.c, settle_names). */
   int (*peer_may_map)(const void *addr, size_t len);
+  /* Watches the process pid of this node, whose endpoint is at addr, for
+   * as long as it lives (may be NULL): a provider whose senders take a
+   * lock in the receiver's memory (shm) gives back the one a killed
+   * receiver held, which nothing else ever would (providers/shm.c). */
+  void (*peer_watch)(const void *addr, size_t len, uint32_t pid);
   /* keep 1: the endpoint under name (with lock, from claim_name) has such
    * a message out, or is left open at the context's end for it: its file
    * is to outlast this process by a while, however the process ends, and
@@ -476,6 +481,9 @@ struct xport__peer {
   size_t refs;
   long quiet_until;   /* an answer to it failed: answer none before (ms) */
   int unreached;      /* our first message waits there, untaken (peer_may_map) */
+  /* It took a message of ours: it has mapped us, and a push-back now
+   * means its queue is full (a peer busy or hung), never an unmapped one. */
+  int taken;
   size_t addrlen;
   uint8_t addr[XPORT__ADDR_MAX];
 };

@@ -1255,6 +1255,256 @@ START_TEST(depth_is_what_caps_say)
 }
 END_TEST
 
+/* ---- 5. a dead or hung peer is an event, never a wait ----------------- */
+
+/* Receives 64 KiB messages, a window of them posted, until it is killed. */
+#define STREAM_MSG (64 << 10)
+#define STREAM_WIN 16
+static int stream_sink(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  static char bufs[STREAM_WIN][STREAM_MSG];
+  xport_completion_t c;
+  for (int i = 0; i < STREAM_WIN; i++)
+    XT_OK(xport_recv(conn, bufs[i], STREAM_MSG, NULL, bufs[i]));
+  for (;;) {
+    XT_CHECK(xt_next(ctx, &c, 3 * T_MS) == 0, "sink: the stream stopped before the kill");
+    XT_CHECK(c.op == XPORT_OP_RECV && c.status == 0, "sink: op %d %s", c.op,
+             xport_strerror(c.status));
+    XT_OK(xport_recv(conn, c.user_ctx, STREAM_MSG, NULL, c.user_ctx));
+  }
+  return 0;
+}
+
+START_TEST(peer_killed_mid_stream_ends_every_op)
+{
+  /* Large sends streaming, a window of them in flight, when the receiver
+   * dies by SIGKILL: every send ends, those the receiver did not take
+   * with an error, and the disconnect comes, each within a bound far past
+   * any load (a send the dead peer's provider never answers must not be
+   * waited for). */
+  static char msgs[STREAM_WIN][STREAM_MSG];
+  char addr[128];
+  xport_conn_t *conn;
+  xport_completion_t comps[16];
+  pid_t pid = xt_spawn_pair_server(stream_sink, NULL, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  for (int i = 0; i < STREAM_WIN; i++)
+    xt_fill(msgs[i], STREAM_MSG, (unsigned)i);
+  int inflight = 0, slot = 0, killed = 0, gone = 0, failed = 0;
+  long sent = 0, end = now_ms() + T_MS;
+  while (!gone || inflight) {
+    /* Killed once the stream runs: some sends are still in flight. */
+    if (!killed && sent >= 200) {
+      XT_CHECK(kill(pid, SIGKILL) == 0, "kill");
+      killed = 1;
+    }
+    while (!killed && inflight < STREAM_WIN) {
+      int rc = xport_send(conn, msgs[slot], STREAM_MSG, NULL, msgs[slot]);
+      if (rc == -XPORT_EAGAIN)
+        break;
+      XT_OK(rc);
+      inflight++;
+      sent++;
+      slot = (slot + 1) % STREAM_WIN;
+    }
+    int n = xport_poll(ctx, comps, 16);
+    XT_CHECK(n >= 0, "poll: %s", xport_strerror(n));
+    for (int i = 0; i < n; i++) {
+      if (comps[i].op == XPORT_OP_DISCONNECT) {
+        XT_CHECK(killed && !gone, "a disconnect before the kill, or a second one");
+        gone = 1;
+        continue;
+      }
+      XT_CHECK(comps[i].op == XPORT_OP_SEND, "op %d", comps[i].op);
+      XT_CHECK(comps[i].status == 0 || killed, "send failed before the kill: %s",
+               xport_strerror(comps[i].status));
+      XT_CHECK(!gone || comps[i].status != 0, "a send succeeded after the disconnect");
+      failed += comps[i].status != 0;
+      inflight--;
+    }
+    if (!n)
+      xport_wait(ctx, 10);
+    XT_CHECK(now_ms() < end, "on %s, %d sends of %ld never ended, disconnect %d, %d s after "
+             "the start (the receiver was %s)", xt_config(), inflight, sent, gone, T_MS / 1000,
+             killed ? "killed" : "never killed");
+  }
+  XT_CHECK(xt_reap(pid) == 128 + SIGKILL, "the receiver did not die by SIGKILL");
+  XT_OK(xport_conn_close(conn));
+  XT_CHECK(xt_next(ctx, &comps[0], 300) == -XPORT_ETIMEDOUT, "a completion after the end: "
+           "op %d", comps[0].op);
+  xport_ctx_destroy(ctx);
+}
+END_TEST
+
+/* The peer that hangs: connects to the test's listener (its connection
+ * then lives on the listener's endpoint, whose close follows the peer's
+ * loss), says so, and waits inside xport until it is stopped and killed. */
+static pid_t hung_peer_start(int *addr_fd, int *up_fd)
+{
+  int a[2], up[2];
+  XT_CHECK(pipe(a) == 0 && pipe(up) == 0, "pipe");
+  pid_t pid = xt_fork();
+  if (!pid) {
+    char addr[128];
+    xport_conn_t *conn;
+    close(a[1]);
+    ssize_t n = read(a[0], addr, sizeof addr - 1);
+    XT_CHECK(n > 0, "the hung peer got no address");
+    addr[n] = '\0';
+    xport_ctx_t *ctx = xt_ctx();
+    XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+    XT_CHECK(write(up[1], "c", 1) == 1, "pipe");
+    for (;;)
+      xport_wait(ctx, 100);
+  }
+  close(a[0]);
+  close(up[1]);
+  *addr_fd = a[1];
+  *up_fd = up[0];
+  return pid;
+}
+
+/* The healthy peer: echoes every message until one of ECHO_LAST bytes. */
+#define ECHO_MSG 64
+#define ECHO_LAST 8
+static void echo_all(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  (void)arg;
+  static char buf[ECHO_MSG];
+  xport_conn_t *conn;
+  xport_completion_t c;
+  XT_OK(xport_accept(lst, 3 * T_MS, &conn));
+  for (size_t len = 0; len != ECHO_LAST;) {
+    XT_OK(xport_recv(conn, buf, sizeof buf, NULL, NULL));
+    expect(ctx, &c, XPORT_OP_RECV, 0);
+    len = c.len;
+    XT_OK(xport_send(conn, buf, len, NULL, NULL));
+    expect(ctx, &c, XPORT_OP_SEND, 0);
+  }
+  expect(ctx, &c, XPORT_OP_DISCONNECT, -XPORT_ECONNRESET);
+  XT_OK(xport_conn_close(conn));
+}
+
+/* The longest an xport_poll may take here: the call never waits on a
+ * peer, so only the machine's load makes it long, never a peer's state
+ * (a poll that waited on the hung peer took 250 ms and more, and 2 s
+ * once heartbeats declared it dead). */
+#define POLL_BOUND_MS 150
+/* Heartbeats' timeout in this test: the hung peer is declared dead
+ * within it, where heartbeats run. */
+#define HUNG_KEEPALIVE_MS 2000
+
+START_TEST(hung_peer_never_blocks_poll)
+{
+  /* A peer stops (SIGSTOP) with messages queued to it and one large send
+   * it never takes, while this process polls in a loop and exchanges
+   * verified messages with a healthy peer; heartbeats declare the hung
+   * one dead (where they run); it is then killed and reaped. No single
+   * xport_poll may take long, the healthy connection must stay up, and
+   * every operation to the hung peer must end. */
+  setenv("XPORT_KEEPALIVE", "1", 1);
+  char ka[16];
+  snprintf(ka, sizeof ka, "%d", HUNG_KEEPALIVE_MS);
+  setenv("XPORT_KEEPALIVE_TIMEOUT", ka, 1);
+  char echo_addr[128], addr[128], up;
+  int addr_fd, up_fd;
+  pid_t echo = xt_spawn_server(echo_all, NULL, echo_addr, sizeof echo_addr);
+  pid_t hung = hung_peer_start(&addr_fd, &up_fd);
+  xport_ctx_t *ctx = xt_ctx();
+  xport_listener_t *lst;
+  xport_conn_t *h, *s;
+  XT_OK(xport_listen(ctx, xt_listen_addr(), &lst));
+  XT_OK(xport_listener_addr(lst, addr, sizeof addr));
+  XT_CHECK(write(addr_fd, addr, strlen(addr)) > 0, "pipe");
+  close(addr_fd);
+  XT_OK(xport_accept(lst, T_MS, &s));
+  XT_CHECK(read(up_fd, &up, 1) == 1, "the hung peer did not connect");
+  close(up_fd);
+  xport_listener_close(lst);
+  XT_OK(xport_connect(ctx, echo_addr, T_MS, &h));
+  XT_CHECK(kill(hung, SIGSTOP) == 0, "SIGSTOP");
+  /* Messages until xport or the provider says no (its queue toward the
+   * hung peer is full then, and heartbeats to it are pushed back), and a
+   * large send it never takes. */
+  static char small[ECHO_MSG], big[STREAM_MSG];
+  int s_out = 0;
+  for (int rc = 0; rc == 0 && s_out < 4096; s_out += rc == 0)
+    rc = xport_send(s, small, sizeof small, NULL, NULL);
+  if (xport_send(s, big, sizeof big, NULL, NULL) == 0)
+    s_out++;
+  char out[ECHO_MSG], back[ECHO_MSG];
+  unsigned round = 0;
+  xt_fill(out, sizeof out, round);
+  XT_OK(xport_recv(h, back, sizeof back, NULL, back));
+  XT_OK(xport_send(h, out, sizeof out, NULL, out));
+  long start = now_ms(), worst = 0, kill_at = start + 2 * HUNG_KEEPALIVE_MS;
+  long end = start + 2 * HUNG_KEEPALIVE_MS + T_MS;
+  int killed = 0, gone = 0, h_out = 2;
+  while (!killed || !gone || s_out) {
+    if (!killed && now_ms() >= kill_at) {
+      XT_CHECK(kill(hung, SIGKILL) == 0, "SIGKILL");
+      XT_CHECK(xt_reap(hung) == 128 + SIGKILL, "the hung peer did not die by SIGKILL");
+      killed = 1;
+    }
+    xport_completion_t comps[16];
+    long t0 = now_ms();
+    int n = xport_poll(ctx, comps, 16);
+    long took = now_ms() - t0;
+    worst = took > worst ? took : worst;
+    XT_CHECK(n >= 0, "poll: %s", xport_strerror(n));
+    for (int i = 0; i < n; i++) {
+      xport_completion_t *c = &comps[i];
+      if (c->conn == s) {
+        if (c->op == XPORT_OP_DISCONNECT)
+          gone = 1;
+        else
+          s_out--;
+        continue;
+      }
+      XT_CHECK(c->status == 0, "on %s the healthy connection failed: op %d %s after %u "
+               "round trips", xt_config(), c->op, xport_strerror(c->status), round);
+      h_out--;
+      if (c->op != XPORT_OP_RECV)
+        continue;
+      XT_CHECK(c->len == sizeof out && xt_verify(back, sizeof back, round) == sizeof back,
+               "round trip %u: the bytes differ", round);
+      xt_fill(out, sizeof out, ++round);
+      XT_OK(xport_recv(h, back, sizeof back, NULL, back));
+      XT_OK(xport_send(h, out, sizeof out, NULL, out));
+      h_out += 2;
+    }
+    XT_CHECK(now_ms() < end, "on %s the hung peer's connection: disconnect %d, %d operations "
+             "not ended, %d s after it was killed", xt_config(), gone, s_out, T_MS / 1000);
+  }
+  XT_CHECK(worst <= POLL_BOUND_MS, "on %s one xport_poll took %ld ms (bound %d ms): it waited "
+           "on the hung peer", xt_config(), worst, POLL_BOUND_MS);
+  XT_CHECK(round > 10, "only %u round trips with the healthy peer", round);
+  while (h_out) {
+    xport_completion_t c;
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "the last round trip never ended");
+    XT_CHECK(c.status == 0, "healthy: op %d %s", c.op, xport_strerror(c.status));
+    if (c.op == XPORT_OP_RECV)
+      XT_CHECK(xt_verify(back, sizeof back, round) == sizeof back, "the last round trip");
+    h_out--;
+  }
+  xt_fill(out, ECHO_LAST, round);
+  XT_OK(xport_recv(h, back, sizeof back, NULL, back));
+  XT_OK(xport_send(h, out, ECHO_LAST, NULL, out));
+  for (int i = 0; i < 2; i++) {
+    xport_completion_t c;
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "the healthy peer's last echo never came");
+    XT_CHECK(c.status == 0, "healthy: op %d %s", c.op, xport_strerror(c.status));
+  }
+  XT_CHECK(xt_verify(back, ECHO_LAST, round) == ECHO_LAST, "the last echo");
+  XT_OK(xport_conn_close(s));
+  XT_OK(xport_conn_close(h));
+  xport_ctx_destroy(ctx);
+  XT_CHECK(xt_reap(echo) == 0, "the healthy peer failed");
+}
+END_TEST
+
 static Suite *life_suite(void)
 {
   Suite *s = suite_create("life");
@@ -1283,6 +1533,11 @@ static Suite *life_suite(void)
   tcase_set_timeout(ka, 90);
   tcase_add_test(ka, computing_peer_with_progress_thread_stays_alive);
   suite_add_tcase(s, ka);
+  TCase *loss = tcase_create("PeerLoss");
+  tcase_set_timeout(loss, 90);
+  tcase_add_test(loss, peer_killed_mid_stream_ends_every_op);
+  tcase_add_test(loss, hung_peer_never_blocks_poll);
+  suite_add_tcase(s, loss);
   return s;
 }
 

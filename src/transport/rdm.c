@@ -155,8 +155,9 @@ static void peer_reached(struct xport__rep *rep, fi_addr_t dest, int reached)
   struct xport__peer *p = rep->peers;
   while (p && p->fi_addr != dest)
     p = p->next;
-  if (!p || p->unreached == !reached)
+  if (!p || p->unreached == !reached || (!reached && p->taken))
     return;
+  p->taken |= reached;
   p->unreached = !reached;
   rep->unreached += reached ? (size_t)-1 : 1;
   /* Its file must stay while the first peer waits, whatever ends us. */
@@ -273,7 +274,9 @@ static void peer_put(struct xport__rep *rep, struct xport__peer *peer);
 struct ctl_args {
   uint32_t src_id, dst_id;
   uint64_t cookie, tag;
-  int once;                   /* a few quick tries: an answer to a requester is
+  int once;                   /* a few quick tries: an answer to a requester, or
+                                 a message of housekeeping (which runs inside
+                                 xport_poll, where nothing waits on a peer), is
                                  not worth waiting for */
   struct xport__peer *peer;   /* a reference the send holds until it is done */
 };
@@ -328,10 +331,11 @@ static int ctl_send(struct xport__rep *rep, fi_addr_t dest, uint32_t type,
   return 0;
 }
 
-/* A control message of conn's, to its peer. */
-static int ctl_send_conn(xport_conn_t *conn, uint32_t type)
+/* A control message of conn's, to its peer; once as in struct ctl_args. */
+static int ctl_send_conn(xport_conn_t *conn, uint32_t type, int once)
 {
-  struct ctl_args a = {.src_id = conn->id, .dst_id = conn->peer_id, .cookie = conn->tag};
+  struct ctl_args a = {.src_id = conn->id, .dst_id = conn->peer_id, .cookie = conn->tag,
+                       .once = once};
   return ctl_send(conn->rep, conn->dest, type, &a);
 }
 
@@ -730,6 +734,8 @@ static void watch_peer(xport_conn_t *conn, const struct xport__ctl *m)
 #ifdef SYS_pidfd_open
     conn->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)m->pid, 0);
 #endif
+    if (ctx->prof && ctx->prof->peer_watch)
+      ctx->prof->peer_watch(conn->peer->addr, conn->peer->addrlen, m->pid);
     if (conn->pidfd < 0)
       XPORT__INFO("cannot watch peer process %u: %s", m->pid, strerror(errno));
   }
@@ -1164,7 +1170,7 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
   case CTL_KEEPALIVE:
     break; /* heard, above */
   case CTL_PING:
-    ctl_send_conn(conn, CTL_PONG);
+    ctl_send_conn(conn, CTL_PONG, 1);
     break;
   case CTL_PONG:
     rma_probe_answered(conn);
@@ -1173,7 +1179,7 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
     /* The answer is the last message of this connection: the peer may
      * wait for it before it lets go of us (struct xport__bye), and stops
      * draining what we sent before it (struct xport__sink). */
-    ctl_send_conn(conn, CTL_DISC);
+    ctl_send_conn(conn, CTL_DISC, 1);
     conn_lost(conn, -XPORT_ECONNRESET, 0);
     break;
   }
@@ -1266,14 +1272,14 @@ static void conn_unhook(xport_conn_t *conn)
   }
 }
 
-/* Waits, for up to 4 x XPORT_PEER_TIMEOUT, until every live peer that
- * our first message still waits at has taken it (peer_may_map), nudging
- * each with a keepalive to no connection, which goes through once it has;
- * 1 if one never did. */
-static int settle_names(struct xport__rep *rep)
+/* Waits, for up to wait_ms, until every live peer that our first
+ * message still waits at has taken it (peer_may_map), nudging each with a
+ * keepalive to no connection, which goes through once it has; 1 if one
+ * never did. */
+static int settle_names(struct xport__rep *rep, long wait_ms)
 {
   xport_ctx_t *ctx = rep->ctx;
-  long end = xport__now_ms() + 4 * ctx->peer_check_ms;
+  long end = xport__now_ms() + wait_ms;
   for (;;) {
     for (struct xport__peer *p = rep->peers, *next; p; p = next) {
       next = p->next;
@@ -1332,7 +1338,12 @@ static void rep_close(struct xport__rep *rep)
    * endpoint has closed (parked, rdm_fini), it is left open with its
    * name and the objects it is bound to: memory and a file in /dev/shm
    * lost, rather than a peer crashed. */
-  int leave_open = rep->parked || (rep->unreached && rep->ep && settle_names(rep));
+  /* Only the context's end waits for them: housekeeping runs inside
+   * xport_poll, which never waits on a peer (a hung one would hold it for
+   * the whole wait); it looks once, and the endpoint waits for the end. */
+  int leave_open = rep->parked ||
+                   (rep->unreached && rep->ep &&
+                    settle_names(rep, ctx->rdm_closing ? 4 * ctx->peer_check_ms : 0));
   if (leave_open && !rep->parked) {
     XPORT__INFO("an endpoint stays open: a peer has yet to take its first message");
     rep->parked = ctx->rdm_closing;
@@ -1972,7 +1983,7 @@ static void rma_failed(xport_conn_t *conn, int status)
    * the target would never hear of it. */
   for (xport_conn_t *o = ctx->conns; o; o = o->next)
     if (o->rep == conn->rep && o->peer == conn->peer && o->state == XPORT__CONN_CONNECTED) {
-      ctl_send_conn(o, CTL_DISC);
+      ctl_send_conn(o, CTL_DISC, 1);
       bye_resent(o);
       conn_lost(o, -XPORT_ECONNRESET, 0);
     }
@@ -1988,7 +1999,7 @@ static void rdm_close(xport_conn_t *conn)
   /* The goodbye follows the operations the provider still has (the peer
    * must see a send's message before the end of the connection: rxm
    * carried a goodbye past a rendezvous send's data). */
-  int sent = connected && !conn->nzombies ? ctl_send_conn(conn, CTL_DISC) : -XPORT_EINVAL;
+  int sent = connected && !conn->nzombies ? ctl_send_conn(conn, CTL_DISC, 0) : -XPORT_EINVAL;
   int said_bye = sent == 0;
   if (conn->state == XPORT__CONN_CONNECTED || conn->state == XPORT__CONN_DISCONNECTED)
     sink_start(conn);
@@ -2098,7 +2109,7 @@ static int probe_ctl(xport_ctx_t *ctx, const struct xport__peer *to, uint32_t ty
 
 static int probe_send(xport_ctx_t *ctx, xport_conn_t *c, uint32_t type)
 {
-  struct ctl_args a = {.src_id = c->id, .dst_id = c->peer_id, .cookie = c->tag};
+  struct ctl_args a = {.src_id = c->id, .dst_id = c->peer_id, .cookie = c->tag, .once = 1};
   return probe_ctl(ctx, c->peer, type, &a);
 }
 
@@ -2219,7 +2230,7 @@ static void rdm_progress(xport_ctx_t *ctx)
       continue;
     if (c->keepalive) {
       if (now - c->last_sent >= ctx->keepalive_ms / 3 &&
-          ctl_send_conn(c, CTL_KEEPALIVE) == 0)
+          ctl_send_conn(c, CTL_KEEPALIVE, 1) == 0)
         c->last_sent = now;
       if (now - c->last_heard > ctx->keepalive_ms && !drained) {
         xport__cq_drain(ctx); /* heartbeats may be waiting unread */
