@@ -394,6 +394,17 @@ static int shm_peer_may_map(const void *addr, size_t len)
  * version, resv, flags, pid, cma_cap_peer, cma_cap_self, base_addr); the
  * lock is glibc's pthread_spinlock_t, 1 when free. */
 #define REGION_LOCK_OFFSET 24
+/* SMR_VERSION of that layout, the region's first byte: a region of
+ * another layout is never written. */
+#define REGION_VERSION 4
+/* The layout above is 1.17's (v1.17.0 and v1.17.1 alike); a libfabric of
+ * another release is never written into, and a peer that dies holding
+ * its lock there hangs its senders as before (said at info). */
+static int region_layout_known(void)
+{
+  uint32_t v = fi_version();
+  return FI_MAJOR(v) == 1 && FI_MINOR(v) == 17;
+}
 #define WATCH_MAX 256
 
 struct region_watch {
@@ -414,7 +425,8 @@ static pid_t watch_owner;  /* the process that started the thread (not a fork's 
 static void region_unlock(const struct region_watch *w)
 {
   struct stat st;
-  int fd = open(w->path, O_RDWR | O_CLOEXEC);
+  const char *why;
+  int fd = own_open(w->path, O_RDWR, &why); /* never a link, nor another user's */
   if (fd < 0)
     return;
   if (fstat(fd, &st) == 0 && st.st_ino == w->ino &&
@@ -423,7 +435,8 @@ static void region_unlock(const struct region_watch *w)
                    fd, 0);
     if (m != MAP_FAILED) {
       int *lock = (int *)((char *)m + REGION_LOCK_OFFSET);
-      if (__atomic_load_n(lock, __ATOMIC_ACQUIRE) != 1) {
+      if (*(const volatile uint8_t *)m == REGION_VERSION &&
+          __atomic_load_n(lock, __ATOMIC_ACQUIRE) != 1) {
         __atomic_store_n(lock, 1, __ATOMIC_RELEASE);
         XPORT__INFO("shm: a peer died holding its region's lock: released");
       }
@@ -518,7 +531,7 @@ static void shm_peer_watch(const void *addr, size_t len, uint32_t pid)
     known |= watches[i].ino == st.st_ino;
   int pidfd = -1;
 #ifdef SYS_pidfd_open
-  if (!known && nwatches < WATCH_MAX && !watcher_start())
+  if (!known && nwatches < WATCH_MAX && region_layout_known() && !watcher_start())
     pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
 #endif
   if (pidfd >= 0) {
