@@ -505,6 +505,9 @@ struct xport__rep {
    * dead peers' operations hold (shm never completes them). */
   int withdrawn;
   int closing;
+  /* Housekeeping's close waits, pass after pass, for control messages in
+   * flight and goodbyes until then (rep_maybe_close); 0: not asked yet. */
+  long quiet_by;
   int rma_failed;                 /* a one-sided operation on it failed */
   size_t unreached;               /* peers with unreached set */
   int parked;                     /* left open at the context's end (settle_names) */

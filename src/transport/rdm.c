@@ -1308,6 +1308,9 @@ static void rep_leave_open(struct xport__rep *rep)
   rep->av = NULL;
 }
 
+/* How long an endpoint's close lets control messages in flight finish. */
+#define CLOSE_QUIET_MS 200
+
 static void rep_close(struct xport__rep *rep)
 {
   if (!rep)
@@ -1322,7 +1325,7 @@ static void rep_close(struct xport__rep *rep)
    * providers (rxm over verbs) do not survive closing under them; and
    * where the provider needs quiet, wait for the answers to goodbyes.
    * A parked endpoint's turn comes when nothing reads the CQ any more. */
-  for (long end = xport__now_ms() + 200;
+  for (long end = rep->quiet_by ? rep->quiet_by : xport__now_ms() + CLOSE_QUIET_MS;
        !rep->parked && rep->ep && rep->ctl_out && xport__now_ms() < end;)
     xport__cq_drain(ctx);
   while (!rep->parked && byes_on(rep)) {
@@ -1426,6 +1429,21 @@ static int rep_maybe_close(struct xport__rep *rep)
   if (rep->closing || rep->lst || rep == ctx->cep || rep == ctx->probe ||
       (rep->dest_len && !rep->withdrawn) || rep->nconns != rep->ndead)
     return 0;
+  /* Control messages still in flight (a goodbye) and goodbyes awaiting
+   * their answers go first (rep_close), but this runs inside xport_poll,
+   * which never waits on a peer (a hung one would hold every call):
+   * later passes of housekeeping look again, up to CLOSE_QUIET_MS for
+   * messages in flight, until they expire for goodbyes. */
+  if (!ctx->rdm_closing && !rep->parked && rep->ep && (rep->ctl_out || byes_on(rep))) {
+    long now = xport__now_ms();
+    if (!rep->quiet_by)
+      rep->quiet_by = now + CLOSE_QUIET_MS;
+    if (now < rep->quiet_by || byes_on(rep)) { /* goodbyes expire on their own */
+      xport__cq_drain(ctx);
+      ctx->reap = 1; /* again at the next housekeeping */
+      return 0;
+    }
+  }
   rep_close(rep);
   return 1;
 }
