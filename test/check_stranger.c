@@ -1341,6 +1341,189 @@ START_TEST(other_users_files_squat_name)
 }
 END_TEST
 
+/* ---- listeners that strangers cannot stop (FI_EP_MSG) -------------------
+ * Raw libfabric endpoints of the fabric's provider that send xport's
+ * greeting (src/transport/msg.c's struct hello) and then do nothing. */
+struct greeting {
+  uint64_t magic;
+  uint32_t version, flags;
+  uint64_t ctx_id, cookie;
+};
+#define GREETING_MAGIC 0x5850525455ULL
+#define GREETING_WANT_SVC 0x1u
+
+/* The configurations whose listener is a FI_EP_MSG one that strangers
+ * reach with a greeting; the others skip with the reason. */
+static int msg_listener_config(const char *test)
+{
+  const char *c = xt_transport();
+  if (strcmp(c, "shm") && !strstr(c, "ofi_rxm"))
+    return 1;
+  printf("SKIP: %s on %s: its connections are not made by a FI_EP_MSG listener\n", test,
+         xt_config());
+  return 0;
+}
+
+struct greeters {
+  struct fi_info *info;
+  struct fid_fabric *fab;
+  struct fid_domain *dom;
+  struct fid_eq *eq;
+  struct fid_cq *cq;
+  struct fid_ep **ep;
+  int *answered; /* 1 connected, -1 refused */
+  size_t n, connected, held; /* accepted; not answered (in the backlog) */
+};
+
+/* Opens n endpoints that each greet addr asking for a service channel,
+ * and waits until every one was answered (accepted into a handshake, or
+ * refused) or none has been for two seconds: those left are held in the
+ * listener's backlog. */
+static void greeters_open(struct greeters *g, const char *addr, size_t n)
+{
+  memset(g, 0, sizeof *g);
+  char host[128], port[16];
+  const char *colon = strrchr(addr, ':');
+  snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
+  snprintf(port, sizeof port, "%s", colon + 1);
+  struct fi_info *hints = fi_allocinfo();
+  hints->ep_attr->type = FI_EP_MSG;
+  hints->caps = FI_MSG;
+  hints->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;
+  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  hints->fabric_attr->prov_name = strdup(xt_transport());
+  int rc = fi_getinfo(FI_VERSION(1, 17), host, port, 0, hints, &g->info);
+  fi_freeinfo(hints);
+  XT_CHECK(rc == 0, "greeters: fi_getinfo(%s): %s", addr, fi_strerror(-rc));
+  struct fi_eq_attr eq_attr = {.wait_obj = FI_WAIT_UNSPEC, .size = 4 * n};
+  struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_DATA, .size = 64};
+  XT_CHECK(fi_fabric(g->info->fabric_attr, &g->fab, NULL) == 0, "fi_fabric");
+  XT_CHECK(fi_eq_open(g->fab, &eq_attr, &g->eq, NULL) == 0, "fi_eq_open");
+  XT_CHECK(fi_domain(g->fab, g->info, &g->dom, NULL) == 0, "fi_domain");
+  XT_CHECK(fi_cq_open(g->dom, &cq_attr, &g->cq, NULL) == 0, "fi_cq_open");
+  g->ep = calloc(n, sizeof *g->ep);
+  g->answered = calloc(n, sizeof *g->answered);
+  XT_CHECK(g->ep && g->answered, "calloc");
+  g->n = n;
+  struct greeting h = {GREETING_MAGIC, 2, GREETING_WANT_SVC, 0, 0};
+  for (size_t i = 0; i < n; i++) {
+    h.ctx_id = 0x6000 + i;
+    XT_CHECK(fi_endpoint(g->dom, g->info, &g->ep[i], &g->answered[i]) == 0, "fi_endpoint");
+    XT_CHECK(fi_ep_bind(g->ep[i], &g->eq->fid, 0) == 0, "bind eq");
+    XT_CHECK(fi_ep_bind(g->ep[i], &g->cq->fid, FI_TRANSMIT | FI_RECV) == 0, "bind cq");
+    XT_CHECK(fi_enable(g->ep[i]) == 0, "fi_enable");
+    XT_CHECK(fi_connect(g->ep[i], g->info->dest_addr, &h, sizeof h) == 0, "fi_connect %zu",
+             i);
+  }
+  size_t left = n;
+  long quiet = now_ms() + T_MS; /* the first answer may take a while on a busy machine */
+  while (left && now_ms() < quiet) {
+    struct {
+      struct fi_eq_cm_entry e;
+      uint8_t data[256];
+    } ev;
+    uint32_t event;
+    ssize_t r = fi_eq_sread(g->eq, &event, &ev, sizeof ev, 100, 0);
+    int *a = NULL, what = 0;
+    if (r == -FI_EAVAIL) {
+      struct fi_eq_err_entry err = {0};
+      fi_eq_readerr(g->eq, &err, 0);
+      a = err.fid ? err.fid->context : NULL;
+      what = -1;
+    } else if (r > 0 && (event == FI_CONNECTED || event == FI_SHUTDOWN)) {
+      a = ev.e.fid->context;
+      what = event == FI_CONNECTED ? 1 : -1;
+    }
+    if (a && !*a) {
+      *a = what;
+      left--;
+      g->connected += what == 1;
+      quiet = now_ms() + 2000;
+    }
+  }
+  g->held = left;
+}
+
+static void greeters_close(struct greeters *g)
+{
+  for (size_t i = 0; i < g->n; i++)
+    if (g->ep[i])
+      fi_close(&g->ep[i]->fid);
+  fi_close(&g->cq->fid);
+  fi_close(&g->dom->fid);
+  fi_close(&g->eq->fid);
+  fi_close(&g->fab->fid);
+  fi_freeinfo(g->info);
+  free(g->ep);
+  free(g->answered);
+}
+
+#define HONEST_LEN 300
+#define HONEST_SEED 11
+
+/* Accepts one connection (the strangers' handshakes never end, so it is
+ * the honest client's) and echoes one message back. */
+static void echo_once_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  (void)arg;
+  xport_conn_t *conn;
+  xport_completion_t c;
+  unsigned char buf[HONEST_LEN];
+  XT_OK(xport_accept(lst, 6 * T_MS, &conn));
+  XT_OK(xport_recv(conn, buf, sizeof buf, NULL, NULL));
+  expect(ctx, &c, XPORT_OP_RECV, 0);
+  XT_CHECK(c.len == HONEST_LEN && xt_verify(buf, HONEST_LEN, HONEST_SEED) == HONEST_LEN,
+           "the honest client's bytes did not arrive intact (%zu bytes)", c.len);
+  XT_OK(xport_send(conn, buf, sizeof buf, NULL, NULL));
+  expect(ctx, &c, XPORT_OP_SEND, 0);
+  hear(ctx, conn, "done");
+  XT_OK(xport_conn_close(conn));
+}
+
+/* The honest client: connects within its normal timeout, sends bytes and
+ * gets them back. */
+static void honest_exchange(const char *addr)
+{
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn;
+  xport_completion_t c;
+  unsigned char msg[HONEST_LEN], back[HONEST_LEN];
+  int rc = xport_connect(ctx, addr, T_MS, &conn);
+  XT_CHECK(rc == 0, "the honest client could not connect: %s", xport_strerror(rc));
+  memset(back, 0, sizeof back);
+  XT_OK(xport_recv(conn, back, sizeof back, NULL, NULL));
+  xt_fill(msg, sizeof msg, HONEST_SEED);
+  XT_OK(xport_send(conn, msg, sizeof msg, NULL, NULL));
+  expect(ctx, &c, XPORT_OP_SEND, 0);
+  expect(ctx, &c, XPORT_OP_RECV, 0);
+  XT_CHECK(c.len == HONEST_LEN && !memcmp(back, msg, HONEST_LEN),
+           "the echo did not come back intact (%zu bytes)", c.len);
+  say(ctx, conn, "done");
+  XT_OK(xport_conn_close(conn));
+  xport_ctx_destroy(ctx);
+}
+
+#define GREETERS 300
+
+/* More strangers than the listener's backlog greet, asking for a service
+ * channel, and never open it: their handshakes must not keep an honest
+ * client out (xport_accept(3): one slow peer holds up no other). */
+START_TEST(greeters_never_open_channel)
+{
+  if (!msg_listener_config("greeters_never_open_channel"))
+    return;
+  char addr[128];
+  pid_t pid = xt_spawn_server(echo_once_server, NULL, addr, sizeof addr);
+  struct greeters g;
+  greeters_open(&g, addr, GREETERS);
+  printf("greeters_never_open_channel: of %d greeters %zu accepted, %zu unanswered\n",
+         GREETERS, g.connected, g.held);
+  honest_exchange(addr);
+  greeters_close(&g);
+  XT_CHECK(xt_reap(pid) == 0, "server failed on %s", xt_config());
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
   Suite *s = suite_create("stranger");
@@ -1369,6 +1552,11 @@ static Suite *make_suite(void)
   tcase_add_test(lim, backlog_refuses_and_close_refuses_pending);
   tcase_add_test(lim, eager_size_small_or_malformed);
   suite_add_tcase(s, lim);
+
+  TCase *lis = tcase_create("Listeners");
+  tcase_set_timeout(lis, 240);
+  tcase_add_test(lis, greeters_never_open_channel);
+  suite_add_tcase(s, lis);
   return s;
 }
 
