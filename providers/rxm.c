@@ -88,6 +88,8 @@ const struct xport__profile xport__profile_tcp_rxm = {
    * target drops the tcp connection and rxm re-makes it silently: the
    * messages around it are lost on a connection that looks fine. */
   .dc_default = 1,
+  /* tcp's struct ofi_ctrl_hdr, then rxm's own request (union rxm_cm_data) */
+  .cm_header = 32 + 24,
 };
 
 /* rxm over verbs passes the verbs connection's work-completion status on

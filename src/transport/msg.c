@@ -22,6 +22,7 @@
 #include "xport_int.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
@@ -488,6 +489,11 @@ static void eq_read_all(xport_ctx_t *ctx)
   uint32_t event;
 
   for (;;) {
+    /* tcp (1.17) reads a request's socket inside this call and takes a
+     * short read with errno EAGAIN, left over from anything before, for
+     * "more to come": a socket at its end (a stranger's, or one
+     * halfopen.c shut) would then stay open, readable for ever. */
+    errno = 0;
     ssize_t r = fi_eq_read(ctx->eq, &event, &buf, sizeof buf, 0);
     if (r == -FI_EAGAIN)
       return;
@@ -561,6 +567,7 @@ static void msg_progress(xport_ctx_t *ctx)
     svc_gone_check(ctx);
   if (!ctx->eq)
     return;
+  xport__halfopen_watch(ctx, sizeof(struct hello));
   eq_read_all(ctx);
   /* Handshakes of a listener that accepts in the background move on
    * with the events just read. */
