@@ -1674,6 +1674,57 @@ START_TEST(halfopen_sockets_expire)
 }
 END_TEST
 
+/* ---- garbage connections ----------------------------------------------- */
+#define GARBAGE 2000
+
+/* Opens GARBAGE connections to addr one after another, each sending 64
+ * random bytes and closing; exits when done (or killed). */
+static pid_t spawn_garbage(const char *addr)
+{
+  pid_t pid = xt_fork();
+  if (pid)
+    return pid;
+  char host[128], port[16];
+  const char *colon = strrchr(addr, ':');
+  snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
+  snprintf(port, sizeof port, "%s", colon + 1);
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai;
+  if (getaddrinfo(host, port, &hints, &ai))
+    _exit(3);
+  for (int i = 0; i < GARBAGE; i++) {
+    int fd = socket(ai->ai_family, SOCK_STREAM, 0);
+    if (fd < 0)
+      _exit(3);
+    uint8_t junk[64];
+    for (size_t k = 0; k < sizeof junk; k += 8) {
+      uint64_t r = rnd64();
+      memcpy(junk + k, &r, 8);
+    }
+    if (!connect(fd, ai->ai_addr, ai->ai_addrlen))
+      (void)!send(fd, junk, sizeof junk, MSG_NOSIGNAL);
+    close(fd);
+  }
+  freeaddrinfo(ai);
+  _exit(0);
+}
+
+/* Garbage connections, many a second, while an honest client connects:
+ * it gets through within its normal timeout and its bytes compare. */
+START_TEST(garbage_connections_flood)
+{
+  if (!tcp_listener_config("garbage_connections_flood"))
+    return;
+  char addr[128];
+  pid_t srv = xt_spawn_server(echo_once_server, NULL, addr, sizeof addr);
+  pid_t junk = spawn_garbage(addr);
+  usleep(200 * 1000); /* the flood is under way */
+  honest_exchange(addr, NULL, NULL);
+  kill(junk, SIGKILL);
+  xt_reap(junk);
+  XT_CHECK(xt_reap(srv) == 0, "server failed on %s", xt_config());
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
   Suite *s = suite_create("stranger");
@@ -1707,6 +1758,7 @@ static Suite *make_suite(void)
   tcase_set_timeout(lis, 240);
   tcase_add_test(lis, greeters_never_open_channel);
   tcase_add_test(lis, halfopen_sockets_expire);
+  tcase_add_test(lis, garbage_connections_flood);
   suite_add_tcase(s, lis);
   return s;
 }
