@@ -61,12 +61,21 @@
  * Its size, 1,024 (16 MiB per endpoint), also keeps rxm's request for a
  * device completion queue (that size plus the send size times
  * FI_UNIVERSE_SIZE) within reach. */
+/* Connections: rxm reads its connection manager at most once every
+ * FI_OFI_RXM_CM_PROGRESS_INTERVAL microseconds (10,000 by default) while
+ * none of its own connects, and tcp accepts one socket per such read: a
+ * listener took at most ~100 connections a second, so that garbage
+ * connections (random bytes, closed) at a higher rate filled the
+ * kernel's queue and kept honest clients out for as long as they came.
+ * At 1 ms it takes ten times as many, for one clock read and, once a
+ * millisecond, one epoll_wait in the CQ reads. */
 static void rxm_preinit(void)
 {
   setenv("FI_OFI_RXM_ENABLE_DYN_RBUF", "0", 0);
   setenv("FI_OFI_RXM_SAR_LIMIT", "0", 0);
   setenv("FI_OFI_RXM_USE_SRX", "1", 0);
   setenv("FI_OFI_RXM_MSG_RX_SIZE", "1024", 0);
+  setenv("FI_OFI_RXM_CM_PROGRESS_INTERVAL", "1000", 0);
 }
 
 const struct xport__profile xport__profile_tcp_rxm = {
@@ -88,6 +97,8 @@ const struct xport__profile xport__profile_tcp_rxm = {
    * target drops the tcp connection and rxm re-makes it silently: the
    * messages around it are lost on a connection that looks fine. */
   .dc_default = 1,
+  /* tcp's struct ofi_ctrl_hdr, then rxm's own request (union rxm_cm_data) */
+  .cm_header = 32 + 24,
 };
 
 /* rxm over verbs passes the verbs connection's work-completion status on

@@ -10,4 +10,5 @@ const struct xport__profile xport__profile_tcp = {
   /* Its send queue has no bound (a million fi_inject calls accepted):
    * only completions can hold senders to tx_depth. */
   .inject_needs_completion = 1,
+  .cm_header = 32, /* struct ofi_ctrl_hdr, then the connection's private data */
 };

@@ -228,6 +228,9 @@ static void close_fids(xport_ctx_t *ctx)
   if (ctx->sig_fd >= 0)
     close(ctx->sig_fd);
   ctx->sig_fd = -1;
+  if (ctx->halfopen_spare >= 0)
+    close(ctx->halfopen_spare);
+  ctx->halfopen_spare = -1;
   /* An endpoint left open (close_after_refusal_crashes, settle_names) is
    * bound to these. */
   if (ctx->keep_fids) {
@@ -642,7 +645,7 @@ static int ctx_open(struct settings s, xport_ctx_t *parent, xport_ctx_t **ctx_p)
   ctx = calloc(1, sizeof *ctx);
   if (!ctx)
     return -XPORT_ENOMEM;
-  ctx->epfd = ctx->cq_fd = ctx->eq_fd = ctx->sig_fd = -1;
+  ctx->epfd = ctx->cq_fd = ctx->eq_fd = ctx->sig_fd = ctx->halfopen_spare = -1;
   ret = probe(ctx, &s);
   if (ret)
     goto fail;

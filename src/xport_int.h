@@ -25,6 +25,9 @@
 #define XPORT__CQ_BATCH 32   /* CQ entries read per fi_cq_read */
 #define XPORT__EQ_EVERY 64   /* polls between two EQ reads (or RDM checks), busy or idle */
 #define XPORT__BACKLOG_DEFAULT 128 /* listen backlog (XPORT_LISTEN_BACKLOG) */
+/* How long a socket on a listener's port may take to deliver its
+ * connection request (src/halfopen.c): a client sends it as it connects. */
+#define XPORT__GREET_MS 5000
 #define XPORT__EAGER_MAX (UINT64_C(1) << 20) /* XPORT_EAGER_SIZE is clamped to it */
 #define XPORT__CTL_SLOT 512 /* the least bounce slot: one RDM control message */
 
@@ -156,6 +159,12 @@ struct xport__profile {
    * (RC hardware), whatever the flags: delivery-complete needs no
    * FI_DELIVERY_COMPLETE, which such a provider may not even list. */
   int writes_acked;
+  /* Nonzero where the provider's listener accepts TCP sockets and waits
+   * on each, without a deadline, for the connection request: the bytes of
+   * its own header before the transport's greeting (tcp: struct
+   * ofi_ctrl_hdr, 32; rxm over it: that and rxm's 24 of its own). xport
+   * then shuts such sockets that stay unfinished (src/halfopen.c). */
+  size_t cm_header;
   /* 1: a delivery-complete operation holds the peer's channel, and
    * nothing else to that peer can be posted until it completes (shm: up
    * to 4 KiB such operations take its one segmented-copy slot). */
@@ -744,6 +753,8 @@ struct xport_ctx {
    * needs the flag for it, else 0: the flags of every write. */
   uint64_t write_flags;
   long last_check;
+  long halfopen_at;           /* the next look for half-open requests */
+  int halfopen_spare;         /* a descriptor held for that look, or -1 */
   struct xport__req *zombies; /* RDM: orphaned, still owned by the provider */
   int reap;                   /* RDM: a zombie finished; housekeeping detaches */
   struct xport__rep *reps;    /* RDM: every endpoint open */
@@ -1101,6 +1112,12 @@ xport_conn_t *xport__conn_new(xport_ctx_t *ctx);
 void xport__conn_link(xport_conn_t *conn);
 void xport__conn_unlink(xport_conn_t *conn);
 void xport__connreq_push(xport_listener_t *lst, struct xport__connreq *cr);
+/* Shuts sockets on ctx's listeners' ports that have not delivered a
+ * complete connection request (the provider's cm_header and greeting
+ * bytes) within XPORT__GREET_MS, or sooner where descriptors run short;
+ * looks at most twice a second. Called with the ctx lock held, from the
+ * transport's progress. */
+void xport__halfopen_watch(xport_ctx_t *ctx, size_t greeting);
 /* 1 if a handshake with the context peer_ctx_id is under way at lst. */
 int xport__listener_shaking_from(const xport_listener_t *lst, uint64_t peer_ctx_id);
 /* Queues conn's disconnect event (once): it is delivered after the

@@ -17,6 +17,7 @@
 #include "msg_wire.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stddef.h>
@@ -31,6 +32,11 @@
 /* How long a request an accept took has to be connected, its service
  * channel included, which the client asks for as soon as it is. */
 #define HANDSHAKE_MS 30000
+/* How long a connected handshake waits for its service channel: the
+ * client asks for it in the same breath, and one that does not (a
+ * stranger who greeted and stopped) must not hold a slot of the
+ * handshake budget for HANDSHAKE_MS. */
+#define SVC_WAIT_MS 5000
 
 /* A channel's receives: the peer's requests (as many as it may have
  * outstanding) and the answers to ours. */
@@ -530,6 +536,11 @@ static void eq_read_all(xport_ctx_t *ctx)
   uint32_t event;
 
   for (;;) {
+    /* tcp (1.17) reads a request's socket inside this call and takes a
+     * short read with errno EAGAIN, left over from anything before, for
+     * "more to come": a socket at its end (a stranger's, or one
+     * halfopen.c shut) would then stay open, readable for ever. */
+    errno = 0;
     ssize_t r = fi_eq_read(ctx->eq, &event, &buf, sizeof buf, 0);
     if (r == -FI_EAGAIN)
       return;
@@ -604,6 +615,7 @@ static void msg_progress(xport_ctx_t *ctx)
     svc_gone_check(ctx);
   if (!ctx->eq)
     return;
+  xport__halfopen_watch(ctx, sizeof(struct hello));
   eq_read_all(ctx);
   /* Handshakes of a listener that accepts in the background move on
    * with the events just read. */
@@ -780,6 +792,9 @@ static xport_conn_t *handshake_done(xport_listener_t *lst)
     int up = c->state == XPORT__CONN_CONNECTED && (!c->svc_cookie || c->svc_state == 2);
     int lost = c->state == XPORT__CONN_DISCONNECTED ||
                (c->state == XPORT__CONN_CONNECTED && c->svc_accepted && c->svc_state < 0);
+    if (c->state == XPORT__CONN_CONNECTED && c->svc_cookie && !c->svc &&
+        c->shake_deadline > now + SVC_WAIT_MS)
+      c->shake_deadline = now + SVC_WAIT_MS; /* once: it only moves nearer */
     int gone = c->state == XPORT__CONN_FAILED || lost || c->svc_state < 0 ||
                now > c->shake_deadline;
     if (!up && !gone) {
@@ -799,6 +814,25 @@ static xport_conn_t *handshake_done(xport_listener_t *lst)
     conn_discard(c);
   }
   return NULL;
+}
+
+/* Makes room in lst's handshake budget for a new request: the oldest
+ * unfinished handshake goes (its client, if honest and only slow, is
+ * refused and may try again). Finished ones never count here, since
+ * accept hands them out at once, and requests waiting in the backlog are
+ * answered in turn however many strangers greeted and stopped before
+ * them. */
+static void handshake_evict(xport_listener_t *lst)
+{
+  xport_conn_t **pp = &lst->shaking;
+  while ((*pp)->shake_next) /* newest first: the oldest is last */
+    pp = &(*pp)->shake_next;
+  xport_conn_t *c = *pp;
+  *pp = NULL;
+  lst->nshaking--;
+  XPORT__DEBUG("listener %s: %zu handshakes unfinished: the oldest is dropped", lst->addr,
+               lst->backlog);
+  conn_discard(c);
 }
 
 /* ---- the ops ----------------------------------------------------------- */
@@ -921,8 +955,10 @@ static int msg_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
 
 /* Handshakes run side by side, so that a peer that never finishes its
  * own (a service channel it never makes) holds up no other: each has
- * HANDSHAKE_MS, whatever the caller's timeout, and one still running
- * when the timeout ends goes on in the next call. */
+ * HANDSHAKE_MS (SVC_WAIT_MS once connected without its channel), whatever
+ * the caller's timeout, and one still running when the timeout ends goes
+ * on in the next call. At most backlog of them: beyond, the oldest
+ * makes way (handshake_evict). */
 static int msg_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_p)
 {
   xport_ctx_t *ctx = lst->ctx;
@@ -938,7 +974,9 @@ static int msg_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
       *conn_p = conn;
       return 0;
     }
-    if (lst->pending && lst->nshaking < lst->backlog) {
+    if (lst->pending) {
+      if (lst->nshaking >= lst->backlog)
+        handshake_evict(lst);
       int ret = handshake_start(lst);
       if (ret)
         return ret;

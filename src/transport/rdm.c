@@ -1912,6 +1912,9 @@ static int rdm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
   xport_ctx_t *ctx = lst->ctx;
   struct xport__rep *rep = lst->rep;
   for (;;) {
+    /* Where strangers' sockets took the descriptors, rxm accepts nothing
+     * until some are given back. */
+    xport__halfopen_watch(ctx, 0);
     xport__cq_drain(ctx);
     struct xport__connreq *cr = lst->pending;
     if (!cr) {
@@ -2221,6 +2224,8 @@ static void rdm_progress(xport_ctx_t *ctx)
   }
   if (ctx->reap)
     rdm_reap(ctx);
+  /* rxm's request is all there is: xport's own travels later, as messages. */
+  xport__halfopen_watch(ctx, 0);
   long now = xport__now_ms();
   if (now - ctx->last_check < ctx->peer_check_ms / 4)
     return;
