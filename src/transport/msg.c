@@ -615,7 +615,7 @@ static void msg_progress(xport_ctx_t *ctx)
     svc_gone_check(ctx);
   if (!ctx->eq)
     return;
-  xport__halfopen_watch(ctx, sizeof(struct hello));
+  xport__halfopen_watch(ctx, sizeof(struct xport__hello));
   eq_read_all(ctx);
   /* Handshakes of a listener that accepts in the background move on
    * with the events just read. */
