@@ -15,6 +15,14 @@
  * request was refused waits for the lower's connection, which the
  * refusal promises. A request is weighed when it is accepted, under the
  * context's lock, as a rank decides to connect: the two cannot cross.
+ *
+ * A connection is the pair's only once both ends hold it. The client
+ * holds its connect's result; but a connect that timed out gave up on a
+ * request the peer may still accept (a peer busy past the timeout accepts
+ * it later, and hears that the client left only after that), so an
+ * accepted connection is kept on trial: handed out once the client has
+ * shown it holds it (conn->peer_holds), forgotten if it is lost before,
+ * which lets the client's next request in.
  */
 #include "xport_int.h"
 
@@ -37,8 +45,9 @@ static int jobs_live; /* a process is in one job at a time */
 struct job_peer {
   char addr[96];         /* its listener, as it published it */
   uint64_t ctx_id;       /* its context, as it published it */
-  xport_conn_t *conn;    /* the pair's connection, once made */
+  xport_conn_t *conn;    /* the pair's connection, once made (on trial until peer_holds) */
   int connecting;        /* this rank's connect to it is under way */
+  int handed;            /* xport_job_conn returned conn: it stays, lost or not */
 };
 
 struct xport_job {
@@ -57,6 +66,26 @@ static void job_keep(xport_job_t *job, int r, xport_conn_t *conn)
 {
   conn->owned = 1;
   job->peers[r].conn = conn;
+}
+
+/* 1 if rank r's connection is one its peer gave up on before it held it
+ * (an accepted connection lost on trial). */
+static int job_abandoned(const xport_job_t *job, int r)
+{
+  const struct job_peer *p = &job->peers[r];
+  return p->conn && !p->handed && !p->conn->peer_holds &&
+         p->conn->state != XPORT__CONN_CONNECTED;
+}
+
+/* Lets go of rank r's connection, never handed out. */
+static void job_forget(xport_job_t *job, int r)
+{
+  xport_conn_t *conn = job->peers[r].conn;
+  XPORT__INFO("job: rank %d gave up on the connection this rank accepted from it; a new one "
+              "is made", r);
+  job->peers[r].conn = NULL;
+  conn->owned = 0;
+  xport_conn_close(conn);
 }
 
 /* A handshake with that context is under way at either half of the
@@ -88,9 +117,10 @@ static int job_admit(void *arg, uint64_t peer_ctx_id)
     return 0;
   }
   struct job_peer *p = &job->peers[r];
-  /* One per pair: not while one is made already, or being accepted, or,
-   * for a higher rank, while this rank's own is on its way. */
-  if (p->conn || shaking_from(job, peer_ctx_id) ||
+  /* One per pair: not while one is made already (one on trial is, until
+   * it is lost), or being accepted, or, for a higher rank, while this
+   * rank's own is on its way. */
+  if ((p->conn && !job_abandoned(job, r)) || shaking_from(job, peer_ctx_id) ||
       (p->connecting && r > job->rank))
     return 0;
   return 1;
@@ -100,6 +130,8 @@ static void job_accepted(void *arg, xport_conn_t *conn)
 {
   xport_job_t *job = arg;
   int r = rank_of(job, conn->peer_ctx_id);
+  if (r >= 0 && job_abandoned(job, r))
+    job_forget(job, r); /* admitted in its place */
   if (r < 0 || job->peers[r].conn) {
     /* Cannot be, by admit; a second connection would only mislead. */
     xport_conn_close(conn);
@@ -178,7 +210,15 @@ XPORT_API int xport_job_conn(xport_job_t *job, int rank, xport_conn_t **conn_p)
   /* Requests that already came in are weighed before this rank asks. */
   job_progress(ctx);
   xport__auto_accept(ctx);
-  while (!p->conn && xport__now_ms() < deadline) {
+  while (!(p->conn && (p->handed || p->conn->peer_holds)) && xport__now_ms() < deadline) {
+    if (job_abandoned(job, rank)) {
+      job_forget(job, rank);
+      continue;
+    }
+    if (p->conn) {
+      job_nap(ctx); /* accepted, on trial: the client's word, or its loss */
+      continue;
+    }
     if (shaking_from(job, p->ctx_id)) {
       job_nap(ctx); /* the peer's request is being accepted */
       continue;
@@ -197,6 +237,10 @@ XPORT_API int xport_job_conn(xport_job_t *job, int rank, xport_conn_t **conn_p)
       break;
     }
     if (!ret) {
+      /* One accepted meanwhile, still on trial, is one the peer gave up
+       * on: it accepted this request, so it holds no other. */
+      if (p->conn && !p->conn->peer_holds && !p->handed)
+        job_forget(job, rank);
       if (p->conn)
         xport_conn_close(conn); /* the lower rank's connection came first */
       else
@@ -212,7 +256,9 @@ XPORT_API int xport_job_conn(xport_job_t *job, int rank, xport_conn_t **conn_p)
     while (!p->conn && xport__now_ms() < until)
       job_nap(ctx);
   }
-  xport_conn_t *conn = p->conn;
+  xport_conn_t *conn = p->conn && (p->handed || p->conn->peer_holds) ? p->conn : NULL;
+  if (conn)
+    p->handed = 1;
   XPORT__UNLOCK(ctx);
   if (!conn) {
     if (ret == -XPORT_ECONNREFUSED)

@@ -627,6 +627,12 @@ struct xport_conn {
   int broken;
   int ev_queued;                 /* disconnect event waiting in ctx->evq */
   int owned;                     /* a layer above (a job) closes it, not the application */
+  /* The peer has shown that it holds the connection: the client, by
+   * completing its connect (the acceptance reached it); the listener's
+   * side, by a message the client sent once it had connected. Until then
+   * an accepted connection may be one its client gave up on (a connect
+   * that timed out) and will hear of only later (a goodbye, a shutdown). */
+  int peer_holds;
   int ev_status;
   uint64_t ev_after;             /* done-list entries before the event (ctx->done_in) */
   struct xport_conn *ev_next;

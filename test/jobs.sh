@@ -79,6 +79,13 @@ job_case() {
     bad "$what (rc $rc):"
     { grep -E '^job_ranks' "$log"; grep -E 'xport' "$log" | sort | uniq -c; } | sed 's/^/  /' | head -20
     sed 's/^/  /' "$log" | tail -20
+    # mpirun exits 128 + N when a rank died of signal N, and says so
+    # ("exited on signal N"); without that line it died itself: Open MPI
+    # 4.1.4's has (SIGSEGV in PMIx_server_finalize) while it ended a job
+    # whose rank had failed, its own crash after the failure shown above.
+    if [ $rc -gt 128 ] && [ $rc -lt 160 ] && ! grep -q 'exited on signal' "$log"; then
+      echo "  (the launcher itself died of signal $((rc - 128)), after what the ranks say above)"
+    fi
   fi
 }
 

@@ -803,6 +803,10 @@ static xport_conn_t *handshake_done(xport_listener_t *lst)
     }
     *pp = c->shake_next;
     lst->nshaking--;
+    /* The client asks for its service channel only once it has connected:
+     * the request says it holds the connection. Without a channel there
+     * is no later message to wait for. */
+    c->peer_holds = up || c->svc_accepted;
     /* Lost once the client could hold it (its connect ends when we have
      * accepted its last step, before we hear that step completed): it
      * is still a connection, handed out lost, with its disconnect event,
@@ -935,8 +939,16 @@ static int msg_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
     ret = svc_open(conn, info);
     if (!ret && (ret = fi_connect(conn->svc, info->dest_addr, &h, sizeof h)))
       ret = xport__err_from_fi(ret);
+    /* The server takes that request as this side's word that it holds the
+     * connection (peer_holds): once it is out, the connect waits for the
+     * answer as long as the server waits for the request, whatever the
+     * caller's timeout, rather than give up on a connection the server
+     * may already count as made. */
+    long svc_deadline = xport__now_ms() + HANDSHAKE_MS;
+    if (deadline < 0 || deadline > svc_deadline)
+      svc_deadline = deadline;
     if (!ret)
-      ret = wait_svc(conn, deadline);
+      ret = wait_svc(conn, svc_deadline);
   }
   fi_freeinfo(info);
   /* Accepted, and lost already (the peer closed at once): the caller gets
@@ -947,6 +959,7 @@ static int msg_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
     return ret;
   }
   xport__conn_link(conn);
+  conn->peer_holds = 1; /* its acceptance came */
   if (lost)
     xport__evq_push(ctx, conn, -XPORT_ECONNRESET);
   *conn_p = conn;

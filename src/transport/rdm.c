@@ -1133,6 +1133,7 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
     return;
   }
   conn->heard = 1; /* any message from the peer says it is alive */
+  conn->peer_holds = 1; /* ... and, past its handshake, that it holds this connection */
   switch (m->type) {
   case CTL_CONNACK:
     if (!tag_ok(m->tag)) {
@@ -1893,6 +1894,11 @@ static int rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
     conn_discard(conn);
     return ret;
   }
+  /* The listener has no other sign that its acceptance reached us, and
+   * that we did not give up first (peer_holds). */
+  conn->peer_holds = 1;
+  if (conn->state == XPORT__CONN_CONNECTED)
+    ctl_send_conn(conn, CTL_KEEPALIVE);
   *conn_p = conn;
   return 0;
 }
