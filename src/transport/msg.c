@@ -944,7 +944,7 @@ static int msg_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
      * answer as long as the server waits for the request, whatever the
      * caller's timeout, rather than give up on a connection the server
      * may already count as made. */
-    long svc_deadline = xport__now_ms() + HANDSHAKE_MS;
+    long svc_deadline = xport__now_ms() + SVC_WAIT_MS;
     if (deadline < 0 || deadline > svc_deadline)
       svc_deadline = deadline;
     if (!ret)
