@@ -1898,7 +1898,7 @@ static int rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
    * that we did not give up first (peer_holds). */
   conn->peer_holds = 1;
   if (conn->state == XPORT__CONN_CONNECTED)
-    ctl_send_conn(conn, CTL_KEEPALIVE);
+    ctl_send_conn(conn, CTL_KEEPALIVE, 0); /* a user call: it may wait for room */
   *conn_p = conn;
   return 0;
 }
