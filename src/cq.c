@@ -979,9 +979,12 @@ static void *progress_main(void *arg)
     /* Where peers are watched by the clock, what keeps a connection
      * alive (heartbeats, answers to the RMA probe, peer checks) runs here
      * too: an application that computes outside xport for longer than
-     * XPORT_KEEPALIVE_TIMEOUT must not look dead to its peers. It reads
-     * the clock and returns until a check is due. */
-    if (ctx->tp->watches_peers)
+     * XPORT_KEEPALIVE_TIMEOUT must not look dead to its peers. Only
+     * when a check is due and there are peers to keep: the transport's
+     * progress does more each call (a peek for unexpected messages, which
+     * may leave an entry in the CQ and wake a waiting application). */
+    if (ctx->tp->watches_peers && (ctx->conns || ctx->draining) &&
+        xport__now_ms() - ctx->last_check >= ctx->peer_check_ms / 4)
       ctx->tp->progress(ctx);
     if (ctx->sig_fd >= 0 && !ctx->sig_set && (ctx->done || ctx->evq)) {
       uint64_t one = 1;
