@@ -92,6 +92,18 @@ static void check_gone(xport_conn_t *conn)
     conn->peer_gone = 1;
 }
 
+/* How much of a greeting ep's connection data carries: the process tail
+ * only where the provider has room for it (rdma_cm over verbs carries
+ * 56 bytes less its own header; a longer one fails the connect). */
+static size_t hello_len(struct fid_ep *ep)
+{
+  size_t room = 0, len = sizeof room;
+  if (fi_getopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &room, &len) == 0 &&
+      room >= sizeof(struct xport__hello))
+    return sizeof(struct xport__hello);
+  return offsetof(struct xport__hello, pid);
+}
+
 /* Validates a peer's greeting; 1 with it in *h, or 0. The process tail
  * is optional: a greeting that ends before it is whole names no process. */
 int xport__hello_parse(const void *buf, size_t len, struct xport__hello *h)
@@ -764,7 +776,7 @@ static int handshake_start(xport_listener_t *lst)
   if (!ret)
     ret = ep_open(conn, cr->info);
   if (!ret)
-    ret = fi_accept(conn->ep, &h, sizeof h);
+    ret = fi_accept(conn->ep, &h, hello_len(conn->ep));
   if (ret)
     fi_reject(lst->pep, cr->info->handle, NULL, 0);
   fi_freeinfo(cr->info);
@@ -924,7 +936,7 @@ static int msg_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
   }
   ret = ep_open(conn, info);
   if (!ret)
-    ret = fi_connect(conn->ep, info->dest_addr, &h, sizeof h);
+    ret = fi_connect(conn->ep, info->dest_addr, &h, hello_len(conn->ep));
   if (ret) {
     fi_freeinfo(info);
     conn_discard(conn);
@@ -937,7 +949,7 @@ static int msg_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
     h.flags = HELLO_SVC;
     h.cookie = conn->svc_cookie;
     ret = svc_open(conn, info);
-    if (!ret && (ret = fi_connect(conn->svc, info->dest_addr, &h, sizeof h)))
+    if (!ret && (ret = fi_connect(conn->svc, info->dest_addr, &h, hello_len(conn->svc))))
       ret = xport__err_from_fi(ret);
     /* The server takes that request as this side's word that it holds the
      * connection (peer_holds): once it is out, the connect waits for the
