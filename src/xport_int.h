@@ -517,6 +517,10 @@ struct xport__rep {
   /* Housekeeping's close waits, pass after pass, for control messages in
    * flight and goodbyes until then (rep_maybe_close); 0: not asked yet. */
   long quiet_by;
+  /* Its close found a live peer yet to take its first message: open,
+   * serving nobody, and looked at again by the peer checks (rdm_progress)
+   * until that peer takes it or dies, which ends what it still holds. */
+  int lingering;
   int rma_failed;                 /* a one-sided operation on it failed */
   size_t unreached;               /* peers with unreached set */
   int parked;                     /* left open at the context's end (settle_names) */

@@ -1311,6 +1311,8 @@ static void rep_leave_open(struct xport__rep *rep)
 
 /* How long an endpoint's close lets control messages in flight finish. */
 #define CLOSE_QUIET_MS 200
+/* rep->lingering: left open for a peer; due for a look; being looked at. */
+enum { LINGER_OPEN = 1, LINGER_DUE, LINGER_LOOK };
 
 static void rep_close(struct xport__rep *rep)
 {
@@ -1349,8 +1351,11 @@ static void rep_close(struct xport__rep *rep)
                    (rep->unreached && rep->ep &&
                     settle_names(rep, ctx->rdm_closing ? 4 * ctx->peer_check_ms : 0));
   if (leave_open && !rep->parked) {
-    XPORT__INFO("an endpoint stays open: a peer has yet to take its first message");
+    if (!rep->lingering)
+      XPORT__INFO("an endpoint stays open: a peer has yet to take its first message");
     rep->parked = ctx->rdm_closing;
+    rep->lingering = ctx->rdm_closing ? 0 : LINGER_OPEN;
+    rep->closing = 0; /* closed by a later look, or the context's end */
     return;
   }
   if (leave_open) {
@@ -1427,7 +1432,8 @@ static void rep_close(struct xport__rep *rep)
 static int rep_maybe_close(struct xport__rep *rep)
 {
   xport_ctx_t *ctx = rep->ctx;
-  if (rep->closing || rep->lst || rep == ctx->cep || rep == ctx->probe ||
+  if (rep->closing || (rep->lingering && rep->lingering != LINGER_LOOK) || rep->lst ||
+      rep == ctx->cep || rep == ctx->probe ||
       (rep->dest_len && !rep->withdrawn) || rep->nconns != rep->ndead)
     return 0;
   /* Control messages still in flight (a goodbye) and goodbyes awaiting
@@ -1561,7 +1567,7 @@ static int dest_rep(xport_ctx_t *ctx, const uint8_t *addr, size_t alen,
   }
   for (struct xport__rep *r = ctx->reps; r; r = r->next)
     if (r->dest_len == alen && !memcmp(r->dest_addr, addr, alen) && !r->withdrawn &&
-        !r->closing && r->ep) {
+        !r->closing && !r->lingering && r->ep) {
       *rep_p = r;
       return 0;
     }
@@ -2236,6 +2242,21 @@ static void rdm_progress(xport_ctx_t *ctx)
   if (now - ctx->last_check < ctx->peer_check_ms / 4)
     return;
   ctx->last_check = now;
+  /* Endpoints left open for a peer yet to take their first message: once
+   * it has, or has died, they close, and what their dead peers' operations
+   * held ends with them. */
+  for (struct xport__rep *r = ctx->reps; r; r = r->next)
+    r->lingering = r->lingering ? LINGER_DUE : 0;
+  for (;;) { /* once each: a close may take other endpoints along */
+    struct xport__rep *r = ctx->reps;
+    while (r && r->lingering != LINGER_DUE)
+      r = r->next;
+    if (!r)
+      break;
+    r->lingering = LINGER_LOOK;
+    if (!rep_maybe_close(r) && r->lingering == LINGER_LOOK)
+      r->lingering = LINGER_OPEN;
+  }
   if (ctx->byes)
     byes_expire(ctx);
   if (ctx->sinks)
