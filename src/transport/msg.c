@@ -460,7 +460,7 @@ static void on_svc_request(xport_listener_t *lst, struct fi_info *info, const st
   if (conn && !conn->svc && h->ctx_id == conn->peer_ctx_id) {
     a.ctx_id = lst->ctx->id;
     ret = svc_open(conn, info);
-    if (!ret && (ret = fi_accept(conn->svc, &a, sizeof a)))
+    if (!ret && (ret = fi_accept(conn->svc, &a, hello_len(conn->svc))))
       svc_close(conn);
     conn->svc_accepted = !ret;
   } else {
