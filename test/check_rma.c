@@ -1060,8 +1060,9 @@ static void two_take(xport_ctx_t *ctx, struct two_seen *t, int posted_a, int pos
   XT_CHECK(c.op == XPORT_OP_READ, "op %d on A", c.op);
   /* 0 for one the provider finished before the death: over verbs the
    * device serves a read while the target's process is stopped. */
-  XT_CHECK(c.status == -XPORT_ECONNRESET || c.status == 0, "%s: read from the dead target: %s [%s]",
-           xt_config(), xport_strerror(c.status), c.detail ? c.detail : "");
+  XT_CHECK(c.status == -XPORT_ECONNRESET || c.status == 0,
+           "%s: read from the dead target: %s [%s]", xt_config(), xport_strerror(c.status),
+           c.detail ? c.detail : "");
   if (c.status == 0) {
     t->done_a++;
     return;
