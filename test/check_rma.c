@@ -1082,6 +1082,23 @@ static void two_take(xport_ctx_t *ctx, struct two_seen *t, int posted_a, int pos
     posted_b++;                                                                                   \
   } while (0)
 
+/* The live connection still carries messages (its server ends on the
+ * last); then everything of both targets goes, the dead one's files too. */
+static void two_end(xport_ctx_t *ctx, xport_conn_t *a, xport_conn_t *b, xport_rkey_t *ka,
+                    xport_rkey_t *kb, pid_t pa, pid_t pb)
+{
+  XT_OK(xport_send(b, "bye", 4, NULL, NULL));
+  xport_completion_t c = xt_wait_op(ctx, XPORT_OP_SEND, T_MS);
+  XT_CHECK(c.status == 0 && c.conn == b, "bye: %s", xport_strerror(c.status));
+  xport_rkey_release(ka);
+  xport_rkey_release(kb);
+  xport_conn_close(a);
+  XT_OK(xport_conn_close(b));
+  xport_ctx_destroy(ctx);
+  XT_CHECK(xt_reap(pb) == 0, "the live server failed");
+  xt_shm_remove_of(pa);
+}
+
 START_TEST(killed_target_spares_the_other)
 {
   char addr_a[128], addr_b[128];
@@ -1136,17 +1153,7 @@ START_TEST(killed_target_spares_the_other)
   for (int i = 0; i < TWO_OPS; i++)
     XT_CHECK(!memcmp(rb[TWO_OPS + i], wb[i], TWO_LEN),
              "%s: read %d of what was written to the live target: wrong bytes", xt_config(), i);
-  /* The live connection still carries messages; its server ends on this. */
-  XT_OK(xport_send(b, "bye", 4, NULL, NULL));
-  xport_completion_t c = xt_wait_op(ctx, XPORT_OP_SEND, T_MS);
-  XT_CHECK(c.status == 0 && c.conn == b, "bye: %s", xport_strerror(c.status));
-  xport_rkey_release(ka);
-  xport_rkey_release(kb);
-  xport_conn_close(a);
-  XT_OK(xport_conn_close(b));
-  xport_ctx_destroy(ctx);
-  XT_CHECK(xt_reap(pb) == 0, "the live server failed");
-  xt_shm_remove_of(pa);
+  two_end(ctx, a, b, ka, kb, pa, pb);
 }
 END_TEST
 
@@ -1271,16 +1278,7 @@ START_TEST(declared_dead_then_killed_ends_every_op)
     else
       t.done_a++;
   }
-  XT_OK(xport_send(b, "bye", 4, NULL, NULL));
-  xport_completion_t c = xt_wait_op(ctx, XPORT_OP_SEND, T_MS);
-  XT_CHECK(c.status == 0 && c.conn == b, "bye: %s", xport_strerror(c.status));
-  xport_rkey_release(ka);
-  xport_rkey_release(kb);
-  xport_conn_close(a);
-  XT_OK(xport_conn_close(b));
-  xport_ctx_destroy(ctx);
-  XT_CHECK(xt_reap(pb) == 0, "the live server failed");
-  xt_shm_remove_of(pa);
+  two_end(ctx, a, b, ka, kb, pa, pb);
 }
 END_TEST
 
