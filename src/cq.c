@@ -798,7 +798,10 @@ static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t 
     }
   }
   /* What the provider pushed back may fit now: the entries just read
-   * gave room back, or the target served what held its channel. */
+   * gave room back, or the target served what held its channel.
+   * Heartbeats first: the caller's next post would take that room. */
+  if (XPORT__UNLIKELY(ctx->ka_owed != 0))
+    ctx->tp->pay_owed(ctx);
   if (XPORT__UNLIKELY(ctx->holding != NULL))
     xport__held_retry(ctx);
   /* Connection events are rare: look at the EQ (or run the RDM checks,

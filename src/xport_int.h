@@ -571,6 +571,7 @@ struct xport_conn {
   int peer_gone;
   int keepalive;                  /* heartbeats: the peer's process cannot be watched */
   long last_heard, last_sent;     /* heartbeats, xport__now_ms() */
+  int ka_owed;                    /* the provider pushed the last heartbeat back */
   unsigned heard;                 /* a message arrived since the last check */
   long ping_at;                   /* RMA probe sent (transport/rdm.c), or 0 */
   int ponged;                     /* ... and answered */
@@ -814,6 +815,12 @@ struct xport_ctx {
    * goodbyes): held posts wait while there are any, so that a stream of
    * data cannot take every slot the peer frees. */
   size_t ctl_owed;
+  /* Connections whose heartbeat the provider pushed back: it goes again
+   * at every poll, right after the CQ read that may have freed the
+   * channel, before the caller can post again and take it (shm: a stream
+   * of reads to a peer holds its channel nearly all the time, and the
+   * peer, hearing nothing, would take the caller for dead). */
+  size_t ka_owed;
   size_t nsvc_gone;                    /* MSG: connections with svc_gone_at set */
 
   struct xport__bounce *free_bounce;
@@ -892,6 +899,9 @@ struct xport__transport {
    * XPORT__EQ_EVERY polls and in waits; cheap when there is nothing to
    * do. Does not block. */
   void (*progress)(xport_ctx_t *ctx);
+  /* Sends the heartbeats owed (ctx->ka_owed), one try each; run by every
+   * poll while there are any. NULL where none are ever owed. */
+  void (*pay_owed)(xport_ctx_t *ctx);
   /* What the progress thread runs while listeners accept in the
    * background, besides draining the CQ (may be NULL: the CQ brings
    * their requests). Does not block. */

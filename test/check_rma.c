@@ -1196,15 +1196,6 @@ START_TEST(declared_dead_then_killed_ends_every_op)
   char addr_a[128], addr_b[128];
   static char ra[TWO_OPS][HB_LEN], rb[TWO_OPS][TWO_LEN];
   xport_conn_t *a, *b;
-  if (xt_mixed()) {
-    /* Open: there, under heavy load (make check beside two CPU hogs and an
-     * emulated guest), the live connection was once taken for dead by its
-     * heartbeats too; the endpoint logic this checks is shm's own, tested
-     * on shm alone. */
-    printf("declared_dead_then_killed_ends_every_op on %s: skipped, run on shm alone\n",
-           xt_config());
-    return;
-  }
   setenv("XPORT_KEEPALIVE", "1", 1);
   setenv("XPORT_KEEPALIVE_TIMEOUT", "5000", 1);
   pid_t pa = xt_spawn_pair_server(hb_target, (void *)(uintptr_t)TWO_SEED_A, addr_a,
@@ -1279,6 +1270,67 @@ START_TEST(declared_dead_then_killed_ends_every_op)
       t.done_a++;
   }
   two_end(ctx, a, b, ka, kb, pa, pb);
+}
+END_TEST
+
+/* A client that keeps reads in flight to a target for several keepalive
+ * timeouts, heartbeats forced: the target, hearing only heartbeats (a
+ * read brings it no message), must take it for alive. On shm each read
+ * holds the channel to the target while it is served, and the caller
+ * posts the next one the moment the last completes: its heartbeats went
+ * only when they won that race, and the target dropped the client. */
+#define READER_KA_MS 1500
+START_TEST(reading_client_stays_alive)
+{
+  char addr[128], ka[16];
+  static char rb[TWO_OPS][TWO_LEN];
+  xport_conn_t *b;
+  snprintf(ka, sizeof ka, "%d", READER_KA_MS);
+  setenv("XPORT_KEEPALIVE", "1", 1);
+  setenv("XPORT_PEER_TIMEOUT", ka, 1);
+  setenv("XPORT_KEEPALIVE_TIMEOUT", ka, 1);
+  pid_t pb = xt_spawn_pair_server(two_target, (void *)(uintptr_t)TWO_SEED_B, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  XT_OK(xport_connect(ctx, addr, T_MS, &b));
+  xt_check_transport(b);
+  xport_rkey_t *kb = import_key(ctx, b, NULL, NULL);
+  static char whole[TWO_OPS * 2 * TWO_LEN];
+  xt_fill(whole, sizeof whole, TWO_SEED_B);
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  long end = ts.tv_sec * 1000L + ts.tv_nsec / 1000000 + 4 * READER_KA_MS;
+  long reads = 0, done = 0;
+  for (;;) {
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int more = ts.tv_sec * 1000L + ts.tv_nsec / 1000000 < end;
+    if (!more && done == reads)
+      break;
+    int slot = (int)(reads % TWO_OPS);
+    if (more && reads - done < TWO_OPS) {
+      int rc = xport_read(b, rb[slot], TWO_LEN, NULL, kb, (size_t)slot * TWO_LEN, rb[slot]);
+      XT_CHECK(rc == 0 || rc == -XPORT_EAGAIN, "read: %s", xport_strerror(rc));
+      reads += rc == 0;
+    }
+    xport_completion_t c;
+    int n = xport_poll(ctx, &c, 1);
+    XT_CHECK(n >= 0, "poll: %s", xport_strerror(n));
+    if (!n)
+      continue;
+    XT_CHECK(c.op == XPORT_OP_READ && c.status == 0, "%s: read %ld of %ld: op %d %s",
+             xt_config(), done, reads, c.op, xport_strerror(c.status));
+    char *at = c.user_ctx;
+    size_t i = (size_t)(at - rb[0]) / TWO_LEN;
+    XT_CHECK(!memcmp(at, whole + i * TWO_LEN, TWO_LEN), "read into slot %zu: wrong bytes", i);
+    done++;
+  }
+  /* The target's side is still up: it takes the goodbye message. */
+  XT_OK(xport_send(b, "bye", 4, NULL, NULL));
+  xport_completion_t c = xt_wait_op(ctx, XPORT_OP_SEND, T_MS);
+  XT_CHECK(c.status == 0, "bye: %s", xport_strerror(c.status));
+  xport_rkey_release(kb);
+  XT_OK(xport_conn_close(b));
+  xport_ctx_destroy(ctx);
+  XT_CHECK(xt_reap(pb) == 0, "%s: the target took the reading client for dead", xt_config());
 }
 END_TEST
 
@@ -2119,6 +2171,7 @@ static Suite *make_suite(void)
   tcase_set_timeout(killed, 240); /* verbs: as Errors */
   tcase_add_test(killed, killed_target_spares_the_other);
   tcase_add_test(killed, declared_dead_then_killed_ends_every_op);
+  tcase_add_test(killed, reading_client_stays_alive);
   suite_add_tcase(s, killed);
 
   TCase *err = tcase_create("Errors");

@@ -274,10 +274,11 @@ static void peer_put(struct xport__rep *rep, struct xport__peer *peer);
 struct ctl_args {
   uint32_t src_id, dst_id;
   uint64_t cookie, tag;
-  int once;                   /* a few quick tries: an answer to a requester, or
+  int once;                   /* 1: a few quick tries: an answer to a requester, or
                                  a message of housekeeping (which runs inside
                                  xport_poll, where nothing waits on a peer), is
-                                 not worth waiting for */
+                                 not worth waiting for; 2: one try, no progress
+                                 (an owed heartbeat, tried at every poll) */
   struct xport__peer *peer;   /* a reference the send holds until it is done */
 };
 
@@ -312,7 +313,7 @@ static int ctl_send(struct xport__rep *rep, fi_addr_t dest, uint32_t type,
   ssize_t ret;
   for (int tries = 0;; tries++) {
     ret = fi_send(rep->ep, m, sizeof *m, req->bounce->desc, dest, &req->fictx);
-    if (ret != -FI_EAGAIN || tries == (a->once ? 16 : 2000))
+    if (ret != -FI_EAGAIN || tries == (a->once == 2 ? 0 : a->once ? 16 : 2000))
       break;
     xport__cq_drain(ctx);
     if (tries > 10 && !a->once) {
@@ -2214,6 +2215,37 @@ static int rma_check(xport_ctx_t *ctx, xport_conn_t *c, long now, int *drained)
   return 0;
 }
 
+/* A heartbeat the provider pushed back goes at the next poll (and every
+ * one after, until it goes or the connection ends): see ctx->ka_owed. */
+static void ka_owe(xport_conn_t *c)
+{
+  c->ka_owed = 1;
+  c->ctx->ka_owed++;
+}
+
+static void rdm_pay_owed(xport_ctx_t *ctx)
+{
+  size_t left = 0;
+  for (xport_conn_t *c = ctx->conns; c; c = c->next) {
+    if (!c->ka_owed)
+      continue;
+    if (c->state == XPORT__CONN_CONNECTED && !c->dead) {
+      struct ctl_args a = {.src_id = c->id, .dst_id = c->peer_id, .cookie = c->tag, .once = 2};
+      int ret = ctl_send(c->rep, c->dest, CTL_KEEPALIVE, &a);
+      if (ret == -XPORT_EAGAIN) {
+        left++;
+        continue;
+      }
+      if (!ret)
+        c->last_sent = xport__now_ms();
+    }
+    c->ka_owed = 0;
+  }
+  /* Counted afresh: a connection freed while it owed one is gone from
+   * the list. */
+  ctx->ka_owed = left;
+}
+
 /* Looks for peers that died: on the same node their process is gone;
  * elsewhere (or when asked) their heartbeats stopped, and any message
  * from the peer counts as one. Runs a few times per XPORT_PEER_TIMEOUT;
@@ -2279,9 +2311,13 @@ static void rdm_progress(xport_ctx_t *ctx)
     if (ctx->rma_timeout_ms && rma_check(ctx, c, now, &drained))
       continue;
     if (c->keepalive) {
-      if (now - c->last_sent >= ctx->keepalive_ms / 3 &&
-          ctl_send_conn(c, CTL_KEEPALIVE, 1) == 0)
-        c->last_sent = now;
+      if (now - c->last_sent >= ctx->keepalive_ms / 3 && !c->ka_owed) {
+        int ret = ctl_send_conn(c, CTL_KEEPALIVE, 1);
+        if (!ret)
+          c->last_sent = now;
+        else if (ret == -XPORT_EAGAIN)
+          ka_owe(c);
+      }
       if (now - c->last_heard > ctx->keepalive_ms && !drained) {
         xport__cq_drain(ctx); /* heartbeats may be waiting unread */
         drained = 1;
@@ -2300,6 +2336,13 @@ static void rdm_progress(xport_ctx_t *ctx)
     }
     if (!pid_gone(c->pidfd))
       continue;
+    if (!drained) {
+      /* What the provider finished before the death is not failed by it:
+       * a receive rxm has all of, waiting only for its own answer to go
+       * out, completes with its bytes, as the sender was told. */
+      xport__cq_drain(ctx);
+      drained = 1;
+    }
     XPORT__INFO("connection %u: the peer process is gone", c->id);
     c->peer_gone = 1;
     if (ctx->prof && ctx->prof->peer_gone)
@@ -2370,6 +2413,7 @@ const struct xport__transport xport__transport_rdm = {
     .accept = rdm_accept,
     .close_conn = rdm_close,
     .progress = rdm_progress,
+    .pay_owed = rdm_pay_owed,
     .op_failed = rdm_op_failed,
     .fini = rdm_fini,
     .watches_peers = 1,
