@@ -78,9 +78,23 @@ static void rxm_preinit(void)
   setenv("FI_OFI_RXM_CM_PROGRESS_INTERVAL", "1000", 0);
 }
 
+/* libfabric 1.17's rxm names a connecting peer by the IP of its socket
+ * and the port its request claims, and a second request for the same
+ * name replaces the first connection: a process of any user on the
+ * client's node that claims the client's port becomes the client, takes
+ * what is sent to it and completes the server's receives with its own
+ * messages, and neither side sees an error. Nothing xport adds to the
+ * handshake survives that, as it happens after: never chosen unasked. */
+#define RXM_TAKEOVER "a process of any user on a peer's node can take over a connection " \
+                     "unseen, its messages included (rxm names a peer by the port it claims)"
+#define RXM_EXPLICIT "a process of any user on a peer's node can take over its connections " \
+                     "(xport(7), SECURITY); used only when named in XPORT_PROVIDER"
+
 const struct xport__profile xport__profile_tcp_rxm = {
   .name = "tcp;ofi_rxm",
   .rank = 30,
+  .explicit_only = RXM_EXPLICIT,
+  .takeover = RXM_TAKEOVER,
   .manual_progress = 1,
   /* fi_tinject is accepted without bound (a million and more while the
    * peer had taken a tenth): only completions can hold senders back. */
@@ -128,6 +142,8 @@ static size_t verbs_rxm_tx_depth(void)
 const struct xport__profile xport__profile_verbs_rxm = {
   .name = "verbs;ofi_rxm",
   .rank = 15,
+  .explicit_only = RXM_EXPLICIT,
+  .takeover = RXM_TAKEOVER,
   .manual_progress = 1,
   .inject_needs_completion = 1,
   .preinit = rxm_preinit,

@@ -621,6 +621,11 @@ static int probe(xport_ctx_t *ctx, const struct settings *s)
     return -XPORT_ENOPROV;
   }
   ctx->prof = xport__profile_find(ctx->info->fabric_attr->prov_name);
+  /* Named on purpose, yet its users must hear what it cannot protect. */
+  static int takeover_told;
+  if (ctx->prof && ctx->prof->takeover && !__atomic_exchange_n(&takeover_told, 1, __ATOMIC_RELAXED))
+    XPORT__WARN("%s: %s; use tcp (or verbs) where the nodes' other users are not trusted "
+                "(xport(7), SECURITY)", ctx->prof->name, ctx->prof->takeover);
   return 0;
 }
 

@@ -94,6 +94,10 @@ struct xport__profile {
   int rank;                /* lower is tried first when not named */
   /* Non-NULL: used only when named in XPORT_PROVIDER, and this says why. */
   const char *explicit_only;
+  /* Non-NULL: another local process, of any user, can take over a
+   * connection unseen; this says how, in a warning given once per
+   * process when a context opens on it (xport(7), SECURITY). */
+  const char *takeover;
   /* 1: reports FI_PROGRESS_AUTO but moves nothing unless its CQ is read. */
   int manual_progress;
   /* 1: an injected send must still be completed by the provider (FI_INJECT

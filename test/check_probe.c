@@ -181,6 +181,45 @@ static int create_logged(xport_ctx_t **ctx_p, char *log, size_t len)
   return rc;
 }
 
+/* rxm lets a local process of any user take a connection over (xport(7),
+ * SECURITY): the probe never picks it unasked, even where nothing else is
+ * left, and a context opened on it by name says so, once per process. */
+START_TEST(rxm_only_when_named)
+{
+  xport_ctx_t *ctx = (xport_ctx_t *)0x1;
+  char log[4096];
+  clear_env();
+  setenv("XPORT_LOG", "warn", 1);
+  setenv("XPORT_PROVIDER", "tcp;ofi_rxm", 1);
+  if (create_logged(&ctx, log, sizeof log) != 0) {
+    printf("SKIP: rxm_only_when_named: tcp;ofi_rxm does not open here\n");
+    return;
+  }
+  ck_assert_msg(strstr(log, "take over") && strstr(log, "SECURITY"),
+                "a context on tcp;ofi_rxm said nothing of takeovers: '%s'", log);
+  xport_ctx_t *second;
+  ck_assert_int_eq(create_logged(&second, log, sizeof log), 0);
+  ck_assert_msg(!strstr(log, "take over"), "told twice: '%s'", log);
+  xport_ctx_destroy(second);
+  xport_ctx_destroy(ctx);
+
+  /* Everything else excluded: rxm is what is left, and is not taken. */
+  setenv("XPORT_PROVIDER", "^tcp,shm,verbs", 1);
+  setenv("XPORT_SHM", "off", 1);
+  ctx = (xport_ctx_t *)0x1;
+  int rc = create_logged(&ctx, log, sizeof log);
+  if (rc == 0) {
+    xport_caps_t caps;
+    ck_assert_int_eq(xport_ctx_query(ctx, &caps), 0);
+    ck_assert_msg(!strstr(caps.provider, "rxm"), "chose %s unasked", caps.provider);
+    xport_ctx_destroy(ctx);
+    return;
+  }
+  ck_assert_int_eq(rc, -XPORT_ENOPROV);
+  ck_assert_ptr_eq(ctx, (xport_ctx_t *)0x1);
+}
+END_TEST
+
 /* A job script sets XPORT_IFACE for all its runs; one that names shm,
  * which has no network interface, still gets it. */
 START_TEST(iface_spares_node_local)
@@ -305,6 +344,7 @@ static Suite *make_suite(void)
   tcase_add_test(tc, attribute_beats_environment);
   tcase_add_test(tc, domain_and_iface);
   tcase_add_test(tc, iface_spares_node_local);
+  tcase_add_test(tc, rxm_only_when_named);
   tcase_add_test(tc, failure_says_why);
   tcase_add_test(tc, strict_and_progress_thread);
   tcase_add_test(tc, wait_fd_usable);
