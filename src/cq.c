@@ -929,6 +929,8 @@ XPORT_API int xport_wait(xport_ctx_t *ctx, int timeout_ms)
      * finds the CQ empty; from then on it signals sig_fd, which is in
      * epfd, for whatever it queues. */
     XPORT__LOCK(ctx);
+    if (ctx->ka_owed)
+      ctx->tp->pay_owed(ctx);
     if (ctx->holding)
       xport__held_retry(ctx);
     /* Held posts wake nothing when they fit again: look often. */
@@ -972,6 +974,8 @@ static void *progress_main(void *arg)
       break;
     }
     xport__cq_drain(ctx);
+    if (ctx->ka_owed)
+      ctx->tp->pay_owed(ctx);
     if (ctx->holding)
       xport__held_retry(ctx);
     /* A listener that accepts in the background (a job's) is served from
