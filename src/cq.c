@@ -251,6 +251,23 @@ void xport__req_done_now(xport_ctx_t *ctx, struct xport__req *req)
   done_push(ctx, req);
 }
 
+/* The kernel closes a killed process's sockets (and tcp, rxm end the
+ * connection) before its pidfd says it ended: asked at that moment, an
+ * immediate look finds the target alive, and the hint blames the key.
+ * So the first look per connection waits a little (a target that
+ * refused a key, alive, costs that once). */
+#define GONE_WAIT_MS 50
+void xport__conn_check_gone(xport_conn_t *conn)
+{
+  if (conn->peer_gone || conn->pidfd < 0)
+    return;
+  struct pollfd p = {.fd = conn->pidfd, .events = POLLIN};
+  int wait = conn->gone_waited ? 0 : GONE_WAIT_MS;
+  conn->gone_waited = 1;
+  if (poll(&p, 1, wait) > 0)
+    conn->peer_gone = 1;
+}
+
 /* ---- posts the provider pushed back (xport__post_hold) ---------------- */
 
 static ssize_t held_post(xport_conn_t *conn, struct xport__req *req)

@@ -190,8 +190,10 @@ static int judge(const struct fi_info *fi, const struct settings *s,
     return -1;
   }
   /* A node-local provider has no network interface: a job that sets
-   * XPORT_IFACE for all its runs must still be able to name it. */
-  if (s->iface && !(prof && prof->node_local) && !on_iface(fi, s->iface, ifs)) {
+   * XPORT_IFACE for all its runs must still be able to name it. Unnamed,
+   * it is on no interface: an XPORT_IFACE that matches nothing (a typo)
+   * must not leave a context that reaches this node only. */
+  if (s->iface && !(named && prof && prof->node_local) && !on_iface(fi, s->iface, ifs)) {
     snprintf(reason, rlen, "not on interface XPORT_IFACE=%s", s->iface);
     return -1;
   }

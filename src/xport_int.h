@@ -573,6 +573,7 @@ struct xport_conn {
    * heartbeats stopped): a one-sided operation that failed with the
    * connection says so in its hint instead of blaming the key. */
   int peer_gone;
+  int gone_waited;                /* ... and xport__conn_check_gone waited for it once */
   int keepalive;                  /* heartbeats: the peer's process cannot be watched */
   long last_heard, last_sent;     /* heartbeats, xport__now_ms() */
   int ka_owed;                    /* the provider pushed the last heartbeat back */
@@ -1150,6 +1151,10 @@ void xport__evq_push(xport_ctx_t *ctx, xport_conn_t *conn, int status);
 void xport__evq_remove(xport_ctx_t *ctx, xport_conn_t *conn);
 /* Frees a closed connection once nothing refers to it any more. */
 void xport__conn_free_if_done(xport_conn_t *conn);
+/* Sets conn->peer_gone where the peer's process (on this node) ended;
+ * asked when the connection broke, the first time it waits briefly for
+ * the process to end (see cq.c). */
+void xport__conn_check_gone(xport_conn_t *conn);
 
 #define XPORT__SVC_DEPTH 8 /* emulated atomics outstanding per connection */
 /* The kinds of atomics, as the service channel's wire names them too. */

@@ -149,6 +149,16 @@ START_TEST(domain_and_iface)
   ck_assert_int_eq(xport_ctx_create(NULL, &ctx), -XPORT_ENOPROV);
   unsetenv("XPORT_DOMAIN");
 
+  /* Nothing named, an interface that matches nothing: no context, not
+   * one on shm, which reaches this node only. */
+  unsetenv("XPORT_PROVIDER");
+  setenv("XPORT_IFACE", "nosuchif9", 1);
+  ctx = (xport_ctx_t *)0x1;
+  ck_assert_int_eq(xport_ctx_create(NULL, &ctx), -XPORT_ENOPROV);
+  ck_assert_ptr_eq(ctx, (xport_ctx_t *)0x1);
+  unsetenv("XPORT_IFACE");
+  setenv("XPORT_PROVIDER", "tcp", 1);
+
   setenv("XPORT_IFACE", "lo", 1);
   ck_assert_int_eq(xport_ctx_create(NULL, &ctx), 0);
   xport_ctx_query(ctx, &caps);

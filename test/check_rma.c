@@ -1273,6 +1273,72 @@ START_TEST(declared_dead_then_killed_ends_every_op)
 }
 END_TEST
 
+/* A target killed (not stopped first) with reads streaming to it: the
+ * kernel closes its sockets before its process is seen to end, so tcp and
+ * rxm fail the reads while the target still looks alive. They fail as a
+ * dead target's, never with a hint that blames the key (xport(7),
+ * Errors). Three rounds: the moment of the kill decides which read sees
+ * what. */
+START_TEST(killed_mid_reads_blames_no_key)
+{
+  static char rb[32][4096];
+  char addrs[3][128];
+  pid_t pids[3];
+  for (int round = 0; round < 3; round++) /* every process before the first context */
+    pids[round] = xt_spawn_pair_server(doomed_target, NULL, addrs[round], sizeof addrs[round]);
+  for (int round = 0; round < 3; round++) {
+    char *addr = addrs[round];
+    xport_conn_t *conn;
+    pid_t pid = pids[round];
+    xport_ctx_t *ctx = xt_ctx();
+    XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+    xport_rkey_t *rk = import_key(ctx, conn, NULL, NULL);
+    int posted = 0, done = 0, events = 0, killed = 0, ok = 0;
+    while (done < posted || !events) {
+      if (!killed && ok >= 64) {
+        kill(pid, SIGKILL); /* not reaped: the client sees the death as it happens */
+        killed = 1;
+      }
+      if (!events && posted - done < 32) {
+        int i = posted % 32;
+        int rc = xport_read(conn, rb[i], sizeof rb[i], NULL, rk, 0, rb[i]);
+        XT_CHECK(rc == 0 || rc == -XPORT_EAGAIN || rc == -XPORT_ENOTCONN, "read: %s",
+                 xport_strerror(rc));
+        posted += rc == 0;
+      }
+      xport_completion_t c;
+      int n = xport_poll(ctx, &c, 1);
+      XT_CHECK(n >= 0, "poll: %s", xport_strerror(n));
+      if (!n) {
+        if (killed && done == posted)
+          XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "%s: no disconnect", xt_config());
+        else
+          continue;
+      }
+      if (c.op == XPORT_OP_DISCONNECT) {
+        events++;
+        continue;
+      }
+      done++;
+      XT_CHECK(c.op == XPORT_OP_READ, "op %d", c.op);
+      if (c.status == 0) {
+        ok++;
+        continue;
+      }
+      XT_CHECK(killed, "%s: a read failed before the kill: %s", xt_config(),
+               xport_strerror(c.status));
+      XT_CHECK(!c.hint || !strstr(c.hint, "key"), "%s, round %d: a killed target's read "
+               "failed with a hint that blames the key: %s", xt_config(), round, c.hint);
+    }
+    XT_CHECK(xt_reap(pid) == 128 + SIGKILL, "target did not die by SIGKILL");
+    xport_rkey_release(rk);
+    xport_conn_close(conn);
+    xport_ctx_destroy(ctx);
+    xt_shm_remove_of(pid);
+  }
+}
+END_TEST
+
 /* A client that keeps reads in flight to a target for several keepalive
  * timeouts, heartbeats forced: the target, hearing only heartbeats (a
  * read brings it no message), must take it for alive. On shm each read
@@ -2172,6 +2238,7 @@ static Suite *make_suite(void)
   tcase_add_test(killed, killed_target_spares_the_other);
   tcase_add_test(killed, declared_dead_then_killed_ends_every_op);
   tcase_add_test(killed, reading_client_stays_alive);
+  tcase_add_test(killed, killed_mid_reads_blames_no_key);
   suite_add_tcase(s, killed);
 
   TCase *err = tcase_create("Errors");

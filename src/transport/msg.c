@@ -84,13 +84,6 @@ static void watch_pid(xport_conn_t *conn, uint32_t pid)
 #endif
 }
 
-/* Notes that the peer's process ended, if it did (peer_gone). */
-static void check_gone(xport_conn_t *conn)
-{
-  struct pollfd p = {.fd = conn->pidfd, .events = POLLIN};
-  if (!conn->peer_gone && conn->pidfd >= 0 && poll(&p, 1, 0) > 0)
-    conn->peer_gone = 1;
-}
 
 /* How much of a greeting ep's connection data carries: the process tail
  * only where the provider has room for it (rdma_cm over verbs carries
@@ -395,7 +388,7 @@ static void conn_lost(xport_conn_t *conn, int status)
     /* A dead connection's operations must not wait for a close that the
      * application may only call after seeing them end. */
     conn->state = XPORT__CONN_DISCONNECTED;
-    check_gone(conn);
+    xport__conn_check_gone(conn);
     conn_release_ep(conn, -XPORT_ECONNRESET);
     /* Only a connection the application holds has an event: one lost
      * in its handshake is dropped by the accept or connect making it. */
@@ -1030,7 +1023,7 @@ static void msg_op_failed(xport_ctx_t *ctx, struct xport__req *req, int status)
     return;
   /* Whether the target died or refused a key, tcp ends the connection
    * the same way: only the target's process can tell them apart. */
-  check_gone(req->conn);
+  xport__conn_check_gone(req->conn);
   conn_broken(req->conn);
 }
 

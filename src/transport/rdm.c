@@ -2397,8 +2397,8 @@ static void rdm_fini(xport_ctx_t *ctx)
 static void rdm_op_failed(xport_ctx_t *ctx, struct xport__req *req, int status)
 {
   (void)ctx;
-  if (req->conn && pid_gone(req->conn->pidfd))
-    req->conn->peer_gone = 1; /* not a refusal, whatever the provider says */
+  if (req->conn)
+    xport__conn_check_gone(req->conn); /* not a refusal, whatever the provider says */
   if (req->op == XPORT_OP_WRITE || req->op == XPORT_OP_READ || req->op == XPORT_OP_ATOMIC ||
       req->op == XPORT__OP_SILENT)
     rma_failed(req->conn, status);
