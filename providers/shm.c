@@ -410,8 +410,10 @@ static int region_layout_known(void)
 struct region_watch {
   int pidfd;
   ino_t ino;                     /* the region's file, as it was when watched */
+  const uint8_t *head;           /* its first bytes, mapped read-only, or NULL */
   char path[XPORT__ADDR_MAX + 16];
 };
+#define HEAD_LEN (REGION_LOCK_OFFSET + sizeof(int))
 
 static pthread_mutex_t watch_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct region_watch watches[WATCH_MAX];
@@ -478,6 +480,8 @@ static void *region_watcher(void *arg)
       if (w.pidfd >= 0) {
         region_unlock(&w);
         close(w.pidfd);
+        if (w.head)
+          munmap((void *)w.head, HEAD_LEN);
       }
     }
   }
@@ -536,6 +540,17 @@ static void shm_peer_watch(const void *addr, size_t len, uint32_t pid)
 #endif
   if (pidfd >= 0) {
     w.pidfd = pidfd;
+    w.head = NULL;
+    const char *why;
+    int fd = own_open(w.path, O_RDONLY, &why);
+    struct stat fst;
+    if (fd >= 0 && fstat(fd, &fst) == 0 && fst.st_ino == w.ino &&
+        fst.st_size >= (off_t)HEAD_LEN) {
+      void *m = mmap(NULL, HEAD_LEN, PROT_READ, MAP_SHARED, fd, 0);
+      w.head = m == MAP_FAILED ? NULL : m;
+    }
+    if (fd >= 0)
+      close(fd);
     watches[nwatches++] = w;
     uint64_t one = 1;
     if (write(watch_efd, &one, sizeof one) < 0)
@@ -545,6 +560,29 @@ static void shm_peer_watch(const void *addr, size_t len, uint32_t pid)
                 "to it hang inside libfabric");
   }
   pthread_mutex_unlock(&watch_mu);
+}
+
+/* Whether the watched peer at addr holds its region's lock right now
+ * (read through the watch's own read-only mapping; a peer not watched,
+ * or of another layout, is taken as free). */
+static int shm_peer_locked(const void *addr, size_t len)
+{
+  char name[XPORT__ADDR_MAX], path[XPORT__ADDR_MAX + 16];
+  const char *n = peer_name(addr, len, name, sizeof name);
+  if (!n)
+    return 0;
+  snprintf(path, sizeof path, SHM_DIR "%s", n);
+  int locked = 0;
+  pthread_mutex_lock(&watch_mu);
+  for (int i = 0; i < nwatches && watch_owner == getpid(); i++)
+    if (watches[i].head && !strcmp(watches[i].path, path)) {
+      const uint8_t *h = watches[i].head;
+      locked = *(const volatile uint8_t *)h == REGION_VERSION &&
+               __atomic_load_n((const int *)(h + REGION_LOCK_OFFSET), __ATOMIC_ACQUIRE) != 1;
+      break;
+    }
+  pthread_mutex_unlock(&watch_mu);
+  return locked;
 }
 
 /* Cross-memory attach copies large messages in one step, but needs the
@@ -621,5 +659,6 @@ const struct xport__profile xport__profile_shm = {
   .peer_gone = shm_peer_gone,
   .peer_may_map = shm_peer_may_map,
   .peer_watch = shm_peer_watch,
+  .peer_locked = shm_peer_locked,
   .keep_name = shm_keep_name,
 };

@@ -271,6 +271,12 @@ struct xport__profile {
    * lock in the receiver's memory (shm) gives back the one a killed
    * receiver held, which nothing else ever would (providers/shm.c). */
   void (*peer_watch)(const void *addr, size_t len, uint32_t pid);
+  /* 1 while a watched peer at addr holds that lock (may be NULL): a send
+   * to it now would spin inside the provider until the peer lets go, for
+   * ever if it is stopped there. xport's own messages (heartbeats,
+   * probes, answers) wait for the next look instead: a poll never waits
+   * on a peer. */
+  int (*peer_locked)(const void *addr, size_t len);
   /* keep 1: the endpoint under name (with lock, from claim_name) has such
    * a message out, or is left open at the context's end for it: its file
    * is to outlast this process by a while, however the process ends, and

@@ -1273,6 +1273,95 @@ START_TEST(declared_dead_then_killed_ends_every_op)
 }
 END_TEST
 
+/* A target stopped (SIGSTOP) in the middle of a stream of large writes,
+ * likely inside its progress, where libfabric 1.17's shm holds a lock in
+ * its region that every sender to it spins on: xport's own messages to it
+ * (the XPORT_RMA_TIMEOUT probe, heartbeats) wait instead, so xport_poll
+ * keeps returning and the other connection goes on for several timeouts;
+ * then the target dies, and everything ends. Before, a poll spun in the
+ * probe's send for as long as the target stayed stopped. */
+#define STREAM_LEN (64 * 1024)
+START_TEST(stopped_mid_stream_holds_up_nothing)
+{
+  char addr_a[128], addr_b[128];
+  static char wa[16][STREAM_LEN], rb[TWO_OPS][TWO_LEN];
+  xport_conn_t *a, *b;
+  setenv("XPORT_RMA_TIMEOUT", "500", 1);
+  pid_t pa = xt_spawn_pair_server(two_target, (void *)(uintptr_t)TWO_SEED_A, addr_a,
+                                  sizeof addr_a);
+  pid_t pb = xt_spawn_pair_server(two_target, (void *)(uintptr_t)TWO_SEED_B, addr_b,
+                                  sizeof addr_b);
+  xport_ctx_t *ctx = xt_ctx();
+  XT_OK(xport_connect(ctx, addr_a, T_MS, &a));
+  XT_OK(xport_connect(ctx, addr_b, T_MS, &b));
+  xport_rkey_t *ka = import_key(ctx, a, NULL, NULL);
+  xport_rkey_t *kb = import_key(ctx, b, NULL, NULL);
+  static char whole[TWO_OPS * 2 * TWO_LEN];
+  xt_fill(whole, sizeof whole, TWO_SEED_B);
+  int posted_a = 0, done_a = 0, posted_b = 0, done_b = 0, events = 0, stopped = 0, st;
+  struct timespec ts;
+  long stop_end = 0;
+  for (;;) {
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    long now = ts.tv_sec * 1000L + ts.tv_nsec / 1000000;
+    if (!stopped && done_a >= 200) {
+      kill(pa, SIGSTOP);
+      XT_CHECK(waitpid(pa, &st, WUNTRACED) == pa && WIFSTOPPED(st), "target did not stop");
+      stopped = 1;
+      stop_end = now + 6 * 500; /* several probe rounds */
+    }
+    if (stopped == 1 && now >= stop_end) {
+      kill(pa, SIGKILL);
+      XT_CHECK(xt_reap(pa) == 128 + SIGKILL, "target did not die by SIGKILL");
+      stopped = 2;
+    }
+    if (stopped == 2 && events && done_a == posted_a && done_b == posted_b)
+      break;
+    if (!stopped && posted_a - done_a < 16) {
+      int i = posted_a % 16;
+      int rc = xport_write(a, wa[i], STREAM_LEN, NULL, ka, 0, wa[i]);
+      XT_CHECK(rc == 0 || rc == -XPORT_EAGAIN, "write to A: %s", xport_strerror(rc));
+      posted_a += rc == 0;
+    }
+    if (stopped < 2 && posted_b - done_b < TWO_OPS) {
+      int i = posted_b % TWO_OPS;
+      int rc = xport_read(b, rb[i], TWO_LEN, NULL, kb, (size_t)i * TWO_LEN, rb[i]);
+      XT_CHECK(rc == 0 || rc == -XPORT_EAGAIN, "read from B: %s", xport_strerror(rc));
+      posted_b += rc == 0;
+    }
+    xport_completion_t c;
+    int n = xport_poll(ctx, &c, 1);
+    XT_CHECK(n >= 0, "poll: %s", xport_strerror(n));
+    if (!n) {
+      if (stopped == 2)
+        XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "%s: hang after the kill: A %d of %d, B %d of "
+                 "%d, %d events", xt_config(), done_a, posted_a, done_b, posted_b, events);
+      else
+        continue;
+    }
+    if (c.conn == b) {
+      XT_CHECK(c.op == XPORT_OP_READ && c.status == 0, "%s: the live connection: op %d %s",
+               xt_config(), c.op, xport_strerror(c.status));
+      size_t i = (size_t)((char *)c.user_ctx - rb[0]) / TWO_LEN;
+      XT_CHECK(!memcmp(c.user_ctx, whole + i * TWO_LEN, TWO_LEN), "read %zu: wrong bytes", i);
+      done_b++;
+      continue;
+    }
+    XT_CHECK(c.conn == a, "a completion of no connection");
+    if (c.op == XPORT_OP_DISCONNECT) {
+      XT_CHECK(stopped == 2 && !events++, "%s: A's disconnect while it was %s", xt_config(),
+               stopped == 2 ? "dead (a second one)" : "stopped, or before");
+      continue;
+    }
+    XT_CHECK(c.op == XPORT_OP_WRITE, "op %d on A", c.op);
+    XT_CHECK(c.status == 0 || (stopped == 2 && c.status == -XPORT_ECONNRESET),
+             "%s: write to A: %s", xt_config(), xport_strerror(c.status));
+    done_a++;
+  }
+  two_end(ctx, a, b, ka, kb, pa, pb);
+}
+END_TEST
+
 /* A target killed (not stopped first) with reads streaming to it: the
  * kernel closes its sockets before its process is seen to end, so tcp and
  * rxm fail the reads while the target still looks alive. They fail as a
@@ -2239,6 +2328,7 @@ static Suite *make_suite(void)
   tcase_add_test(killed, declared_dead_then_killed_ends_every_op);
   tcase_add_test(killed, reading_client_stays_alive);
   tcase_add_test(killed, killed_mid_reads_blames_no_key);
+  tcase_add_test(killed, stopped_mid_stream_holds_up_nothing);
   suite_add_tcase(s, killed);
 
   TCase *err = tcase_create("Errors");

@@ -280,6 +280,9 @@ struct ctl_args {
                                  not worth waiting for; 2: one try, no progress
                                  (an owed heartbeat, tried at every poll) */
   struct xport__peer *peer;   /* a reference the send holds until it is done */
+  /* The peer it goes to, if known: a send waits while that peer holds the
+   * provider's lock (profile peer_locked) rather than spin on it. */
+  const struct xport__peer *to;
 };
 
 /* Sends a control message; the provider may push back for a while. */
@@ -287,6 +290,9 @@ static int ctl_send(struct xport__rep *rep, fi_addr_t dest, uint32_t type,
                     const struct ctl_args *a)
 {
   xport_ctx_t *ctx = rep->ctx;
+  if (a->once && a->to && ctx->prof && ctx->prof->peer_locked &&
+      ctx->prof->peer_locked(a->to->addr, a->to->addrlen))
+    return -XPORT_EAGAIN;
   struct xport__req *req = ctl_req(rep, XPORT__OP_CTL_SEND);
   if (!req)
     return -XPORT_ENOMEM;
@@ -336,7 +342,7 @@ static int ctl_send(struct xport__rep *rep, fi_addr_t dest, uint32_t type,
 static int ctl_send_conn(xport_conn_t *conn, uint32_t type, int once)
 {
   struct ctl_args a = {.src_id = conn->id, .dst_id = conn->peer_id, .cookie = conn->tag,
-                       .once = once};
+                       .once = once, .to = conn->peer};
   return ctl_send(conn->rep, conn->dest, type, &a);
 }
 
@@ -2138,7 +2144,9 @@ static int probe_ctl(xport_ctx_t *ctx, const struct xport__peer *to, uint32_t ty
   if (!p)
     return ret;
   p->refs = 1; /* the probe endpoint holds each peer once, until it closes */
-  return ctl_send(ctx->probe, p->fi_addr, type, a);
+  struct ctl_args b = *a;
+  b.to = to;
+  return ctl_send(ctx->probe, p->fi_addr, type, &b);
 }
 
 static int probe_send(xport_ctx_t *ctx, xport_conn_t *c, uint32_t type)
@@ -2230,7 +2238,8 @@ static void rdm_pay_owed(xport_ctx_t *ctx)
     if (!c->ka_owed)
       continue;
     if (c->state == XPORT__CONN_CONNECTED && !c->dead) {
-      struct ctl_args a = {.src_id = c->id, .dst_id = c->peer_id, .cookie = c->tag, .once = 2};
+      struct ctl_args a = {.src_id = c->id, .dst_id = c->peer_id, .cookie = c->tag, .once = 2,
+                           .to = c->peer};
       int ret = ctl_send(c->rep, c->dest, CTL_KEEPALIVE, &a);
       if (ret == -XPORT_EAGAIN) {
         left++;
