@@ -912,10 +912,20 @@ static int wait_steps(xport_ctx_t *ctx, int timeout_ms)
   }
 }
 
+static int wait_any(xport_ctx_t *ctx, int timeout_ms);
+
 XPORT_API int xport_wait(xport_ctx_t *ctx, int timeout_ms)
 {
   if (!ctx)
     return -XPORT_EINVAL;
+  /* Completions held back (XPORT_FAULT delay_ms) wake no fd. */
+  if (XPORT__UNLIKELY(ctx->fault != NULL))
+    return xport__fault_wait(ctx, timeout_ms, wait_any);
+  return wait_any(ctx, timeout_ms);
+}
+
+static int wait_any(xport_ctx_t *ctx, int timeout_ms)
+{
   if (ctx->shm)
     return wait_steps(ctx, timeout_ms);
   /* Where peers are watched for death (RDM), never sleep past a check. */
@@ -1100,10 +1110,19 @@ static __attribute__((noinline)) int poll_both(xport_ctx_t *ctx, xport_completio
   return m < 0 ? (n ? n : m) : n + m;
 }
 
+/* xport_poll past its checks, for the fault injection's (src/fault.c). */
+static __attribute__((noinline)) int poll_any(xport_ctx_t *ctx, xport_completion_t *comps,
+                                              int max)
+{
+  return ctx->shm ? poll_both(ctx, comps, max) : poll_one(ctx, comps, max);
+}
+
 XPORT_API int xport_poll(xport_ctx_t *ctx, xport_completion_t *comps, int max)
 {
   if (XPORT__UNLIKELY(!ctx || !comps || max <= 0))
     return -XPORT_EINVAL;
+  if (XPORT__UNLIKELY(ctx->fault != NULL))
+    return xport__fault_poll(ctx, comps, max, poll_any);
   if (XPORT__UNLIKELY(ctx->shm != NULL))
     return poll_both(ctx, comps, max);
   xport_ctx_t *lctx = ctx;
