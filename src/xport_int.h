@@ -577,6 +577,9 @@ struct xport_conn {
   long ping_at;                   /* RMA probe sent (transport/rdm.c), or 0 */
   int ponged;                     /* ... and answered */
   size_t nzombies;                /* orphaned, still owned by the provider */
+  /* ... of which receives not yet queued for the user: cancelled, they
+   * come back at once, and the disconnect event waits for them. */
+  size_t nrecv_orphans;
   int dead;                       /* RDM: the peer cannot complete anything */
   int said_bye;                   /* RDM: closed, a goodbye went out (-1: owed) */
   int bye_owed;                   /* ... and the provider pushed it back, */
