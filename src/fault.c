@@ -342,6 +342,10 @@ int xport__fault_wait(xport_ctx_t *ctx, int timeout_ms, int (*wait)(xport_ctx_t 
 void xport__fault_forget(xport_conn_t *conn)
 {
   struct xport__fault *f = conn->ctx->fault;
+  if (conn->fault_drop) { /* closed first: it leaves the list drops_run walks */
+    conn->fault_drop = 0;
+    f->drops_due--;
+  }
   /* A closed connection's disconnect event is never delivered
    * (xport_conn_close(3)); held ones neither. Kept in order. */
   size_t kept = 0;

@@ -1196,7 +1196,7 @@ int xport__fault_mr_reg(xport_ctx_t *ctx);
 int xport__fault_poll(xport_ctx_t *ctx, xport_completion_t *comps, int max,
                       int (*poll)(xport_ctx_t *, xport_completion_t *, int));
 int xport__fault_wait(xport_ctx_t *ctx, int timeout_ms, int (*wait)(xport_ctx_t *, int));
-/* conn is being closed: its held disconnect event goes. */
+/* conn is being closed: its held disconnect event goes, and its drop. */
 void xport__fault_forget(xport_conn_t *conn);
 
 /* addr.c */
