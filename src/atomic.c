@@ -96,10 +96,16 @@ static int post_atomic_locked(xport_conn_t *conn, unsigned kind, uint64_t *resul
 static int post_atomic(xport_conn_t *conn, unsigned kind, uint64_t *result, uint64_t operand,
                        uint64_t compare, const xport_rkey_t *rk, size_t offset, void *user_ctx)
 {
+  int ret;
   if (XPORT__UNLIKELY(!conn))
     return -XPORT_EINVAL;
   XPORT__LOCK(conn->ctx);
-  int ret = post_atomic_locked(conn, kind, result, operand, compare, rk, offset, user_ctx);
+  /* Fault injection (XPORT_FAULT): pushed back before anything is taken. */
+  if (XPORT__UNLIKELY(conn->ctx->fault != NULL) && (ret = xport__fault_post(conn))) {
+    XPORT__UNLOCK(conn->ctx);
+    return ret;
+  }
+  ret = post_atomic_locked(conn, kind, result, operand, compare, rk, offset, user_ctx);
   XPORT__UNLOCK(conn->ctx);
   return ret;
 }

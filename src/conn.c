@@ -129,6 +129,8 @@ static int xport_conn_close__locked(xport_conn_t *conn)
   conn->closing = 1;
   ctx->tp->close_conn(conn);
   xport__evq_remove(ctx, conn);
+  if (XPORT__UNLIKELY(ctx->fault != NULL))
+    xport__fault_forget(conn); /* and the one held back */
   xport__conn_unlink(conn);
   conn->state = XPORT__CONN_CLOSED;
   xport__conn_free_if_done(conn);

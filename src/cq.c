@@ -410,6 +410,8 @@ void xport__req_orphan(xport_ctx_t *ctx, struct xport__req *req, int status)
   req->status = status;
   req->zombie = XPORT__Z_ORPHAN;
   req->conn->nzombies++;
+  if (req->op == XPORT_OP_RECV)
+    req->conn->nrecv_orphans++;
   /* Reported to the user only once the provider lets go of it. */
   XPORT__LIST_PUSH(ctx->zombies, req, cnext, cprev);
 }
@@ -423,6 +425,8 @@ static void zombie_done(xport_ctx_t *ctx, struct xport__req *req,
 {
   unsigned z = req->zombie;
   XPORT__LIST_UNLINK(ctx->zombies, req, cnext, cprev);
+  if (req->op == XPORT_OP_RECV && !(z & XPORT__Z_SHOWN))
+    req->conn->nrecv_orphans--;
   if (e && !(z & XPORT__Z_SHOWN)) {
     size_t len = req->op == XPORT_OP_RECV ? e->len : req->len;
     if (req->bounce && req->uiovcnt)
@@ -458,6 +462,8 @@ void xport__zombie_show(xport_ctx_t *ctx, xport_conn_t *conn)
   for (struct xport__req *z = ctx->zombies; z; z = z->cnext)
     if (z->conn == conn && !(z->zombie & XPORT__Z_SHOWN)) {
       z->zombie |= XPORT__Z_SHOWN;
+      if (z->op == XPORT_OP_RECV)
+        conn->nrecv_orphans--;
       if (z->unsig & XPORT__UNSIG)
         unsig_left(ctx, conn, z->status);
       z->len = 0;
@@ -754,11 +760,15 @@ static void sig_clear(xport_ctx_t *ctx);
 
 /* Disconnect events, after whatever is in comps[0, n): those whose
  * connection's ended operations, pushed to the done list before the
- * event or while it waits, have been delivered (the queue's head decides:
- * an event behind it waits, as events come in the order they happened). */
+ * event or while it waits, have been delivered, and whose receives taken
+ * back from the provider have come back (RDM: a cancelled receive's
+ * entry is in the CQ, not yet read, when its connection's event is
+ * queued). The queue's head decides: an event behind it waits, as events
+ * come in the order they happened. */
 static int deliver_events(xport_ctx_t *ctx, xport_completion_t *comps, int n, int max)
 {
-  while (ctx->evq && n < max && (int64_t)(ctx->evq->ev_after - ctx->done_out) <= 0) {
+  while (ctx->evq && n < max && (int64_t)(ctx->evq->ev_after - ctx->done_out) <= 0 &&
+         !ctx->evq->nrecv_orphans) {
     xport_conn_t *conn = ctx->evq;
     xport_completion_t *c = &comps[n++];
     ctx->evq = conn->ev_next;
@@ -929,10 +939,20 @@ static int wait_steps(xport_ctx_t *ctx, int timeout_ms)
   }
 }
 
+static int wait_any(xport_ctx_t *ctx, int timeout_ms);
+
 XPORT_API int xport_wait(xport_ctx_t *ctx, int timeout_ms)
 {
   if (!ctx)
     return -XPORT_EINVAL;
+  /* Completions held back (XPORT_FAULT delay_ms) wake no fd. */
+  if (XPORT__UNLIKELY(ctx->fault != NULL))
+    return xport__fault_wait(ctx, timeout_ms, wait_any);
+  return wait_any(ctx, timeout_ms);
+}
+
+static int wait_any(xport_ctx_t *ctx, int timeout_ms)
+{
   if (ctx->shm)
     return wait_steps(ctx, timeout_ms);
   /* Where peers are watched for death (RDM), never sleep past a check. */
@@ -1121,10 +1141,19 @@ static __attribute__((noinline)) int poll_both(xport_ctx_t *ctx, xport_completio
   return m < 0 ? (n ? n : m) : n + m;
 }
 
+/* xport_poll past its checks, for the fault injection's (src/fault.c). */
+static __attribute__((noinline)) int poll_any(xport_ctx_t *ctx, xport_completion_t *comps,
+                                              int max)
+{
+  return ctx->shm ? poll_both(ctx, comps, max) : poll_one(ctx, comps, max);
+}
+
 XPORT_API int xport_poll(xport_ctx_t *ctx, xport_completion_t *comps, int max)
 {
   if (XPORT__UNLIKELY(!ctx || !comps || max <= 0))
     return -XPORT_EINVAL;
+  if (XPORT__UNLIKELY(ctx->fault != NULL))
+    return xport__fault_poll(ctx, comps, max, poll_any);
   if (XPORT__UNLIKELY(ctx->shm != NULL))
     return poll_both(ctx, comps, max);
   xport_ctx_t *lctx = ctx;

@@ -862,11 +862,19 @@ XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p
       return -XPORT_ENOPROV;
     s.provider = nl->name;
   }
-  xport_ctx_t *ctx;
-  int ret = ctx_open(s, NULL, &ctx);
+  /* Before anything opens: a malformed value fails the call whole. */
+  struct xport__fault *fault;
+  int ret = xport__fault_new(&fault);
   if (ret)
     return ret;
+  xport_ctx_t *ctx;
+  ret = ctx_open(s, NULL, &ctx);
+  if (ret) {
+    xport__fault_free(fault);
+    return ret;
+  }
   node_local_open(ctx, s, mode);
+  xport__fault_attach(ctx, fault);
   *ctx_p = ctx;
   return 0;
 }
@@ -885,6 +893,8 @@ XPORT_API int xport_ctx_destroy(xport_ctx_t *ctx)
     return -XPORT_EBUSY;
   }
   xport__progress_stop(ctx);
+  /* What it holds back goes first, as the done list's does below. */
+  xport__fault_fini(ctx);
   while (ctx->conns)
     xport_conn_close(ctx->conns);
   while (ctx->listeners)

@@ -104,6 +104,16 @@ static const xport_env_var_t env_table[XPORT__ENV_COUNT] = {
     "process) over shm and every other peer over the fabric; off: the "
     "fabric only; only: shm only, as XPORT_PROVIDER=shm. 0/no/false mean off, "
     "1/yes/true/on auto; any other value warns and means off."},
+  [XPORT__ENV_FAULT] = {"XPORT_FAULT", "string", "(none)",
+    "Fault injection, for tests: comma-separated rules, each NAME:N. "
+    "mr_reg:N: the process's Nth xport_mr_reg fails with XPORT_ENOMEM; "
+    "drop_conn:N: every connection is lost after N posts, as if its peer "
+    "had died (operations end with XPORT_ECONNRESET, then the disconnect "
+    "event), and the peer loses it too; delay_ms:N: xport_poll holds each "
+    "completion N ms after it found it, in order; eagain:N (N >= 2): every "
+    "Nth post (send, receive, write, read, atomic) fails with XPORT_EAGAIN "
+    "and posts nothing. Read when a context is created; a malformed value "
+    "makes xport_ctx_create fail with XPORT_EINVAL."},
 };
 
 XPORT_API int xport_env_list(const xport_env_var_t **vars_p)

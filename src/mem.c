@@ -30,15 +30,20 @@ static uint64_t remote_access(unsigned access)
          (access & (XPORT_ACCESS_REMOTE_WRITE | XPORT_ACCESS_REMOTE_ATOMIC) ? FI_REMOTE_WRITE : 0);
 }
 
+static int reg_args_ok(const void *buf, size_t len, unsigned access, xport_mr_t **mr_p)
+{
+  const unsigned all = XPORT_ACCESS_LOCAL | XPORT__ACCESS_REMOTE;
+  return buf && mr_p && len && access && !(access & ~all);
+}
+
 static int xport_mr_reg__locked(xport_ctx_t *ctx, void *buf, size_t len,
                            unsigned access, xport_mr_t **mr_p)
 {
-  const unsigned all = XPORT_ACCESS_LOCAL | XPORT__ACCESS_REMOTE;
   uint64_t fa = 0;
   xport_mr_t *mr;
   int ret;
 
-  if (!ctx || !buf || !mr_p || !len || !access || (access & ~all))
+  if (!ctx || !reg_args_ok(buf, len, access, mr_p))
     return -XPORT_EINVAL;
   if (access & XPORT_ACCESS_LOCAL)
     fa |= FI_SEND | FI_RECV | FI_READ | FI_WRITE;
@@ -233,25 +238,39 @@ void xport__bounce_fini(xport_ctx_t *ctx)
   pool_fini(&ctx->small_chunks, &ctx->free_small);
 }
 
+/* One context's registration, under its lock. */
+static int reg_one(xport_ctx_t *ctx, void *buf, size_t len, unsigned access, xport_mr_t **mr_p)
+{
+  XPORT__LOCK(ctx);
+  int ret = xport_mr_reg__locked(ctx, buf, len, access, mr_p);
+  XPORT__UNLOCK(ctx);
+  return ret;
+}
+
 XPORT_API int xport_mr_reg(xport_ctx_t *ctx, void *buf, size_t len,
                            unsigned access, xport_mr_t **mr_p)
 {
-  if (!ctx)
-    return xport_mr_reg__locked(ctx, buf, len, access, mr_p);
-  xport_ctx_t *lctx = ctx;
-  XPORT__LOCK(lctx);
-  int ret = xport_mr_reg__locked(ctx, buf, len, access, mr_p);
-  XPORT__UNLOCK(lctx);
-  if (ret || !ctx->shm)
+  xport_mr_t *mr, *sub;
+  if (!ctx || !reg_args_ok(buf, len, access, mr_p))
+    return -XPORT_EINVAL;
+  /* XPORT_FAULT mr_reg fails the call's last registration: the node-local
+   * half where there is one, so that the first is undone as after a real
+   * failure there. */
+  int inject = XPORT__UNLIKELY(ctx->fault != NULL) && xport__fault_mr_reg(ctx);
+  int ret = inject && !ctx->shm ? -XPORT_ENOMEM : reg_one(ctx, buf, len, access, &mr);
+  if (ret)
     return ret;
-  /* One region for every transport of the context: its node-local half
-   * too, so that any connection takes it and one packed key serves both. */
-  xport_mr_t *sub;
-  if ((ret = xport_mr_reg(ctx->shm, buf, len, access, &sub))) {
-    xport_mr_dereg(*mr_p);
-    return ret;
+  if (ctx->shm) {
+    /* One region for every transport of the context: its node-local half
+     * too, so that any connection takes it and one packed key serves both. */
+    ret = inject ? -XPORT_ENOMEM : reg_one(ctx->shm, buf, len, access, &sub);
+    if (ret) {
+      xport_mr_dereg(mr);
+      return ret;
+    }
+    mr->sub = sub;
   }
-  (*mr_p)->sub = sub;
+  *mr_p = mr; /* only now: a failed call writes nothing */
   return 0;
 }
 

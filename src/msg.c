@@ -239,6 +239,11 @@ post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_t iovcnt, i
   if (XPORT__UNLIKELY(!conn))
     return -XPORT_EINVAL;
   XPORT__LOCK(conn->ctx);
+  /* Fault injection (XPORT_FAULT): pushed back before anything is taken. */
+  if (XPORT__UNLIKELY(conn->ctx->fault != NULL) && (ret = xport__fault_post(conn))) {
+    XPORT__UNLOCK(conn->ctx);
+    return (int)ret;
+  }
   /* A message stays behind a write_imm whose marker is not out yet. */
   if (XPORT__UNLIKELY(conn->wimm_deferred) && op == XPORT_OP_SEND &&
       conn->state == XPORT__CONN_CONNECTED) {
@@ -404,7 +409,8 @@ XPORT_API int xport_send_flags(xport_conn_t *conn, const void *buf, size_t len,
     xport_ctx_t *ctx = conn->ctx;
     xport_iov_t v = {(void *)buf, len, mr};
     XPORT__LOCK(ctx);
-    if (ctx->quick_inject && !conn->held && !conn->wimm_deferred) {
+    /* With fault injection on, the ordinary path, where it is counted. */
+    if (ctx->quick_inject && !conn->held && !conn->wimm_deferred && XPORT__LIKELY(!ctx->fault)) {
       ssize_t total = check_post(conn, &v, 1);
       if (total < 0) {
         XPORT__UNLOCK(ctx);

@@ -498,10 +498,16 @@ static int post_rma(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, s
                     const xport_rkey_t *rk, size_t offset, int with_imm, uint32_t imm,
                     void *user_ctx)
 {
+  int ret;
   if (XPORT__UNLIKELY(!conn))
     return -XPORT_EINVAL;
   XPORT__LOCK(conn->ctx);
-  int ret = post_rma_locked(conn, op, iov, iovcnt, rk, offset, with_imm, imm, user_ctx);
+  /* Fault injection (XPORT_FAULT): pushed back before anything is taken. */
+  if (XPORT__UNLIKELY(conn->ctx->fault != NULL) && (ret = xport__fault_post(conn))) {
+    XPORT__UNLOCK(conn->ctx);
+    return ret;
+  }
+  ret = post_rma_locked(conn, op, iov, iovcnt, rk, offset, with_imm, imm, user_ctx);
   XPORT__UNLOCK(conn->ctx);
   return ret;
 }

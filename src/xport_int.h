@@ -309,6 +309,7 @@ enum xport__env_id {
   XPORT__ENV_JOB_HOST,
   XPORT__ENV_JOB_TIMEOUT,
   XPORT__ENV_SHM,
+  XPORT__ENV_FAULT,
   XPORT__ENV_COUNT
 };
 
@@ -587,6 +588,9 @@ struct xport_conn {
   long ping_at;                   /* RMA probe sent (transport/rdm.c), or 0 */
   int ponged;                     /* ... and answered */
   size_t nzombies;                /* orphaned, still owned by the provider */
+  /* ... of which receives not yet queued for the user: cancelled, they
+   * come back at once, and the disconnect event waits for them. */
+  size_t nrecv_orphans;
   int dead;                       /* RDM: the peer cannot complete anything */
   int said_bye;                   /* RDM: closed, a goodbye went out (-1: owed) */
   int bye_owed;                   /* ... and the provider pushed it back, */
@@ -652,6 +656,10 @@ struct xport_conn {
   int ev_status;
   uint64_t ev_after;             /* done-list entries before the event (ctx->done_in) */
   struct xport_conn *ev_next;
+  /* XPORT_FAULT drop_conn: posts counted, and the count reached (it is
+   * lost at the context's next call, src/fault.c). */
+  unsigned long fault_posts;
+  int fault_drop;
   struct xport_conn *next, *prev; /* ctx->conns */
 };
 
@@ -859,6 +867,10 @@ struct xport_ctx {
   int sig_set;
 
   struct xport__detail *shown; /* details delivered by the last xport_poll */
+  /* XPORT_FAULT (src/fault.c): its rules and what it holds, the fabric
+   * context's and shared with its sub-context; NULL when off, which is
+   * all that the posts and xport_poll test. */
+  struct xport__fault *fault;
 };
 
 /* ---- transports (src/transport/) -------------------------------------- */
@@ -927,6 +939,12 @@ struct xport__transport {
    * answer completes req), or a code with nothing posted. */
   int (*atomic)(xport_conn_t *conn, struct xport__req *req, unsigned kind, uint64_t key,
                 uint64_t addr);
+  /* Fault injection (XPORT_FAULT drop_conn, src/fault.c): conn, CONNECTED,
+   * is lost as if its peer had died, by the path a real loss takes (its
+   * operations end with -XPORT_ECONNRESET, or 0 where the provider had
+   * finished them; its disconnect event is queued), and its end reaches
+   * the peer, which loses it too. Never fails; does not block. */
+  void (*drop)(xport_conn_t *conn);
   /* Ends every endpoint the transport opened, after the last connection
    * and listener closed and before the CQ closes; may be NULL. */
   void (*fini)(xport_ctx_t *ctx);
@@ -1169,6 +1187,32 @@ enum { XPORT__ATOM_FADD = 1, XPORT__ATOM_CSWAP = 2, XPORT__ATOM_ADD = 3 };
  * the region's rights; 0, or -XPORT_EACCES for no such key. */
 int xport__mr_by_key(xport_ctx_t *ctx, uint64_t key, char **base_p, size_t *len_p,
                      unsigned *access_p);
+
+/* fault.c: fault injection (XPORT_FAULT), costing the data path one test
+ * of ctx->fault while off. */
+struct xport__fault;
+/* Reads XPORT_FAULT: 0 with its rules in *f_p (NULL where it is unset),
+ * or -XPORT_EINVAL, logged, for a malformed value. */
+int xport__fault_new(struct xport__fault **f_p);
+/* ctx (the application's, with its sub-context) injects f's faults;
+ * f NULL does nothing. xport__fault_fini ends them and frees f;
+ * xport__fault_free frees one never attached (NULL: nothing). */
+void xport__fault_attach(xport_ctx_t *ctx, struct xport__fault *f);
+void xport__fault_free(struct xport__fault *f);
+void xport__fault_fini(xport_ctx_t *ctx);
+/* A post on conn (send, receive, write, read, atomic), with its context's
+ * lock held: -XPORT_EAGAIN for one to push back (nothing done yet, nothing
+ * to undo), else 0 and the post goes on. */
+int xport__fault_post(xport_conn_t *conn);
+/* 1 where this registration (xport_mr_reg) is to fail. */
+int xport__fault_mr_reg(xport_ctx_t *ctx);
+/* xport_poll and xport_wait with the faults on; poll and wait are theirs
+ * without. */
+int xport__fault_poll(xport_ctx_t *ctx, xport_completion_t *comps, int max,
+                      int (*poll)(xport_ctx_t *, xport_completion_t *, int));
+int xport__fault_wait(xport_ctx_t *ctx, int timeout_ms, int (*wait)(xport_ctx_t *, int));
+/* conn is being closed: its held disconnect event goes, and its drop. */
+void xport__fault_forget(xport_conn_t *conn);
 
 /* addr.c */
 int xport__addr_split(const char *addr, char *host, size_t hlen, char *port,

@@ -1522,6 +1522,352 @@ START_TEST(hung_peer_never_blocks_poll)
 }
 END_TEST
 
+/* ---- fault injection (XPORT_FAULT) ------------------------------------ */
+
+/* A pair whose two ends run with XPORT_FAULT set as given (NULL: unset):
+ * contexts read it when they are created. */
+static void fault_pair(xt_side_fn server, const char *server_faults, xt_side_fn client,
+                       const char *client_faults, void *arg)
+{
+  char addr[128];
+  xport_conn_t *conn;
+  if (server_faults)
+    setenv("XPORT_FAULT", server_faults, 1);
+  pid_t pid = xt_spawn_pair_server(server, arg, addr, sizeof addr);
+  if (client_faults)
+    setenv("XPORT_FAULT", client_faults, 1);
+  else
+    unsetenv("XPORT_FAULT");
+  xport_ctx_t *ctx = xt_ctx();
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  xt_check_transport(conn);
+  if (client(ctx, conn, arg) != XT_CLOSED)
+    XT_OK(xport_conn_close(conn));
+  xport_ctx_destroy(ctx);
+  unsetenv("XPORT_FAULT");
+  int st = xt_reap(pid);
+  XT_CHECK(st == 0, "server process on %s exited with %d", xt_config(), st);
+}
+
+#define FE_MSGS 64
+#define FE_WIN 8
+#define FE_MAX 8192
+static size_t fe_len(int i) { return 1 + (size_t)(i * 997) % FE_MAX; }
+
+/* Echoes FE_MSGS messages, each checked against its pattern first. */
+static int fe_echo_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  static char bufs[FE_WIN][FE_MAX];
+  xport_completion_t c;
+  int posted = 0, got = 0, echoed = 0;
+  for (; posted < FE_WIN; posted++)
+    XT_OK(xport_recv(conn, bufs[posted], FE_MAX, NULL, bufs[posted]));
+  while (echoed < FE_MSGS) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "echo: %d of %d received, %d echoed", got, FE_MSGS,
+             echoed);
+    XT_CHECK(c.status == 0, "echo: op %d %s", c.op, xport_strerror(c.status));
+    char *b = c.user_ctx;
+    if (c.op == XPORT_OP_RECV) {
+      XT_CHECK(c.len == fe_len(got) && xt_verify(b, c.len, (unsigned)got) == c.len,
+               "echo: message %d arrived damaged (%zu bytes)", got, c.len);
+      got++;
+      XT_OK(xport_send(conn, b, c.len, NULL, b));
+    } else {
+      XT_CHECK(c.op == XPORT_OP_SEND, "echo: op %d", c.op);
+      echoed++;
+      if (posted < FE_MSGS) {
+        XT_OK(xport_recv(conn, b, FE_MAX, NULL, b));
+        posted++;
+      }
+    }
+  }
+  expect(ctx, &c, XPORT_OP_DISCONNECT, -XPORT_ECONNRESET);
+  return 0;
+}
+
+struct fe_state {
+  int sent, back, eagains;
+  char back_bufs[FE_MSGS][FE_MAX];
+};
+
+/* What an application does between two tries of a post the library
+ * pushed back: takes the completions that came. */
+static void fe_take(xport_ctx_t *ctx, struct fe_state *st, int wait)
+{
+  xport_completion_t comps[8];
+  int n = xport_poll(ctx, comps, 8);
+  XT_CHECK(n >= 0, "poll: %s", xport_strerror(n));
+  if (!n && wait)
+    xport_wait(ctx, 10);
+  for (int i = 0; i < n; i++) {
+    xport_completion_t *c = &comps[i];
+    XT_CHECK(c->status == 0, "op %d: %s", c->op, xport_strerror(c->status));
+    if (c->op == XPORT_OP_SEND) {
+      st->sent++;
+      continue;
+    }
+    XT_CHECK(c->op == XPORT_OP_RECV, "op %d", c->op);
+    int k = (int)((char(*)[FE_MAX])c->user_ctx - st->back_bufs);
+    XT_CHECK(k == st->back, "echo %d came as the %dth", k, st->back);
+    XT_CHECK(c->len == fe_len(k) && xt_verify(c->user_ctx, c->len, (unsigned)k) == c->len,
+             "echo %d came back damaged (%zu bytes)", k, c->len);
+    st->back++;
+  }
+}
+
+static int fe_retry_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  static struct fe_state st;
+  static char msg[FE_MAX];
+  long end = now_ms() + 3 * T_MS;
+  for (int i = 0; i < FE_MSGS; i++) {
+    while (i - st.back >= FE_WIN) {
+      fe_take(ctx, &st, 1);
+      XT_CHECK(now_ms() < end, "%d of %d echoes back", st.back, FE_MSGS);
+    }
+    int rc;
+    while ((rc = xport_recv(conn, st.back_bufs[i], FE_MAX, NULL, st.back_bufs[i])) ==
+           -XPORT_EAGAIN) {
+      st.eagains++;
+      fe_take(ctx, &st, 0);
+    }
+    XT_OK(rc);
+    xt_fill(msg, fe_len(i), (unsigned)i);
+    /* The send's buffer is reused at once: sends up to the eager size are
+     * copied, so wait for each before the next is written. */
+    int sent = st.sent;
+    while ((rc = xport_send(conn, msg, fe_len(i), NULL, NULL)) == -XPORT_EAGAIN) {
+      st.eagains++;
+      fe_take(ctx, &st, 0);
+    }
+    XT_OK(rc);
+    while (st.sent == sent) {
+      fe_take(ctx, &st, 1);
+      XT_CHECK(now_ms() < end, "send %d never completed", i);
+    }
+  }
+  while (st.back < FE_MSGS) {
+    fe_take(ctx, &st, 1);
+    XT_CHECK(now_ms() < end, "%d of %d echoes back", st.back, FE_MSGS);
+  }
+  /* Every third try pushed back: the 128th post goes at the 191st try,
+   * after 63 push-backs. */
+  XT_CHECK(st.eagains == (2 * FE_MSGS - 1) / 2, "%d posts pushed back, expected %d", st.eagains,
+           (2 * FE_MSGS - 1) / 2);
+  return 0;
+}
+
+START_TEST(eagain_injected_retry_delivers_every_byte)
+{
+  /* Every third post of the client is pushed back; it takes completions
+   * and posts again, as an application does, and every message comes
+   * back whole, in order. */
+  fault_pair(fe_echo_server, NULL, fe_retry_client, "eagain:3", NULL);
+}
+END_TEST
+
+#define FD_DROP 4
+#define FD_PEER_RECVS 3
+
+/* Loses its first connection with receives out, then echoes on a second. */
+static void fd_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  struct xt_steps *st = arg;
+  xport_conn_t *conn;
+  xport_completion_t c;
+  static char bufs[FD_PEER_RECVS][64];
+  XT_OK(xport_accept(lst, T_MS, &conn));
+  for (int i = 0; i < FD_PEER_RECVS; i++)
+    XT_OK(xport_recv(conn, bufs[i], sizeof bufs[i], NULL, bufs[i]));
+  xt_step_put(st->s2c[1], 'P');
+  int ended[FD_PEER_RECVS] = {0};
+  for (int n = 0; n < FD_PEER_RECVS; n++) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "server: %d of %d receives ended", n, FD_PEER_RECVS);
+    XT_CHECK(c.op == XPORT_OP_RECV && c.status == -XPORT_ECONNRESET,
+             "server: op %d %s before every receive ended with ECONNRESET", c.op,
+             xport_strerror(c.status));
+    int k = (int)((char(*)[64])c.user_ctx - bufs);
+    XT_CHECK(k >= 0 && k < FD_PEER_RECVS && !ended[k]++, "server: receive %d ended twice", k);
+  }
+  expect(ctx, &c, XPORT_OP_DISCONNECT, -XPORT_ECONNRESET);
+  XT_CHECK(c.conn == conn, "server: the disconnect names another connection");
+  XT_CHECK(xt_next(ctx, &c, 300) == -XPORT_ETIMEDOUT, "server: op %d after the disconnect",
+           c.op);
+  XT_OK(xport_conn_close(conn));
+  XT_OK(xport_accept(lst, T_MS, &conn));
+  echo_server(ctx, conn, NULL);
+  XT_OK(xport_conn_close(conn));
+}
+
+START_TEST(drop_injected_ends_every_op_once_on_both_sides)
+{
+  /* The client's connection is dropped after its fourth post (receives
+   * that nothing answers), as if the server had died; the server, whose
+   * connection really closes, loses it too. Each side's receives end once
+   * with ECONNRESET, then the disconnect; the client then connects anew. */
+  struct xt_steps st;
+  char addr[128], bufs[FD_DROP][64];
+  xport_conn_t *conn;
+  xport_completion_t c;
+  xt_steps_open(&st);
+  unsetenv("XPORT_FAULT");
+  pid_t pid = xt_spawn_server(fd_server, &st, addr, sizeof addr);
+  setenv("XPORT_FAULT", "drop_conn:4", 1);
+  xport_ctx_t *ctx = xt_ctx();
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  xt_check_transport(conn);
+  XT_CHECK(xt_step_get(st.s2c[0], T_MS) == 'P', "server step");
+  for (int i = 0; i < FD_DROP; i++)
+    XT_OK(xport_recv(conn, bufs[i], sizeof bufs[i], NULL, bufs[i]));
+  int ended[FD_DROP] = {0};
+  for (int n = 0; n < FD_DROP; n++) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "%d of %d receives ended", n, FD_DROP);
+    XT_CHECK(c.op == XPORT_OP_RECV && c.status == -XPORT_ECONNRESET,
+             "op %d %s before every receive ended with ECONNRESET", c.op,
+             xport_strerror(c.status));
+    int k = (int)((char(*)[64])c.user_ctx - bufs);
+    XT_CHECK(k >= 0 && k < FD_DROP && !ended[k]++, "receive %d ended twice", k);
+  }
+  expect(ctx, &c, XPORT_OP_DISCONNECT, -XPORT_ECONNRESET);
+  XT_CHECK(c.conn == conn, "the disconnect names another connection");
+  XT_CHECK(xt_next(ctx, &c, 300) == -XPORT_ETIMEDOUT, "op %d after the disconnect", c.op);
+  int rc = xport_send(conn, "x", 1, NULL, NULL);
+  XT_CHECK(rc == -XPORT_ENOTCONN, "a post on the dropped connection: %s", xport_strerror(rc));
+  XT_OK(xport_conn_close(conn));
+  /* A new connection, counted afresh: two posts, fewer than the drop's. */
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  xt_check_transport(conn);
+  char msg[32], back[64];
+  xt_fill(msg, sizeof msg, 7);
+  XT_OK(xport_recv(conn, back, sizeof back, NULL, NULL));
+  XT_OK(xport_send(conn, msg, sizeof msg, NULL, NULL));
+  for (int i = 0; i < 2; i++) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "echo: timeout");
+    XT_CHECK(c.status == 0, "echo: op %d %s", c.op, xport_strerror(c.status));
+  }
+  XT_CHECK(xt_verify(back, sizeof msg, 7) == sizeof msg, "echo bytes differ");
+  XT_OK(xport_conn_close(conn));
+  xport_ctx_destroy(ctx);
+  unsetenv("XPORT_FAULT");
+  XT_CHECK(xt_reap(pid) == 0, "server failed");
+  xt_steps_close(&st);
+}
+END_TEST
+
+START_TEST(nth_registration_fails_and_writes_nothing)
+{
+  /* The third registration fails with ENOMEM and leaves the caller's
+   * pointer alone, where the context has two transports too (its second
+   * half fails then, and the first is undone); a call refused for its
+   * arguments is no registration; the later ones succeed and work. */
+  static char bufs[5][4096];
+  xport_mr_t *mrs[5], *sentinel = (xport_mr_t *)(uintptr_t)0x5eed;
+  setenv("XPORT_FAULT", "mr_reg:3", 1);
+  xport_ctx_t *ctx = xt_ctx();
+  unsetenv("XPORT_FAULT");
+  XT_CHECK(xport_mr_reg(ctx, NULL, 4096, XPORT_ACCESS_LOCAL, &mrs[0]) == -XPORT_EINVAL,
+           "a NULL buffer registered");
+  for (int i = 0; i < 5; i++) {
+    mrs[i] = sentinel;
+    int rc = xport_mr_reg(ctx, bufs[i], sizeof bufs[i],
+                          XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_READ, &mrs[i]);
+    if (i == 2) {
+      XT_CHECK(rc == -XPORT_ENOMEM, "registration 3: %s, expected ENOMEM", xport_strerror(rc));
+      XT_CHECK(mrs[i] == sentinel, "registration 3 failed and wrote %p", (void *)mrs[i]);
+      continue;
+    }
+    XT_CHECK(rc == 0, "registration %d: %s", i + 1, xport_strerror(rc));
+    uint8_t key[XPORT_RKEY_MAX_SIZE];
+    int n = xport_rkey_pack(mrs[i], 0, sizeof bufs[i], key, sizeof key);
+    XT_CHECK(n > 0, "packing registration %d: %s", i + 1, xport_strerror(n));
+  }
+  for (int i = 0; i < 5; i++)
+    if (i != 2)
+      XT_OK(xport_mr_dereg(mrs[i]));
+  xport_ctx_destroy(ctx);
+}
+END_TEST
+
+#define FL_MSGS 32
+static int fl_sender(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  struct xt_steps *st = arg;
+  static char msgs[FL_MSGS][256];
+  xport_completion_t c;
+  XT_CHECK(xt_step_get(st->c2s[0], T_MS) == 'R', "client step");
+  for (int i = 0; i < FL_MSGS; i++) {
+    xt_fill(msgs[i], sizeof msgs[i], (unsigned)i + 100);
+    XT_OK(xport_send_imm(conn, msgs[i], 1 + (size_t)i * 7, NULL, (uint32_t)i, NULL));
+  }
+  for (int i = 0; i < FL_MSGS; i++)
+    expect(ctx, &c, XPORT_OP_SEND, 0);
+  return 0;
+}
+
+static int fl_receiver(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  struct xt_steps *st = arg;
+  static char bufs[FL_MSGS][256];
+  xport_completion_t c;
+  for (int i = 0; i < FL_MSGS; i++)
+    XT_OK(xport_recv(conn, bufs[i], sizeof bufs[i], NULL, bufs[i]));
+  xt_step_put(st->c2s[1], 'R');
+  for (int i = 0; i < FL_MSGS; i++) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "%d of %d messages", i, FL_MSGS);
+    XT_CHECK(c.op == XPORT_OP_RECV && c.status == 0, "op %d %s", c.op, xport_strerror(c.status));
+    XT_CHECK(c.user_ctx == bufs[i] && c.imm == (uint32_t)i && (c.flags & XPORT_COMP_IMM),
+             "the %dth completion is message %u's", i, c.imm);
+    XT_CHECK(c.len == 1 + (size_t)i * 7 && xt_verify(bufs[i], c.len, (unsigned)i + 100) == c.len,
+             "message %d arrived damaged (%zu bytes)", i, c.len);
+  }
+  /* The server's close comes after everything it sent. */
+  expect(ctx, &c, XPORT_OP_DISCONNECT, -XPORT_ECONNRESET);
+  return 0;
+}
+
+START_TEST(delayed_completions_keep_order_and_bytes)
+{
+  /* Every completion the receiver's xport_poll finds is held 20 ms: the
+   * messages still come in order, whole, with their immediate data, and
+   * the disconnect after them. */
+  struct xt_steps st;
+  xt_steps_open(&st);
+  fault_pair(fl_sender, NULL, fl_receiver, "delay_ms:20", &st);
+  xt_steps_close(&st);
+}
+END_TEST
+
+START_TEST(malformed_fault_values_refused)
+{
+  static const char *bad[] = {
+      "bogus",      "eagain",         "eagain:",     "eagain:1",          "eagain:x",
+      "mr_reg:0",   "delay_ms:60001", "eagain:3,",   ",eagain:3",         "eagain:3,eagain:4",
+      "EAGAIN:3",   "eagain: 3",      "eagain:3;drop_conn:2", "drop_conn:99999999999999999999",
+      "drop_conn:-1", "delay_ms:5ms",
+  };
+  static const char *good[] = {"eagain:2", "mr_reg:1,drop_conn:5,delay_ms:1,eagain:7", ""};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    xport_ctx_t *ctx = (xport_ctx_t *)(uintptr_t)0x5eed;
+    setenv("XPORT_FAULT", bad[i], 1);
+    int rc = xport_ctx_create(NULL, &ctx);
+    XT_CHECK(rc == -XPORT_EINVAL, "XPORT_FAULT=%s: %s, expected EINVAL", bad[i],
+             xport_strerror(rc));
+    XT_CHECK(ctx == (xport_ctx_t *)(uintptr_t)0x5eed, "XPORT_FAULT=%s: a context came back",
+             bad[i]);
+  }
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    xport_ctx_t *ctx = NULL;
+    setenv("XPORT_FAULT", good[i], 1);
+    int rc = xport_ctx_create(NULL, &ctx);
+    XT_CHECK(rc == 0, "XPORT_FAULT=%s: %s", good[i], xport_strerror(rc));
+    xport_ctx_destroy(ctx);
+  }
+  unsetenv("XPORT_FAULT");
+}
+END_TEST
+
 static Suite *life_suite(void)
 {
   Suite *s = suite_create("life");
@@ -1555,6 +1901,14 @@ static Suite *life_suite(void)
   tcase_add_test(loss, peer_killed_mid_stream_ends_every_op);
   tcase_add_test(loss, hung_peer_never_blocks_poll);
   suite_add_tcase(s, loss);
+  TCase *faults = tcase_create("Faults");
+  tcase_set_timeout(faults, 90);
+  tcase_add_test(faults, malformed_fault_values_refused);
+  tcase_add_test(faults, nth_registration_fails_and_writes_nothing);
+  tcase_add_test(faults, eagain_injected_retry_delivers_every_byte);
+  tcase_add_test(faults, delayed_completions_keep_order_and_bytes);
+  tcase_add_test(faults, drop_injected_ends_every_op_once_on_both_sides);
+  suite_add_tcase(s, faults);
   return s;
 }
 

@@ -11,7 +11,7 @@
 #   4 API          src/ctx.c src/conn.c src/msg.c src/rma.c src/atomic.c
 #   3 transports   src/transport/msg.c src/transport/rdm.c, and the
 #                  registry that lists them (transport/registry.c)
-#   2 core         src/cq.c src/link.c src/mem.c src/halfopen.c
+#   2 core         src/cq.c src/link.c src/mem.c src/halfopen.c src/fault.c
 #   1 profiles     providers/*.c
 #   0 utilities    src/env.c src/log.c src/error.c src/addr.c src/random.c
 set -u
@@ -22,7 +22,7 @@ layer() {
   src/job.c) echo 5 ;;
   src/ctx.c | src/conn.c | src/msg.c | src/rma.c | src/atomic.c) echo 4 ;;
   src/transport/*.c) echo 3 ;;
-  src/cq.c | src/link.c | src/mem.c | src/halfopen.c) echo 2 ;;
+  src/cq.c | src/link.c | src/mem.c | src/halfopen.c | src/fault.c) echo 2 ;;
   providers/*.c) echo 1 ;;
   src/env.c | src/log.c | src/error.c | src/addr.c | src/random.c) echo 0 ;;
   *) echo x ;;

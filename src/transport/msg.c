@@ -1007,6 +1007,14 @@ static int msg_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
   }
 }
 
+/* XPORT_FAULT drop_conn: the loss a peer's shutdown brings, whose
+ * endpoint close ends the stream: the peer's provider sees the
+ * shutdown in turn. */
+static void msg_drop(xport_conn_t *conn)
+{
+  conn_lost(conn, -XPORT_ECONNRESET);
+}
+
 static void msg_close_conn(xport_conn_t *conn)
 {
   if (conn->state == XPORT__CONN_CONNECTED)
@@ -1064,6 +1072,7 @@ const struct xport__transport xport__transport_msg = {
     .connect = msg_connect,
     .accept = msg_accept,
     .close_conn = msg_close_conn,
+    .drop = msg_drop,
     .progress = msg_progress,
     .background = msg_progress,
     .op_failed = msg_op_failed,

@@ -2413,6 +2413,17 @@ static void rdm_op_failed(xport_ctx_t *ctx, struct xport__req *req, int status)
     rma_failed(req->conn, status);
 }
 
+/* XPORT_FAULT drop_conn: the loss a refused key brings (rma_failed), a
+ * live peer told with a goodbye: from the probe endpoint where its own
+ * pushes back, and again where the provider may lose it (bye_resent). */
+static void rdm_drop(xport_conn_t *conn)
+{
+  if (ctl_send_conn(conn, CTL_DISC, 1))
+    probe_send(conn->ctx, conn, CTL_DISC);
+  bye_resent(conn);
+  conn_lost(conn, -XPORT_ECONNRESET, 0);
+}
+
 const struct xport__transport xport__transport_rdm = {
     .name = "rdm",
     .ep_type = FI_EP_RDM,
@@ -2421,6 +2432,7 @@ const struct xport__transport xport__transport_rdm = {
     .connect = rdm_connect,
     .accept = rdm_accept,
     .close_conn = rdm_close,
+    .drop = rdm_drop,
     .progress = rdm_progress,
     .pay_owed = rdm_pay_owed,
     .op_failed = rdm_op_failed,
