@@ -104,6 +104,14 @@ static const xport_env_var_t env_table[XPORT__ENV_COUNT] = {
     "process) over shm and every other peer over the fabric; off: the "
     "fabric only; only: shm only, as XPORT_PROVIDER=shm. 0/no/false mean off, "
     "1/yes/true/on auto; any other value warns and means off."},
+  [XPORT__ENV_AUTH_KEY_FILE] = {"XPORT_AUTH_KEY_FILE", "string", "(none)",
+    "A file whose bytes (16 or more) are a key shared by every process "
+    "that may connect: each connection then proves it both ways before it "
+    "is made, and a peer without it is refused (EACCES). The file must be "
+    "a regular file of this user that group and others cannot access (chmod "
+    "600), or the context is not created. xport_ctx_attr_t.auth_key beats "
+    "it. Unset: no key, unless a job's launcher provides one; connections "
+    "are then not authenticated."},
 };
 
 XPORT_API int xport_env_list(const xport_env_var_t **vars_p)
