@@ -608,6 +608,10 @@ struct xport_conn {
    * answer; on the listener's side, the proof the client owes, until it
    * comes (then the connection is accepted). Wiped once used. */
   uint8_t auth[XPORT__AUTH_MAC];
+  /* MSG under a key: where the handshake's messages stand (AUTH_* in
+   * transport/msg.c), and xport's sends and receives on the endpoint. */
+  int auth_state;
+  struct xport__req *auth_out;
   /* The user closed it: what the provider cancels from now on is
    * ECANCELED; before, a cancellation means the connection broke. */
   int closing;
