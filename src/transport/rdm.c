@@ -1272,8 +1272,10 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
       uint8_t mac[XPORT__AUTH_MAC];
       int ret = ctx->auth_on ? auth_client(conn, m, mac) : -XPORT_EACCES;
       struct ctl_args a = {.src_id = conn->id, .dst_id = m->src_id, .cookie = m->tag,
-                           .flags = ret ? 0 : CTL_F_AUTH, .mac = ret ? NULL : mac, .once = 1};
-      /* A refusal too goes back: the listener's handshake ends now. */
+                           .flags = ret ? 0 : CTL_F_AUTH, .mac = ret ? NULL : mac, .once = !!ret};
+      /* A refusal too goes back, with a few quick tries (the listener's
+       * handshake then ends now, not at its deadline); the proof is waited
+       * for, as the connect that needs it would be. */
       int sent = ctl_send(rep, conn->dest, CTL_AUTH, &a);
       if (ret) {
         XPORT__WARN("authentication failed: the listener does not hold this context's key");
