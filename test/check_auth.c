@@ -235,6 +235,66 @@ START_TEST(listener_serves_after_fifty_failures)
 }
 END_TEST
 
+/* A client that closes as soon as it has connected, before the listener's
+ * accept took the connection (its goodbye may come before): the listener
+ * returns it with its disconnect event, or not at all, and serves on. */
+static void closed_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  struct xt_steps *st = arg;
+  xport_conn_t *conn = NULL, *got = NULL;
+  struct pollfd pf = {.fd = st->c2s[0], .events = POLLIN};
+  for (long idle = 0; poll(&pf, 1, 0) != 1; idle += 100) {
+    XT_CHECK(idle < 300000, "the client never came");
+    int rc = xport_accept(lst, 100, &conn);
+    XT_CHECK(rc == 0 || rc == -XPORT_ETIMEDOUT, "accept: %s", xport_strerror(rc));
+    XT_CHECK(rc || !got, "two connections from one connect");
+    if (!rc)
+      got = conn;
+  }
+  XT_CHECK(xt_step_get(st->c2s[0], 0) == 'x', "step");
+  if (!got && xport_accept(lst, 2000, &conn) == 0)
+    got = conn;
+  if (got) {
+    xport_completion_t c = xt_wait_op(ctx, XPORT_OP_DISCONNECT, T_MS);
+    XT_CHECK(c.op == XPORT_OP_DISCONNECT && c.conn == got,
+             "the closed connection's disconnect event never came");
+    XT_OK(xport_conn_close(got));
+  }
+  xt_step_put(st->s2c[1], 'k');
+  XT_CHECK(xt_step_get(st->c2s[0], T_MS) == STEP_HONEST, "step");
+  XT_OK(xport_accept(lst, T_MS, &conn));
+  exchange(ctx, conn, 2, 1);
+  XT_OK(xport_conn_close(conn));
+}
+
+START_TEST(closed_before_accept)
+{
+  struct xt_steps st;
+  char addr[128], kpath[128];
+  xt_steps_open(&st);
+  key_file(kpath, sizeof kpath, key_a, 0600);
+  setenv("XPORT_AUTH_KEY_FILE", kpath, 1);
+  pid_t pid = xt_spawn_server(closed_server, &st, addr, sizeof addr);
+  unsetenv("XPORT_AUTH_KEY_FILE");
+  xport_ctx_t *ctx = ctx_keyed(key_a);
+  xport_conn_t *conn;
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  XT_OK(xport_conn_close(conn));
+  xt_step_put(st.c2s[1], 'x');
+  XT_CHECK(xt_step_get(st.s2c[0], 60000) == 'k', "server step");
+  xport_conn_t *c2;
+  xt_step_put(st.c2s[1], STEP_HONEST);
+  XT_OK(xport_connect(ctx, addr, T_MS, &c2));
+  exchange(ctx, c2, 1, 2);
+  XT_OK(xport_conn_close(c2));
+  xport_ctx_destroy(ctx);
+  int status = xt_reap(pid);
+  unlink(kpath);
+  xt_steps_close(&st);
+  XT_CHECK(status == 0, "server failed on %s", xt_config());
+}
+END_TEST
+
 /* ---- where the key comes from -------------------------------------------- */
 
 static int create_with_file(const char *path)
@@ -300,6 +360,7 @@ static Suite *make(void)
   tcase_add_test(tc, key_refused_by_listener_without);
   tcase_add_test(tc, wrong_key_refused);
   tcase_add_test(tc, listener_serves_after_fifty_failures);
+  tcase_add_test(tc, closed_before_accept);
   tcase_add_test(tc, key_file_must_be_private);
   suite_add_tcase(s, tc);
   return s;

@@ -805,7 +805,10 @@ static void conn_lost(xport_conn_t *conn, int status, int dead)
   orphan_all(conn, status);
   if (dead)
     conn_dead(conn);
-  xport__evq_push(conn->ctx, conn, -XPORT_ECONNRESET);
+  /* One proven under a key and not yet accepted has its event once
+   * accept hands it out (rdm_accept). */
+  if (conn->handed)
+    xport__evq_push(conn->ctx, conn, -XPORT_ECONNRESET);
 }
 
 /* The answer to an RMA probe: judged at the next check, after one more
@@ -1191,6 +1194,11 @@ static xport_conn_t *ctl_conn(struct xport__rep *rep, const struct xport__ctl *m
                               fi_addr_t src, const char **why)
 {
   xport_conn_t *conn = find_conn(rep->ctx, m->dst_id);
+  /* Or one whose client proved the key, not yet taken by accept: its
+   * client holds it already, and may say goodbye. */
+  for (xport_conn_t *c = rep->lst && !conn ? rep->lst->shaking : NULL; c; c = c->shake_next)
+    if (c->id == m->dst_id && c->state != XPORT__CONN_CONNECTING)
+      conn = c;
   *why = "no such connection";
   if (!conn || conn->rep != rep)
     return NULL;
@@ -2116,7 +2124,7 @@ static xport_conn_t *shake_done(xport_listener_t *lst)
       continue;
     }
     *pp = c->shake_next;
-    if (c->state == XPORT__CONN_CONNECTED) {
+    if (c->state == XPORT__CONN_CONNECTED || c->state == XPORT__CONN_DISCONNECTED) {
       lst->nshaking--;
       return c;
     }
@@ -2174,6 +2182,8 @@ static int rdm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
     xport_conn_t *done = lst->shaking ? shake_done(lst) : NULL;
     if (done) {
       xport__conn_link(done);
+      if (done->state == XPORT__CONN_DISCONNECTED) /* the client has closed it already */
+        xport__evq_push(ctx, done, -XPORT_ECONNRESET);
       *conn_p = done;
       return 0;
     }
