@@ -110,8 +110,8 @@ static const xport_env_var_t env_table[XPORT__ENV_COUNT] = {
     "is made, and a peer without it is refused (EACCES). The file must be "
     "a regular file of this user that group and others cannot access (chmod "
     "600), or the context is not created. xport_ctx_attr_t.auth_key beats "
-    "it. Unset: no key, unless a job's launcher provides one; connections "
-    "are then not authenticated."},
+    "it. Unset: no key; connections are then not authenticated. The ranks "
+    "of a job share one such file (mpirun -x XPORT_AUTH_KEY_FILE)."},
 };
 
 XPORT_API int xport_env_list(const xport_env_var_t **vars_p)
