@@ -1933,8 +1933,11 @@ static void replay_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
 
 START_TEST(replayed_handshake_refused)
 {
-  if (!rdm_config("replayed_handshake_refused"))
+  if (strcmp(xt_transport(), "shm") && !strstr(xt_transport(), "ofi_rxm")) {
+    printf("SKIP: replayed_handshake_refused on %s: the attacker here speaks the RDM "
+           "handshake (check_auth's refusals run on every configuration)\n", xt_config());
     return;
+  }
   XT_CHECK(sodium_init() >= 0, "sodium_init");
   struct xt_steps st;
   char addr[128], kpath[64];
