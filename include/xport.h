@@ -38,7 +38,7 @@ extern "C" {
   X(EIO, EIO, "input/output error in the provider")                          \
   X(EAGAIN, EAGAIN, "queue full: poll for completions, then post again")     \
   X(ENOMEM, ENOMEM, "out of memory (or locked-memory limit reached)")        \
-  X(EACCES, EACCES, "access not granted by the memory region")               \
+  X(EACCES, EACCES, "access denied: the memory region's rights, or authentication") \
   X(EBUSY, EBUSY, "object still has live children or operations")           \
   X(ENODEV, ENODEV, "no such device")                                        \
   X(EINVAL, EINVAL, "invalid argument")                                      \
@@ -88,6 +88,12 @@ typedef struct xport_ctx_attr {
   /* A write completes only once its data has reached the target (as on
    * verbs RC), not as soon as the transport took it: see xport(7). */
   xport_switch_t delivery_complete;
+  /* A shared secret of at least 16 bytes (NULL: XPORT_AUTH_KEY_FILE, else
+   * none): every connection then proves knowledge of it both ways before
+   * it is made, and one without it is refused (xport(7), AUTHENTICATION).
+   * Copied at creation; the caller may wipe it afterwards. */
+  const void *auth_key;
+  size_t auth_key_len;
 } xport_ctx_attr_t;
 
 typedef enum { XPORT_EP_MSG = 1, XPORT_EP_RDM = 2 } xport_ep_type_t;
@@ -97,6 +103,12 @@ typedef enum {
   XPORT_SUPPORT_NATIVE = 2
 } xport_support_t;
 typedef enum { XPORT_PROGRESS_AUTO = 1, XPORT_PROGRESS_MANUAL = 2 } xport_progress_t;
+/* Where a context's authentication key came from (xport_caps_t.auth). */
+typedef enum {
+  XPORT_AUTH_OFF = 0,  /* no key: connections are not authenticated */
+  XPORT_AUTH_ATTR = 1, /* xport_ctx_attr_t.auth_key */
+  XPORT_AUTH_FILE = 2  /* the file XPORT_AUTH_KEY_FILE names */
+} xport_auth_t;
 
 /* Memory-registration obligations of the provider (xport_caps_t.mr_mode). */
 #define XPORT_MR_LOCAL 0x1u     /* local buffers must be registered */
@@ -127,6 +139,7 @@ typedef struct xport_caps {
   int strict;
   int progress_thread;
   int delivery_complete; /* 1: a write's completion means the target has the data */
+  xport_auth_t auth;     /* connections prove a shared key (never shown) */
 } xport_caps_t;
 
 typedef enum {

@@ -24,6 +24,8 @@ struct settings {
   int wait_fd;
   int delivery_complete;
   int delivery_complete_set; /* by the attribute or the environment */
+  xport_auth_t auth;         /* where the key came from, or XPORT_AUTH_OFF */
+  uint8_t auth_key[XPORT__AUTH_KEY];
 };
 
 static int pick_switch(xport_switch_t v, enum xport__env_id id, int def)
@@ -50,6 +52,31 @@ static void resolve_settings(const xport_ctx_attr_t *attr, struct settings *s)
   s->delivery_complete = pick_switch(attr->delivery_complete, XPORT__ENV_DELIVERY_COMPLETE, 0);
   s->delivery_complete_set = attr->delivery_complete != XPORT_UNSET ||
                              xport__env_str(XPORT__ENV_DELIVERY_COMPLETE);
+}
+
+/* The key connections prove: the attribute's, else the file that
+ * XPORT_AUTH_KEY_FILE names, else none. A key asked for and not usable
+ * fails the context rather than leave it open to anyone. */
+static int resolve_key(const xport_ctx_attr_t *attr, struct settings *s)
+{
+  const char *file = xport__env_str(XPORT__ENV_AUTH_KEY_FILE);
+  int ret = 0;
+  s->auth = XPORT_AUTH_OFF;
+  if (attr && (attr->auth_key || attr->auth_key_len)) {
+    ret = xport__auth_key(attr->auth_key, attr->auth_key_len, s->auth_key);
+    if (ret)
+      XPORT__WARN("xport_ctx_attr_t.auth_key: %zu bytes; a key has %d or more",
+                  attr->auth_key ? attr->auth_key_len : 0, XPORT__AUTH_KEY_MIN);
+    s->auth = XPORT_AUTH_ATTR;
+  } else if (file) {
+    ret = xport__auth_key_file(file, s->auth_key);
+    s->auth = XPORT_AUTH_FILE;
+  }
+  if (ret) {
+    xport__auth_wipe(s->auth_key, sizeof s->auth_key);
+    s->auth = XPORT_AUTH_OFF;
+  }
+  return ret;
 }
 
 /* Position of prov in a comma-separated list, or -1. */
@@ -722,6 +749,9 @@ static int ctx_open(struct settings s, xport_ctx_t *parent, xport_ctx_t **ctx_p)
   if (ret)
     goto fail;
   fill_caps(ctx, &s);
+  ctx->caps.auth = s.auth;
+  ctx->auth_on = s.auth != XPORT_AUTH_OFF;
+  memcpy(ctx->auth_key, s.auth_key, sizeof ctx->auth_key);
   if (ctx->prof && ctx->prof->truncation_hangs && (ret = sink_open(ctx)))
     goto fail;
   ctx->atom_emulated = ctx->caps.atomics == XPORT_SUPPORT_EMULATED;
@@ -735,9 +765,11 @@ static int ctx_open(struct settings s, xport_ctx_t *parent, xport_ctx_t **ctx_p)
   }
   XPORT__INFO("chose %s on %s/%s%s", ctx->caps.provider, ctx->caps.fabric,
               ctx->caps.domain, s.strict ? " (strict mode)" : "");
+  xport__auth_wipe(s.auth_key, sizeof s.auth_key);
   *ctx_p = ctx;
   return 0;
 fail:
+  xport__auth_wipe(s.auth_key, sizeof s.auth_key);
   close_fids(ctx);
   fi_freeinfo(ctx->info);
   free(ctx->cands);
@@ -840,6 +872,9 @@ XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p
     return -XPORT_EINVAL;
   pthread_once(&log_once, log_init);
   resolve_settings(attr, &s);
+  int ret = resolve_key(attr, &s);
+  if (ret)
+    return ret;
   const char *mode = xport__env_str(XPORT__ENV_SHM);
   if (!mode)
     mode = "auto";
@@ -858,22 +893,28 @@ XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p
   }
   const struct xport__profile *nl = node_local_profile();
   if (!strcmp(mode, "only")) {
-    if (!nl)
+    if (!nl) {
+      xport__auth_wipe(s.auth_key, sizeof s.auth_key);
       return -XPORT_ENOPROV;
+    }
     s.provider = nl->name;
   }
   /* Before anything opens: a malformed value fails the call whole. */
   struct xport__fault *fault;
-  int ret = xport__fault_new(&fault);
-  if (ret)
+  ret = xport__fault_new(&fault);
+  if (ret) {
+    xport__auth_wipe(s.auth_key, sizeof s.auth_key);
     return ret;
+  }
   xport_ctx_t *ctx;
   ret = ctx_open(s, NULL, &ctx);
+  if (!ret)
+    node_local_open(ctx, s, mode); /* the same key: one identity over both */
+  xport__auth_wipe(s.auth_key, sizeof s.auth_key);
   if (ret) {
     xport__fault_free(fault);
     return ret;
   }
-  node_local_open(ctx, s, mode);
   xport__fault_attach(ctx, fault);
   *ctx_p = ctx;
   return 0;
@@ -919,6 +960,7 @@ XPORT_API int xport_ctx_destroy(xport_ctx_t *ctx)
   close_fids(ctx);
   fi_freeinfo(ctx->info);
   free(ctx->cands);
+  xport__auth_wipe(ctx->auth_key, sizeof ctx->auth_key);
   free(ctx);
   return 0;
 }

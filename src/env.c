@@ -114,6 +114,14 @@ static const xport_env_var_t env_table[XPORT__ENV_COUNT] = {
     "Nth post (send, receive, write, read, atomic) fails with XPORT_EAGAIN "
     "and posts nothing. Read when a context is created; a malformed value "
     "makes xport_ctx_create fail with XPORT_EINVAL."},
+  [XPORT__ENV_AUTH_KEY_FILE] = {"XPORT_AUTH_KEY_FILE", "string", "(none)",
+    "A file whose bytes (16 or more) are a key shared by every process "
+    "that may connect: each connection then proves it both ways before it "
+    "is made, and a peer without it is refused (EACCES). The file must be "
+    "a regular file of this user that group and others cannot access (chmod "
+    "600), or the context is not created. xport_ctx_attr_t.auth_key beats "
+    "it. Unset: no key; connections are then not authenticated. The ranks "
+    "of a job share one such file (mpirun -x XPORT_AUTH_KEY_FILE)."},
 };
 
 XPORT_API int xport_env_list(const xport_env_var_t **vars_p)

@@ -310,6 +310,7 @@ enum xport__env_id {
   XPORT__ENV_JOB_TIMEOUT,
   XPORT__ENV_SHM,
   XPORT__ENV_FAULT,
+  XPORT__ENV_AUTH_KEY_FILE,
   XPORT__ENV_COUNT
 };
 
@@ -332,6 +333,25 @@ void xport__log(int level, const char *fmt, ...)
 #define XPORT__WARN(...) XPORT__LOG(XPORT__LOG_WARN, __VA_ARGS__)
 #define XPORT__INFO(...) XPORT__LOG(XPORT__LOG_INFO, __VA_ARGS__)
 #define XPORT__DEBUG(...) XPORT__LOG(XPORT__LOG_DEBUG, __VA_ARGS__)
+
+/* auth.c: the shared key connections prove (xport(7), AUTHENTICATION),
+ * and libsodium's keyed MAC and nonces for the transports' handshakes. */
+#define XPORT__AUTH_KEY 32     /* the MAC key a context holds */
+#define XPORT__AUTH_KEY_MIN 16 /* the least key a caller may give */
+#define XPORT__AUTH_NONCE 32
+#define XPORT__AUTH_MAC 32
+int xport__auth_init(void);
+/* The MAC key made of a caller's key bytes (at least AUTH_KEY_MIN). */
+int xport__auth_key(const void *raw, size_t len, uint8_t key[XPORT__AUTH_KEY]);
+/* The MAC key in the file at path, refused (logged, never its content)
+ * unless a regular file of this user that nobody else may read. */
+int xport__auth_key_file(const char *path, uint8_t key[XPORT__AUTH_KEY]);
+void xport__auth_nonce(uint8_t nonce[XPORT__AUTH_NONCE]);
+void xport__auth_mac(const uint8_t key[XPORT__AUTH_KEY], const void *msg, size_t len,
+                     uint8_t mac[XPORT__AUTH_MAC]);
+/* 1 if two proofs are equal, in time that does not depend on where they differ. */
+int xport__auth_same(const uint8_t a[XPORT__AUTH_MAC], const uint8_t b[XPORT__AUTH_MAC]);
+void xport__auth_wipe(void *p, size_t len);
 
 /* Maps a libfabric return or completion code (either sign) to -XPORT_E*. */
 int xport__err_from_fi(int fi_err);
@@ -599,6 +619,14 @@ struct xport_conn {
   enum xport__conn_state state;
   int fail_code;                 /* why FAILED */
   int challenged;                /* RDM connect: answered the listener's challenge */
+  /* Under a key (ctx->auth_on): the client's nonce until the listener's
+   * answer; on the listener's side, the proof the client owes, until it
+   * comes (then the connection is accepted). Wiped once used. */
+  uint8_t auth[XPORT__AUTH_MAC];
+  /* MSG under a key: where the handshake's messages stand (AUTH_* in
+   * transport/msg.c), and xport's sends and receives on the endpoint. */
+  int auth_state;
+  struct xport__req *auth_out;
   /* The user closed it: what the provider cancels from now on is
    * ECANCELED; before, a cancellation means the connection broke. */
   int closing;
@@ -740,6 +768,10 @@ struct xport_ctx {
   int ncands;
 
   uint64_t id;        /* random; names this context in hellos and keys */
+  /* Connections prove this key both ways (xport(7), AUTHENTICATION);
+   * auth_on 0: none, connections are not authenticated. Never logged. */
+  int auth_on;
+  uint8_t auth_key[XPORT__AUTH_KEY];
   int need_local_mr;  /* FI_MR_LOCAL, or strict mode */
   int prov_key;       /* the provider chooses keys */
   int virt_addr;      /* RMA addresses are virtual addresses */

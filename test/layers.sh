@@ -13,7 +13,7 @@
 #                  registry that lists them (transport/registry.c)
 #   2 core         src/cq.c src/link.c src/mem.c src/halfopen.c src/fault.c
 #   1 profiles     providers/*.c
-#   0 utilities    src/env.c src/log.c src/error.c src/addr.c src/random.c
+#   0 utilities    src/env.c src/log.c src/error.c src/addr.c src/random.c src/auth.c
 set -u
 top=${top_builddir:-.}
 srcdir=${top_srcdir:-$top}
@@ -24,7 +24,7 @@ layer() {
   src/transport/*.c) echo 3 ;;
   src/cq.c | src/link.c | src/mem.c | src/halfopen.c | src/fault.c) echo 2 ;;
   providers/*.c) echo 1 ;;
-  src/env.c | src/log.c | src/error.c | src/addr.c | src/random.c) echo 0 ;;
+  src/env.c | src/log.c | src/error.c | src/addr.c | src/random.c | src/auth.c) echo 0 ;;
   *) echo x ;;
   esac
 }

@@ -22,6 +22,20 @@ static const char *support_name(xport_support_t s)
   return s == XPORT_SUPPORT_NATIVE ? "native" : s == XPORT_SUPPORT_EMULATED ? "emulated" : "none";
 }
 
+/* Where the key came from: never the key itself, which xport keeps to itself. */
+static const char *auth_name(xport_auth_t a)
+{
+  return a == XPORT_AUTH_ATTR ? "attr" : a == XPORT_AUTH_FILE ? "file" : "off";
+}
+
+static const char *auth_text(xport_auth_t a)
+{
+  return a == XPORT_AUTH_ATTR   ? "on (key from xport_ctx_attr_t.auth_key)"
+         : a == XPORT_AUTH_FILE ? "on (key from XPORT_AUTH_KEY_FILE)"
+                                : "off (no key: any peer that reaches a listener may connect; "
+                                  "see XPORT_AUTH_KEY_FILE)";
+}
+
 static void json_str(const char *s)
 {
   putchar('"');
@@ -111,6 +125,7 @@ static void print_text(const xport_caps_t *c, const xport_candidate_t *cands, in
          c->progress_thread ? " (progress thread on)" : "", c->strict ? "on" : "off",
          c->delivery_complete ? "once delivered to the target (XPORT_DELIVERY_COMPLETE)"
                               : "once the transport took the data (see xport(7), OUTCOMES)");
+  printf("  authentication:  %s\n", auth_text(c->auth));
   /* A second chosen candidate is a transport opened beside the fabric
    * (XPORT_SHM): say which peers take which. */
   printf("  transports:      %s (every peer", c->provider);
@@ -136,13 +151,14 @@ static void print_json(const xport_caps_t *c, const xport_candidate_t *cands, in
   printf(",\"ep_type\":\"%s\",\"max_msg_size\":%zu,\"inject_size\":%zu,\"max_iov\":%zu,"
          "\"tx_depth\":%zu,\"rx_depth\":%zu,\"imm_bits\":%u,\"wire_imm_bytes\":%u,"
          "\"rma\":\"%s\",\"write_imm\":\"%s\",\"atomics\":\"%s\",\"mr_mode\":\"%s\",\"wait_fd\":%s,"
-         "\"progress\":\"%s\",\"strict\":%s,\"delivery_complete\":%s},\"candidates\":[",
+         "\"progress\":\"%s\",\"strict\":%s,\"delivery_complete\":%s,\"auth\":\"%s\"},"
+         "\"candidates\":[",
          c->ep_type == XPORT_EP_RDM ? "rdm" : "msg", c->max_msg_size, c->inject_size,
          c->max_iov, c->tx_depth, c->rx_depth, c->imm_bits, c->wire_imm_bytes,
          support_name(c->rma), support_name(c->write_imm), support_name(c->atomics), mr,
          c->wait_fd ? "true" : "false",
          c->progress == XPORT_PROGRESS_MANUAL ? "manual" : "auto", c->strict ? "true" : "false",
-         c->delivery_complete ? "true" : "false");
+         c->delivery_complete ? "true" : "false", auth_name(c->auth));
   for (int i = 0; i < n; i++) {
     printf("%s{\"provider\":", i ? "," : "");
     json_str(cands[i].provider);

@@ -114,6 +114,8 @@ int xport__hello_parse(const void *buf, size_t len, struct xport__hello *h)
 
 static void conn_discard(xport_conn_t *conn);
 static void svc_close(xport_conn_t *conn);
+static void auth_end_reqs(xport_conn_t *conn);
+static void msg_progress(xport_ctx_t *ctx);
 static void svc_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
                          const struct fi_cq_data_entry *e, fi_addr_t src);
 
@@ -354,6 +356,217 @@ static void svc_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
     svc_req_free(ctx, req);
 }
 
+/* ---- authentication (msg_wire.h, xport(7) AUTHENTICATION) ------------- */
+
+enum {
+  AS_NONE = 0,    /* no key: nothing to prove */
+  AS_WAIT_HELLO,  /* listener: the client's nonce is awaited */
+  AS_WAIT_PROOF,  /* listener: its answer went, the client's proof is awaited */
+  AS_WAIT_ANSWER, /* client: the listener's nonce and proof are awaited */
+  AS_DONE,        /* the peer proved the key */
+  AS_FAILED       /* it did not, or the handshake broke */
+};
+
+static void auth_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
+                          const struct fi_cq_data_entry *e, fi_addr_t src);
+
+static struct xport__req *auth_req(xport_conn_t *conn, xport_op_t op)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  struct xport__req *req = xport__req_new(ctx, conn, op, NULL);
+  if (!req)
+    return NULL;
+  req->on_done = auth_internal;
+  req->bounce = xport__bounce_get(ctx);
+  if (!req->bounce) {
+    req->conn = NULL;
+    xport__req_release(ctx, req);
+    return NULL;
+  }
+  return req;
+}
+
+static void auth_req_free(xport_ctx_t *ctx, struct xport__req *req)
+{
+  xport__req_free_mem(ctx, req);
+  req->conn = NULL; /* never counted in the connection's nreqs */
+  xport__req_release(ctx, req);
+}
+
+/* A receive of xport's own on the connection's endpoint, posted before
+ * the peer may send what it takes. */
+static int auth_post_recv(xport_conn_t *conn, struct xport__req *req)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  if (!req && !(req = auth_req(conn, XPORT__OP_SVC_RECV)))
+    return -XPORT_ENOMEM;
+  ssize_t ret = fi_recv(conn->ep, req->bounce->buf, AUTH_LEN, req->bounce->desc, 0, &req->fictx);
+  if (ret) {
+    auth_req_free(ctx, req);
+    return xport__err_from_fi((int)ret);
+  }
+  XPORT__LIST_PUSH(conn->auth_out, req, cnext, cprev);
+  ctx->nposted++;
+  return 0;
+}
+
+static int auth_send(xport_conn_t *conn, unsigned kind, const uint8_t *nonce, const uint8_t *mac)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  struct xport__req *req = auth_req(conn, XPORT__OP_SVC_SEND);
+  if (!req)
+    return -XPORT_ENOMEM;
+  uint8_t *m = (uint8_t *)req->bounce->buf;
+  memset(m, 0, AUTH_LEN);
+  xport__put32(m, AUTH_MAGIC);
+  xport__put32(m + 4, kind);
+  if (nonce)
+    memcpy(m + 8, nonce, XPORT__AUTH_NONCE);
+  if (mac)
+    memcpy(m + 40, mac, XPORT__AUTH_MAC);
+  ssize_t ret = fi_send(conn->ep, m, AUTH_LEN, req->bounce->desc, 0, &req->fictx);
+  if (ret) {
+    auth_req_free(ctx, req);
+    return xport__pushed_back(ret) ? -XPORT_EAGAIN : xport__err_from_fi((int)ret);
+  }
+  XPORT__LIST_PUSH(conn->auth_out, req, cnext, cprev);
+  ctx->nposted++;
+  return 0;
+}
+
+/* A proof: the MAC, keyed with the context's key, over the direction's
+ * label, both nonces, both context ids and the service channel's cookie
+ * (which the acceptance carried unauthenticated). */
+static void auth_proof(const xport_ctx_t *ctx, int by_listener, const uint8_t *client_nonce,
+                       const uint8_t *listener_nonce, uint64_t client_id, uint64_t listener_id,
+                       uint64_t cookie, uint8_t mac[XPORT__AUTH_MAC])
+{
+  static const char label[2][32] = {"xport msg 1: the client's proof",
+                                    "xport msg 1: the listener's"};
+  uint8_t t[32 + 2 * XPORT__AUTH_NONCE + 24];
+  memcpy(t, label[by_listener], 32);
+  memcpy(t + 32, client_nonce, XPORT__AUTH_NONCE);
+  memcpy(t + 32 + XPORT__AUTH_NONCE, listener_nonce, XPORT__AUTH_NONCE);
+  xport__put64(t + 32 + 2 * XPORT__AUTH_NONCE, client_id);
+  xport__put64(t + 40 + 2 * XPORT__AUTH_NONCE, listener_id);
+  xport__put64(t + 48 + 2 * XPORT__AUTH_NONCE, cookie);
+  xport__auth_mac(ctx->auth_key, t, sizeof t, mac);
+}
+
+/* Acts on a message of the handshake (m, AUTH_LEN bytes checked), as the
+ * connection's side and state say; anything out of turn fails it. */
+static void auth_step(xport_conn_t *conn, struct xport__req *req, const uint8_t *m)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  unsigned kind = xport__get32(m + 4);
+  uint8_t nonce[XPORT__AUTH_NONCE], mac[XPORT__AUTH_MAC];
+  int ret = -XPORT_EACCES;
+  if (conn->auth_state == AS_WAIT_HELLO && kind == AUTH_HELLO) {
+    xport__auth_nonce(nonce);
+    auth_proof(ctx, 1, m + 8, nonce, conn->peer_ctx_id, ctx->id, conn->svc_cookie, mac);
+    auth_proof(ctx, 0, m + 8, nonce, conn->peer_ctx_id, ctx->id, conn->svc_cookie, conn->auth);
+    ret = auth_post_recv(conn, req);
+    req = NULL;
+    if (!ret)
+      ret = auth_send(conn, AUTH_ANSWER, nonce, mac);
+    if (!ret) {
+      conn->auth_state = AS_WAIT_PROOF;
+      return;
+    }
+  } else if (conn->auth_state == AS_WAIT_PROOF && kind == AUTH_PROOF &&
+             xport__auth_same(m + 40, conn->auth)) {
+    conn->auth_state = AS_DONE;
+  } else if (conn->auth_state == AS_WAIT_ANSWER && kind == AUTH_ANSWER) {
+    auth_proof(ctx, 1, conn->auth, m + 8, ctx->id, conn->peer_ctx_id, conn->svc_cookie, mac);
+    int ok = xport__auth_same(mac, m + 40);
+    if (ok)
+      auth_proof(ctx, 0, conn->auth, m + 8, ctx->id, conn->peer_ctx_id, conn->svc_cookie, mac);
+    ret = auth_send(conn, ok ? AUTH_PROOF : AUTH_REFUSE, NULL, ok ? mac : NULL);
+    if (!ok) {
+      XPORT__WARN("authentication failed: the listener does not hold this context's key");
+      ret = -XPORT_EACCES;
+    }
+    conn->auth_state = ret ? AS_FAILED : AS_DONE;
+    conn->fail_code = ret;
+  }
+  if (req)
+    auth_req_free(ctx, req);
+  if (conn->auth_state == AS_DONE || conn->auth_state == AS_FAILED) {
+    xport__auth_wipe(conn->auth, sizeof conn->auth);
+    return;
+  }
+  if (conn->auth_state == AS_WAIT_HELLO || conn->auth_state == AS_WAIT_PROOF)
+    XPORT__INFO("a connection's handshake under a key failed: authentication failed: the "
+                "peer does not hold this listener's key%s",
+                kind == AUTH_REFUSE ? " (it refused ours)" : "");
+  conn->auth_state = AS_FAILED;
+  conn->fail_code = ret ? ret : -XPORT_EACCES;
+  xport__auth_wipe(conn->auth, sizeof conn->auth);
+}
+
+static void auth_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
+                          const struct fi_cq_data_entry *e, fi_addr_t src)
+{
+  (void)src;
+  xport_conn_t *conn = req->conn;
+  XPORT__LIST_UNLINK(conn->auth_out, req, cnext, cprev);
+  ctx->nposted--;
+  int waiting = conn->auth_state != AS_DONE && conn->auth_state != AS_FAILED;
+  if (req->op == XPORT__OP_SVC_SEND || status || !conn->ep) {
+    /* A message of the handshake that did not go, or a receive that broke
+     * (a longer message than any of the handshake's: the user's). */
+    if (status && waiting) {
+      conn->auth_state = AS_FAILED;
+      conn->fail_code = status == -XPORT_ECANCELED ? -XPORT_ECONNRESET : status;
+    }
+    auth_req_free(ctx, req);
+    return;
+  }
+  const uint8_t *m = (const uint8_t *)req->bounce->buf;
+  if (e->len != AUTH_LEN || xport__get32(m) != AUTH_MAGIC) {
+    auth_req_free(ctx, req);
+    conn->auth_state = AS_FAILED;
+    conn->fail_code = -XPORT_EACCES;
+    return;
+  }
+  auth_step(conn, req, m);
+}
+
+/* After the endpoint closed and the CQ was read: what the provider did
+ * not flush is never reported. */
+static void auth_end_reqs(xport_conn_t *conn)
+{
+  while (conn->auth_out) {
+    struct xport__req *req = conn->auth_out;
+    XPORT__LIST_UNLINK(conn->auth_out, req, cnext, cprev);
+    conn->ctx->nposted--;
+    auth_req_free(conn->ctx, req);
+  }
+}
+
+/* Waits for conn's handshake under a key to end: 0 when both proved it. */
+static int wait_auth(xport_conn_t *conn, long deadline)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  for (;;) {
+    xport__cq_drain(ctx);
+    if (conn->auth_state == AS_DONE)
+      return 0;
+    if (conn->auth_state == AS_FAILED)
+      return conn->fail_code ? conn->fail_code : -XPORT_EACCES;
+    msg_progress(ctx);
+    if (conn->state != XPORT__CONN_CONNECTED)
+      return -XPORT_ECONNRESET;
+    long left = deadline < 0 ? 1 : deadline - xport__now_ms();
+    if (left <= 0)
+      return -XPORT_ETIMEDOUT;
+    struct timespec ts = {0, 200 * 1000};
+    XPORT__UNLOCK(ctx);
+    nanosleep(&ts, NULL);
+    XPORT__LOCK(ctx);
+  }
+}
+
 /* Closes the endpoint and gives every operation still outstanding on it
  * exactly one completion: what the provider flushes, and status
  * (-XPORT_ECANCELED at the user's close, -XPORT_ECONNRESET when the peer
@@ -371,6 +584,7 @@ static void conn_release_ep(xport_conn_t *conn, int status)
   }
   svc_close(conn);
   xport__cq_drain(ctx);
+  auth_end_reqs(conn);
   while (conn->out)
     xport__req_complete(ctx, conn->out, status);
   xport__held_flush(conn, status);
@@ -483,6 +697,21 @@ static void on_connreq(xport_listener_t *lst, struct fi_info *info,
     on_svc_request(lst, info, &h);
     return;
   }
+  /* A key on one side only: refused, and the rejection says why (logged
+   * at info level only: strangers must not decide what a listener writes
+   * to stderr). */
+  if (!!(h.flags & HELLO_AUTH) != lst->ctx->auth_on) {
+    struct xport__hello r = {.magic = HELLO_MAGIC, .version = HELLO_VERSION,
+                             .flags = HELLO_AUTH_REJ, .ctx_id = lst->ctx->id};
+    XPORT__INFO("listener %s: refused a request %s", lst->addr,
+                lst->ctx->auth_on ? "without a key: authentication failed: the peer does not "
+                                    "hold this listener's key"
+                                  : "that offers a key: this listener has none "
+                                    "(XPORT_AUTH_KEY_FILE)");
+    fi_reject(lst->pep, info->handle, &r, offsetof(struct xport__hello, pid));
+    fi_freeinfo(info);
+    return;
+  }
   /* Like listen(2), a bounded queue: beyond it, a request is refused at
    * once rather than held (each holds a socket). */
   if (lst->npending >= lst->backlog) {
@@ -554,8 +783,20 @@ static void eq_read_all(xport_ctx_t *ctx)
       memset(&err, 0, sizeof err);
       if (fi_eq_readerr(ctx->eq, &err, 0) < 0)
         return;
+      int status = xport__err_from_fi(err.err ? err.err : FI_EIO);
+      struct xport__hello rh;
+      /* A rejection that says why: a key on one side only. */
+      if (err.err == FI_ECONNREFUSED && err.err_data &&
+          xport__hello_parse(err.err_data, err.err_data_size, &rh) &&
+          (rh.flags & HELLO_AUTH_REJ)) {
+        XPORT__WARN("authentication failed: %s", ctx->auth_on
+                    ? "the listener refused this context's key: it holds none"
+                    : "the listener requires a key (XPORT_AUTH_KEY_FILE), and this context has "
+                      "none");
+        status = -XPORT_EACCES;
+      }
       if (err.fid && err.fid->fclass == FI_CLASS_EP && err.fid->context)
-        ep_lost(err.fid, xport__err_from_fi(err.err ? err.err : FI_EIO));
+        ep_lost(err.fid, status);
       continue;
     }
     if (r < 0) {
@@ -591,6 +832,12 @@ static void eq_read_all(xport_ctx_t *ctx)
         break;
       if (conn->peer_ctx_id) {
         conn->state = XPORT__CONN_CONNECTED;
+      } else if (xport__hello_parse(buf.data, dlen, &h) &&
+                 !(h.flags & HELLO_AUTH) != !ctx->auth_on) {
+        XPORT__WARN("authentication failed: the listener accepted %s", ctx->auth_on
+                    ? "without a key" : "under a key, which this context has not");
+        conn->state = XPORT__CONN_FAILED;
+        conn->fail_code = -XPORT_EACCES;
       } else if (xport__hello_parse(buf.data, dlen, &h)) {
         conn->peer_ctx_id = h.ctx_id;
         watch_pid(conn, hello_local_pid(&h));
@@ -715,6 +962,11 @@ static void conn_discard(xport_conn_t *conn)
   if (conn->ep)
     fi_close(&conn->ep->fid);
   conn->ep = NULL;
+  if (conn->auth_out) {
+    xport__cq_drain(ctx); /* what the close flushed ends here */
+    auth_end_reqs(conn);
+  }
+  xport__auth_wipe(conn->auth, sizeof conn->auth);
   svc_close(conn);
   if (conn->pidfd >= 0)
     close(conn->pidfd);
@@ -768,6 +1020,13 @@ static int handshake_start(xport_listener_t *lst)
     ret = -FI_ECONNREFUSED; /* the layer that owns lst said no */
   if (!ret)
     ret = ep_open(conn, cr->info);
+  if (!ret && ctx->auth_on) {
+    /* Before the acceptance: the client's nonce comes as soon as it has it. */
+    h.flags |= HELLO_AUTH;
+    conn->auth_state = AS_WAIT_HELLO;
+    if (auth_post_recv(conn, NULL))
+      ret = -FI_ENOMEM;
+  }
   if (!ret)
     ret = fi_accept(conn->ep, &h, hello_len(conn->ep));
   if (ret)
@@ -794,14 +1053,17 @@ static xport_conn_t *handshake_done(xport_listener_t *lst)
   long now = xport__now_ms();
   for (xport_conn_t **pp = &lst->shaking; *pp;) {
     xport_conn_t *c = *pp;
-    int up = c->state == XPORT__CONN_CONNECTED && (!c->svc_cookie || c->svc_state == 2);
+    /* Under a key, only once the client proved it: nothing of its reaches
+     * the application before. */
+    int proven = c->auth_state == AS_NONE || c->auth_state == AS_DONE;
+    int up = c->state == XPORT__CONN_CONNECTED && (!c->svc_cookie || c->svc_state == 2) && proven;
     int lost = c->state == XPORT__CONN_DISCONNECTED ||
                (c->state == XPORT__CONN_CONNECTED && c->svc_accepted && c->svc_state < 0);
     if (c->state == XPORT__CONN_CONNECTED && c->svc_cookie && !c->svc &&
         c->shake_deadline > now + SVC_WAIT_MS)
       c->shake_deadline = now + SVC_WAIT_MS; /* once: it only moves nearer */
     int gone = c->state == XPORT__CONN_FAILED || lost || c->svc_state < 0 ||
-               now > c->shake_deadline;
+               c->auth_state == AS_FAILED || now > c->shake_deadline;
     if (!up && !gone) {
       pp = &c->shake_next;
       continue;
@@ -816,7 +1078,7 @@ static xport_conn_t *handshake_done(xport_listener_t *lst)
      * accepted its last step, before we hear that step completed): it
      * is still a connection, handed out lost, with its disconnect event,
      * as the client closed it. */
-    if (up || (lost && (!c->svc_cookie || c->svc_accepted)))
+    if (up || (lost && proven && (!c->svc_cookie || c->svc_accepted)))
       return c;
     /* This peer went away, or never finished its handshake. */
     XPORT__INFO("listener %s: a connection's handshake did not end", lst->addr);
@@ -916,7 +1178,8 @@ static int msg_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
                        xport_conn_t **conn_p)
 {
   struct xport__hello h = {.magic = HELLO_MAGIC, .version = HELLO_VERSION, .ctx_id = ctx->id,
-                           .flags = ctx->atom_emulated ? HELLO_WANT_SVC : 0};
+                           .flags = (ctx->atom_emulated ? HELLO_WANT_SVC : 0) |
+                                    (ctx->auth_on ? HELLO_AUTH : 0)};
   hello_whence(&h);
   struct fi_info *info = NULL;
   int ret = xport__resolve(ctx, host, port, 0, &info);
@@ -928,6 +1191,13 @@ static int msg_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
     return -XPORT_ENOMEM;
   }
   ret = ep_open(conn, info);
+  if (!ret && ctx->auth_on) {
+    /* Before the request: the listener's answer may come at once. */
+    conn->auth_state = AS_WAIT_ANSWER;
+    xport__auth_nonce(conn->auth);
+    if (auth_post_recv(conn, NULL))
+      ret = -FI_ENOMEM;
+  }
   if (!ret)
     ret = fi_connect(conn->ep, info->dest_addr, &h, hello_len(conn->ep));
   if (ret) {
@@ -936,6 +1206,10 @@ static int msg_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
     return xport__err_from_fi(ret);
   }
   ret = wait_connected(conn, deadline);
+  /* Under a key: the nonce goes first, then both prove it, before the
+   * service channel and before anything of the user's. */
+  if (!ret && ctx->auth_on && !(ret = auth_send(conn, AUTH_HELLO, conn->auth, NULL)))
+    ret = wait_auth(conn, deadline);
   /* The server asked for the service channel (emulated atomics): made
    * now, on the same listener, before the connection is the user's. */
   if (!ret && conn->svc_cookie && ctx->atom_emulated) {
@@ -981,6 +1255,8 @@ static int msg_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
 {
   xport_ctx_t *ctx = lst->ctx;
   for (;;) {
+    if (ctx->auth_on && lst->shaking)
+      xport__cq_drain(ctx); /* the handshakes' messages under a key */
     msg_progress(ctx);
     xport_conn_t *conn = handshake_done(lst);
     if (conn) {
@@ -1003,7 +1279,10 @@ static int msg_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
     long left = deadline < 0 ? 100 : deadline - xport__now_ms();
     if (left <= 0)
       return -XPORT_ETIMEDOUT;
-    wait_eq(ctx, left < 100 ? (int)left : 100);
+    /* The EQ's wait does not wake for the CQ, where handshakes under a key
+     * go on: those are looked at every millisecond. */
+    long most = ctx->auth_on && lst->shaking ? 1 : 100;
+    wait_eq(ctx, (int)(left < most ? left : most));
   }
 }
 

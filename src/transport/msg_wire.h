@@ -20,6 +20,8 @@
 #define HELLO_VERSION 2
 #define HELLO_WANT_SVC 0x1u /* request: the client would make a service channel */
 #define HELLO_SVC 0x2u      /* request: this is that channel, for cookie */
+#define HELLO_AUTH 0x4u     /* request, accept: the sender holds a key */
+#define HELLO_AUTH_REJ 0x8u /* a rejection's data: a key on one side only */
 struct xport__hello {
   uint64_t magic;
   uint32_t version;
@@ -38,6 +40,22 @@ struct xport__hello {
   uint64_t pidns;
   char boot_id[40];
 };
+
+/* Under a key (xport(7), AUTHENTICATION), the first messages on a
+ * connection are xport's, into receives it posted before the connection
+ * was made; no message of the user's is taken before they end, and the
+ * listener's accept returns the connection only once the client proved
+ * the key:
+ *   0 magic "XAUT"  4 kind  8 nonce[32]  40 proof[32]    (AUTH_LEN bytes)
+ *   client -> listener  AUTH_HELLO   its fresh nonce
+ *   listener -> client  AUTH_ANSWER  its fresh nonce, its proof
+ *   client -> listener  AUTH_PROOF   its proof, or AUTH_REFUSE (the
+ *                                    listener's proof was wrong)
+ * A proof is crypto_auth (HMAC-SHA-512-256) over its direction's label,
+ * both nonces, both context ids and the service channel's cookie. */
+#define AUTH_MAGIC 0x54554158u /* "XAUT" */
+#define AUTH_LEN 72
+enum { AUTH_HELLO = 1, AUTH_ANSWER, AUTH_PROOF, AUTH_REFUSE };
 
 #define ATOM_REQ_MAGIC 0x51544158u /* "XATQ" */
 #define ATOM_ANS_MAGIC 0x41544158u /* "XATA" */

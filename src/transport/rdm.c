@@ -35,6 +35,7 @@
 static void rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
                          const struct fi_cq_data_entry *e, fi_addr_t src);
 static void orphan_all(xport_conn_t *conn, int status);
+static void shake_discard(xport_listener_t *lst, xport_conn_t *c, const char *why);
 
 #define CTL_MAGIC XPORT__CTL_MAGIC
 #define CTL_VERSION XPORT__CTL_VERSION
@@ -46,6 +47,10 @@ static void orphan_all(xport_conn_t *conn, int status);
 #define CTL_PING XPORT__CTL_PING
 #define CTL_PONG XPORT__CTL_PONG
 #define CTL_CHALLENGE XPORT__CTL_CHALLENGE
+#define CTL_AUTH XPORT__CTL_AUTH
+#define CTL_F_AUTH XPORT__CTL_F_AUTH
+_Static_assert(XPORT__CTL_NONCE == XPORT__AUTH_NONCE && XPORT__CTL_MAC == XPORT__AUTH_MAC,
+               "the wire carries what auth.c makes");
 _Static_assert(XPORT__CTL_ADDR_MAX == XPORT__ADDR_MAX, "address sizes agree");
 _Static_assert(sizeof(size_t) >= sizeof(uint64_t), "a request's len holds a tag (peek)");
 _Static_assert(sizeof(struct xport__ctl) <= XPORT__CTL_SLOT, "a control message fits a slot");
@@ -283,6 +288,10 @@ struct ctl_args {
   /* The peer it goes to, if known: a send waits while that peer holds the
    * provider's lock (profile peer_locked) rather than spin on it. */
   const struct xport__peer *to;
+  /* Under a key: CTL_F_AUTH, the sender's nonce (CONNREQ, CONNACK) and its
+   * proof (CONNACK, AUTH); a CONNACK then names the listener's address. */
+  uint32_t flags;
+  const uint8_t *nonce, *mac;
 };
 
 /* Sends a control message; the provider may push back for a while. */
@@ -309,7 +318,12 @@ static int ctl_send(struct xport__rep *rep, fi_addr_t dest, uint32_t type,
   m->pid = (uint32_t)getpid();
   m->pidns = pid_ns();
   snprintf(m->boot_id, sizeof m->boot_id, "%s", boot_id());
-  if (type == CTL_CONNREQ) {
+  m->flags = a->flags;
+  if (a->nonce)
+    memcpy(m->nonce, a->nonce, sizeof m->nonce);
+  if (a->mac)
+    memcpy(m->mac, a->mac, sizeof m->mac);
+  if (type == CTL_CONNREQ || (type == CTL_CONNACK && (a->flags & CTL_F_AUTH))) {
     memcpy(m->addr, rep->addr, rep->addrlen);
     m->addrlen = (uint32_t)rep->addrlen;
   }
@@ -797,7 +811,10 @@ static void conn_lost(xport_conn_t *conn, int status, int dead)
   orphan_all(conn, status);
   if (dead)
     conn_dead(conn);
-  xport__evq_push(conn->ctx, conn, -XPORT_ECONNRESET);
+  /* One proven under a key and not yet accepted has its event once
+   * accept hands it out (rdm_accept). */
+  if (conn->handed)
+    xport__evq_push(conn->ctx, conn, -XPORT_ECONNRESET);
 }
 
 /* The answer to an RMA probe: judged at the next check, after one more
@@ -868,11 +885,12 @@ static int token_ok(const struct xport__rep *rep, const struct xport__ctl *m)
  * backlog's requests (pending: each from a live address, it answered a
  * challenge) are all refused. */
 #define ANSWER_ELSEWHERE 0x100u /* or'ed into a CONNREJ: XPORT__CTL_REJ_ELSEWHERE */
+#define ANSWER_AUTH 0x200u      /* or'ed into a CONNREJ: XPORT__CTL_REJ_AUTH */
 static void answer(struct xport__rep *rep, const struct xport__ctl *m, uint32_t type,
                    int pending)
 {
-  int elsewhere = !!(type & ANSWER_ELSEWHERE);
-  type &= ~ANSWER_ELSEWHERE;
+  int elsewhere = !!(type & ANSWER_ELSEWHERE), auth = !!(type & ANSWER_AUTH);
+  type &= ~(ANSWER_ELSEWHERE | ANSWER_AUTH);
   const struct xport__profile *prof = rep->ctx->prof;
   if (type && rep->answering >= ANSWERS_INFLIGHT && !pending) {
     ctl_drop(rep->ctx, "answers backed up", m->type, sizeof *m);
@@ -929,6 +947,8 @@ static void answer(struct xport__rep *rep, const struct xport__ctl *m, uint32_t 
   struct ctl_args a = {.dst_id = m->src_id, .cookie = m->tag, .once = 1, .peer = peer};
   if (elsewhere)
     a.tag = XPORT__CTL_REJ_ELSEWHERE;
+  if (auth)
+    a.tag = XPORT__CTL_REJ_AUTH;
   if (type == CTL_CHALLENGE)
     a.tag = token(rep, m, now / TOKEN_EPOCH_MS);
   if (ctl_send(rep, peer->fi_addr, type, &a)) {
@@ -993,6 +1013,17 @@ static void on_connreq(struct xport__rep *rep, const struct xport__ctl *m, size_
       ctl_drop(ctx, "repeated request", m->type, len);
       return;
     }
+  /* A key on one side only: neither could prove anything to the other.
+   * Said at info level only: strangers must not decide what a listener
+   * writes to stderr. */
+  if (!!(m->flags & CTL_F_AUTH) != ctx->auth_on) {
+    XPORT__INFO("listener %s: refused a request %s", lst->addr,
+                ctx->auth_on ? "without a key: authentication failed: the peer does not hold "
+                               "this listener's key"
+                             : "that offers a key: this listener has none (XPORT_AUTH_KEY_FILE)");
+    answer(rep, m, CTL_CONNREJ | ANSWER_AUTH, 0);
+    return;
+  }
   if (ctx->prof && ctx->prof->in_process_peers_unsafe && in_this_process(m)) {
     XPORT__WARN("listener %s: a connection from another context of this process is refused: "
                 "%s would crash when one of the two contexts is destroyed",
@@ -1033,6 +1064,92 @@ static void on_connreq(struct xport__rep *rep, const struct xport__ctl *m, size_
   xport__connreq_push(lst, cr);
 }
 
+/* ---- authentication (rdm_wire.h, xport(7) AUTHENTICATION) ------------- */
+
+/* One end of a handshake as the transcript names it. */
+struct auth_end {
+  const uint8_t *nonce;
+  uint64_t ctx_id, tag;
+  uint32_t conn_id;
+  const uint8_t *addr;
+  size_t addrlen;
+};
+
+/* A proof: the MAC, keyed with the context's key, over the direction's
+ * label and both ends, the client's first; whole fields of fixed size and
+ * each address with its length, so that no two transcripts read alike. */
+static void auth_proof(const xport_ctx_t *ctx, int by_listener, const struct auth_end *client,
+                       const struct auth_end *listener, uint8_t mac[XPORT__AUTH_MAC])
+{
+  static const char label[2][32] = {"xport rdm 5: the client's proof",
+                                    "xport rdm 5: the listener's"};
+  uint8_t t[32 + 2 * (XPORT__AUTH_NONCE + 24 + XPORT__ADDR_MAX)], *p = t;
+  memcpy(p, label[by_listener], 32);
+  p += 32;
+  for (int i = 0; i < 2; i++) {
+    const struct auth_end *e = i ? listener : client;
+    memcpy(p, e->nonce, XPORT__AUTH_NONCE);
+    xport__put64(p + XPORT__AUTH_NONCE, e->ctx_id);
+    xport__put64(p + XPORT__AUTH_NONCE + 8, e->tag);
+    xport__put32(p + XPORT__AUTH_NONCE + 16, e->conn_id);
+    xport__put32(p + XPORT__AUTH_NONCE + 20, (uint32_t)e->addrlen);
+    p += XPORT__AUTH_NONCE + 24;
+    memcpy(p, e->addr, e->addrlen); /* at most XPORT__ADDR_MAX: parse checked */
+    p += e->addrlen;
+  }
+  xport__auth_mac(ctx->auth_key, t, (size_t)(p - t), mac);
+}
+
+/* The client's side of the acceptance m under a key: 0 with conn's
+ * proof in mac if the listener's proof in m holds, else -XPORT_EACCES. */
+static int auth_client(xport_conn_t *conn, const struct xport__ctl *m, uint8_t mac[XPORT__AUTH_MAC])
+{
+  struct xport__rep *rep = conn->rep;
+  struct auth_end c = {conn->auth, conn->ctx->id, conn->rx_tag, conn->id, rep->addr,
+                       rep->addrlen};
+  struct auth_end l = {m->nonce, m->ctx_id, m->tag, m->src_id, m->addr, m->addrlen};
+  uint8_t want[XPORT__AUTH_MAC];
+  int ok = 0;
+  if (m->flags & CTL_F_AUTH) {
+    auth_proof(conn->ctx, 1, &c, &l, want);
+    ok = xport__auth_same(want, m->mac);
+  }
+  if (ok)
+    auth_proof(conn->ctx, 0, &c, &l, mac);
+  xport__auth_wipe(conn->auth, sizeof conn->auth);
+  return ok ? 0 : -XPORT_EACCES;
+}
+
+/* The client's proof (or its refusal) for a handshake of the listener's:
+ * the connection is accepted (accept returns it) or refused. Only a
+ * handshake under way matches: ids, cookie and, where completions name
+ * it, the sender. */
+static void on_auth(struct xport__rep *rep, const struct xport__ctl *m, size_t len, fi_addr_t src)
+{
+  xport_ctx_t *ctx = rep->ctx;
+  xport_listener_t *lst = rep->lst;
+  xport_conn_t *c = lst ? lst->shaking : NULL;
+  while (c && (c->id != m->dst_id || c->rx_tag != m->cookie || c->peer_id != m->src_id ||
+               c->peer_ctx_id != m->ctx_id || (ctx->source && src != c->dest)))
+    c = c->shake_next;
+  if (!c || c->state != XPORT__CONN_CONNECTING) {
+    ctl_drop(ctx, "proof for no handshake", m->type, len);
+    return;
+  }
+  if ((m->flags & CTL_F_AUTH) && xport__auth_same(m->mac, c->auth)) {
+    c->state = XPORT__CONN_CONNECTED;
+    c->heard = c->peer_holds = 1;
+    if (lst->admit)
+      ctx->accept_due = 1;
+  } else {
+    c->state = XPORT__CONN_FAILED;
+    c->fail_code = -XPORT_EACCES;
+    XPORT__INFO("listener %s: authentication failed: the peer does not hold this listener's "
+                "key%s", lst->addr, m->flags & CTL_F_AUTH ? "" : " (it refused ours)");
+  }
+  xport__auth_wipe(c->auth, sizeof c->auth);
+}
+
 /* 1 if m withdrew a request still waiting in rep's backlog (withdraw):
  * it must name the request's ids and tag and, where completions name
  * it, come from where the request came. */
@@ -1054,6 +1171,15 @@ static int on_withdraw(struct xport__rep *rep, const struct xport__ctl *m, fi_ad
     free(cr);
     return 1;
   }
+  /* Under a key, its proof not yet come: the handshake ends. */
+  for (xport_conn_t *c = lst->shaking; c; c = c->shake_next)
+    if (c->state == XPORT__CONN_CONNECTING && c->peer_ctx_id == m->ctx_id &&
+        c->peer_id == m->src_id && c->tag == m->cookie &&
+        (!rep->ctx->source || src == c->dest)) {
+      c->state = XPORT__CONN_FAILED;
+      c->fail_code = -XPORT_ECONNRESET;
+      return 1;
+    }
   /* Accepted already, the acceptance crossing this: the connection ends
    * here too, though the client no longer answers the acceptance (its
    * withdrawal lasts one XPORT_PEER_TIMEOUT, withdrawn_accepted). */
@@ -1074,6 +1200,11 @@ static xport_conn_t *ctl_conn(struct xport__rep *rep, const struct xport__ctl *m
                               fi_addr_t src, const char **why)
 {
   xport_conn_t *conn = find_conn(rep->ctx, m->dst_id);
+  /* Or one whose client proved the key, not yet taken by accept: its
+   * client holds it already, and may say goodbye. */
+  for (xport_conn_t *c = rep->lst && !conn ? rep->lst->shaking : NULL; c; c = c->shake_next)
+    if (c->id == m->dst_id && c->state != XPORT__CONN_CONNECTING)
+      conn = c;
   *why = "no such connection";
   if (!conn || conn->rep != rep)
     return NULL;
@@ -1105,7 +1236,7 @@ const char *xport__ctl_parse(const void *buf, size_t len, struct xport__ctl *m)
   memcpy(&c, buf, sizeof c); /* a packed buffer aligns nothing */
   if (c.magic != CTL_MAGIC || c.version != CTL_VERSION || c.addrlen > XPORT__ADDR_MAX)
     return "malformed";
-  if (c.type < CTL_CONNREQ || c.type > CTL_CHALLENGE)
+  if (c.type < CTL_CONNREQ || c.type > CTL_AUTH)
     return "unknown type";
   if (c.type == CTL_CONNREQ && (!c.addrlen || c.dst_id || !tag_ok(c.tag)))
     return "malformed request";
@@ -1122,6 +1253,10 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
   const char *why;
   if (m->type == CTL_CONNREQ) {
     on_connreq(rep, m, len, src);
+    return;
+  }
+  if (m->type == CTL_AUTH) {
+    on_auth(rep, m, len, src);
     return;
   }
   if (m->type == CTL_KEEPALIVE && !m->dst_id)
@@ -1142,10 +1277,29 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
   conn->heard = 1; /* any message from the peer says it is alive */
   conn->peer_holds = 1; /* ... and, past its handshake, that it holds this connection */
   switch (m->type) {
-  case CTL_CONNACK:
+  case CTL_CONNACK: {
     if (!tag_ok(m->tag)) {
       ctl_drop(ctx, "malformed answer", m->type, len);
       return;
+    }
+    if (ctx->auth_on || (m->flags & CTL_F_AUTH)) {
+      uint8_t mac[XPORT__AUTH_MAC];
+      int ret = ctx->auth_on ? auth_client(conn, m, mac) : -XPORT_EACCES;
+      struct ctl_args a = {.src_id = conn->id, .dst_id = m->src_id, .cookie = m->tag,
+                           .flags = ret ? 0 : CTL_F_AUTH, .mac = ret ? NULL : mac, .once = !!ret};
+      /* A refusal too goes back, with a few quick tries (the listener's
+       * handshake then ends now, not at its deadline); the proof is waited
+       * for, as the connect that needs it would be. */
+      int sent = ctl_send(rep, conn->dest, CTL_AUTH, &a);
+      if (ret) {
+        XPORT__WARN("authentication failed: the listener does not hold this context's key");
+        conn_lost(conn, ret, 0);
+        return;
+      }
+      if (sent) {
+        conn_lost(conn, sent, 0);
+        return;
+      }
     }
     conn->peer_id = m->src_id;
     conn->tag = m->tag;
@@ -1153,7 +1307,15 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
     watch_peer(conn, m);
     conn->state = XPORT__CONN_CONNECTED;
     break;
+  }
   case CTL_CONNREJ:
+    if (m->tag == XPORT__CTL_REJ_AUTH) {
+      XPORT__WARN("authentication failed: %s", ctx->auth_on
+                  ? "the listener refused this context's key: it holds none"
+                  : "the listener requires a key (XPORT_AUTH_KEY_FILE), and this context has none");
+      conn_lost(conn, -XPORT_EACCES, 0);
+      break;
+    }
     /* "Not this way" matters where there is another way (XPORT_SHM); a
      * context of this provider alone is refused, as by a full backlog. */
     conn_lost(conn,
@@ -1170,6 +1332,10 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
     }
     conn->challenged = 1;
     struct ctl_args a = {.src_id = conn->id, .tag = conn->rx_tag, .cookie = m->tag};
+    if (ctx->auth_on) {
+      a.flags = CTL_F_AUTH;
+      a.nonce = conn->auth;
+    }
     int ret = ctl_send(rep, conn->dest, CTL_CONNREQ, &a);
     if (ret)
       conn_lost(conn, ret, 0);
@@ -1722,6 +1888,11 @@ static void rdm_listener_close(xport_listener_t *lst)
   }
   lst->pending_tail = NULL;
   lst->npending = 0;
+  while (lst->shaking) { /* handshakes no accept will return */
+    xport_conn_t *c = lst->shaking;
+    lst->shaking = c->shake_next;
+    shake_discard(lst, c, NULL);
+  }
   /* Connections accepted here live on this endpoint: it closes with the
    * last of them (and keeps its name until then). */
   lst->rep->lst = NULL;
@@ -1729,7 +1900,9 @@ static void rdm_listener_close(xport_listener_t *lst)
   lst->rep = NULL;
 }
 
-static xport_conn_t *conn_new(struct xport__rep *rep, struct xport__peer *peer)
+/* link 0: a listener's handshake under a key, on lst->shaking and not
+ * the context's until its client's proof came (accept links it). */
+static xport_conn_t *conn_new(struct xport__rep *rep, struct xport__peer *peer, int link)
 {
   xport_ctx_t *ctx = rep->ctx;
   xport_conn_t *conn = calloc(1, sizeof *conn);
@@ -1757,7 +1930,8 @@ static xport_conn_t *conn_new(struct xport__rep *rep, struct xport__peer *peer)
   /* Ids start at 1 and are not reused within a context, so that a late
    * message for a closed connection matches nothing. */
   conn->id = ++ctx->next_conn_id;
-  xport__conn_link(conn);
+  if (link)
+    xport__conn_link(conn);
   return conn;
 }
 
@@ -1857,7 +2031,7 @@ static int rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
   struct xport__peer *peer = peer_get(rep, addr, alen, &ret);
   if (!peer)
     return ret;
-  xport_conn_t *conn = conn_new(rep, peer);
+  xport_conn_t *conn = conn_new(rep, peer, 1);
   if (!conn) {
     peer_put(rep, peer);
     return -XPORT_ENOMEM;
@@ -1868,6 +2042,11 @@ static int rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
    * listener answers (on_connreq: it may want a request from where the
    * request says; its challenge, which on_ctl answers, may be lost). */
   struct ctl_args a = {.src_id = conn->id, .tag = conn->rx_tag};
+  if (ctx->auth_on) {
+    xport__auth_nonce(conn->auth); /* fresh: the listener's proof covers it */
+    a.flags = CTL_F_AUTH;
+    a.nonce = conn->auth;
+  }
   for (;;) {
     while ((ret = ctl_send(rep, peer->fi_addr, CTL_CONNREQ, &a)) == -XPORT_EAGAIN &&
            (ret = wait_progress(ctx, deadline)) == 0)
@@ -1926,6 +2105,77 @@ static void seen_forget(struct xport__rep *rep, const struct xport__ctl *m)
       rep->seen[i].ctx_id = 0, rep->seen[i].src_id = 0;
 }
 
+/* A handshake of lst under a key that will not end well (refused, timed
+ * out, or evicted): it goes, with what it held of the endpoint. */
+static void shake_discard(xport_listener_t *lst, xport_conn_t *c, const char *why)
+{
+  lst->nshaking--;
+  if (why)
+    XPORT__INFO("listener %s: a handshake %s", lst->addr, why);
+  xport__auth_wipe(c->auth, sizeof c->auth);
+  conn_detach(c, 0);
+  free(c);
+}
+
+/* The first of lst's handshakes under a key whose client proved the key,
+ * taken off the list (the caller links it); those refused or out of time
+ * go. */
+static xport_conn_t *shake_done(xport_listener_t *lst)
+{
+  long now = xport__now_ms();
+  for (xport_conn_t **pp = &lst->shaking; *pp;) {
+    xport_conn_t *c = *pp;
+    if (c->state == XPORT__CONN_CONNECTING && now <= c->shake_deadline) {
+      pp = &c->shake_next;
+      continue;
+    }
+    *pp = c->shake_next;
+    if (c->state == XPORT__CONN_CONNECTED || c->state == XPORT__CONN_DISCONNECTED) {
+      lst->nshaking--;
+      return c;
+    }
+    shake_discard(lst, c, c->state != XPORT__CONN_FAILED  ? "timed out: no proof came"
+                          : c->fail_code == -XPORT_EACCES ? "was refused: the client proved no key"
+                                                          : "ended: its client gave up");
+  }
+  return NULL;
+}
+
+/* Answers request cr under a key: the acceptance carries the listener's
+ * nonce and proof, and the connection waits on lst->shaking for the
+ * client's (HANDSHAKE_MS at most; beyond backlog of them, the oldest
+ * goes). 0, or a code with nothing sent. */
+#define HANDSHAKE_MS 30000
+static int shake_start(xport_listener_t *lst, const struct xport__ctl *req, xport_conn_t *conn)
+{
+  xport_ctx_t *ctx = lst->ctx;
+  struct xport__rep *rep = lst->rep;
+  uint8_t nonce[XPORT__AUTH_NONCE], mac[XPORT__AUTH_MAC];
+  xport__auth_nonce(nonce);
+  struct auth_end c = {req->nonce, req->ctx_id, req->tag, req->src_id, req->addr, req->addrlen};
+  struct auth_end l = {nonce, ctx->id, conn->rx_tag, conn->id, rep->addr, rep->addrlen};
+  auth_proof(ctx, 1, &c, &l, mac);
+  auth_proof(ctx, 0, &c, &l, conn->auth); /* what the client owes */
+  struct ctl_args a = {.src_id = conn->id, .dst_id = conn->peer_id, .cookie = conn->tag,
+                       .tag = conn->rx_tag, .flags = CTL_F_AUTH, .nonce = nonce, .mac = mac};
+  int ret = ctl_send(rep, conn->dest, CTL_CONNACK, &a);
+  if (ret)
+    return ret;
+  if (lst->nshaking >= lst->backlog) {
+    xport_conn_t **pp = &lst->shaking;
+    while ((*pp)->shake_next) /* newest first: the oldest is last */
+      pp = &(*pp)->shake_next;
+    xport_conn_t *old = *pp;
+    *pp = NULL;
+    shake_discard(lst, old, NULL);
+  }
+  conn->shake_deadline = xport__now_ms() + HANDSHAKE_MS;
+  conn->shake_next = lst->shaking;
+  lst->shaking = conn;
+  lst->nshaking++;
+  return 0;
+}
+
 static int rdm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_p)
 {
   xport_ctx_t *ctx = lst->ctx;
@@ -1935,6 +2185,14 @@ static int rdm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
      * until some are given back. */
     xport__halfopen_watch(ctx, 0);
     xport__cq_drain(ctx);
+    xport_conn_t *done = lst->shaking ? shake_done(lst) : NULL;
+    if (done) {
+      xport__conn_link(done);
+      if (done->state == XPORT__CONN_DISCONNECTED) /* the client has closed it already */
+        xport__evq_push(ctx, done, -XPORT_ECONNRESET);
+      *conn_p = done;
+      return 0;
+    }
     struct xport__connreq *cr = lst->pending;
     if (!cr) {
       int ret = wait_progress(ctx, deadline);
@@ -1954,7 +2212,7 @@ static int rdm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
       continue;
     }
     struct xport__peer *peer = peer_get(rep, cr->ctl->addr, cr->ctl->addrlen, &ret);
-    xport_conn_t *conn = peer ? conn_new(rep, peer) : NULL;
+    xport_conn_t *conn = peer ? conn_new(rep, peer, !ctx->auth_on) : NULL;
     if (conn) {
       conn->peer_id = cr->ctl->src_id;
       conn->tag = cr->ctl->tag;
@@ -1962,7 +2220,8 @@ static int rdm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
       watch_peer(conn, cr->ctl);
       struct ctl_args a = {.src_id = conn->id, .dst_id = conn->peer_id, .cookie = conn->tag,
                            .tag = conn->rx_tag};
-      ret = ctl_send(rep, peer->fi_addr, CTL_CONNACK, &a);
+      ret = ctx->auth_on ? shake_start(lst, cr->ctl, conn)
+                         : ctl_send(rep, peer->fi_addr, CTL_CONNACK, &a);
     } else if (peer) {
       peer_put(rep, peer);
       ret = -XPORT_ENOMEM;
@@ -1971,14 +2230,20 @@ static int rdm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
       seen_forget(rep, cr->ctl); /* the client's next try is queued again */
     free(cr->ctl);
     free(cr);
+    if (conn && !ret && ctx->auth_on)
+      continue; /* its client's proof is awaited (shake_done) */
     if (conn && !ret) {
       conn->state = XPORT__CONN_CONNECTED;
       *conn_p = conn;
       return 0;
     }
     XPORT__INFO("listener %s: accept failed: %s", lst->addr, xport_strerror(ret));
-    if (conn)
+    if (conn && ctx->auth_on) {
+      conn_detach(conn, 0);
+      free(conn);
+    } else if (conn) {
       conn_discard(conn);
+    }
     if (ret == -XPORT_ENOMEM)
       return ret;
   }

@@ -12,14 +12,29 @@
  * challenge, a token keyed with the listener's secret over the request,
  * and queues the request that comes back with that token (a stranger
  * cannot fill the backlog with other endpoints' addresses, nor make the
- * listener accept for them). */
+ * listener accept for them).
+ *
+ * Under a shared key (xport(7), AUTHENTICATION) a request carries
+ * CTL_F_AUTH and the client's fresh nonce; the listener's acceptance
+ * carries its own fresh nonce, its address and its proof; the client
+ * answers with CTL_AUTH, its proof (or, the listener's proof being wrong,
+ * CTL_AUTH without one: refused). The listener's accept returns the
+ * connection only once that proof came. A proof is crypto_auth (HMAC-
+ * SHA-512-256) keyed with the shared key over the transcript
+ * (rdm.c, auth_transcript): its direction's label, both nonces, both
+ * context ids, both connection ids, both receive tags and both endpoint
+ * addresses. Each side's nonce is fresh: neither a replayed request nor a
+ * replayed proof passes, and a proof made for one address is refused at
+ * another (a relay). */
 #ifndef XPORT_RDM_WIRE_H
 #define XPORT_RDM_WIRE_H
 
 #include <stdint.h>
 
 #define XPORT__CTL_MAGIC 0x58505254434c3031ULL /* "XPRTCL01" */
-#define XPORT__CTL_VERSION 4
+#define XPORT__CTL_VERSION 5
+#define XPORT__CTL_NONCE 32 /* XPORT__AUTH_NONCE */
+#define XPORT__CTL_MAC 32   /* XPORT__AUTH_MAC */
 #define XPORT__CTL_ADDR_MAX 256
 
 enum {
@@ -30,8 +45,10 @@ enum {
   XPORT__CTL_KEEPALIVE,   /* either way: heartbeat */
   XPORT__CTL_PING,        /* either way: answer with a PONG (the RMA probe, rdm.c) */
   XPORT__CTL_PONG,
-  XPORT__CTL_CHALLENGE    /* listener -> client: tag = the token to ask again with */
+  XPORT__CTL_CHALLENGE,   /* listener -> client: tag = the token to ask again with */
+  XPORT__CTL_AUTH         /* client -> listener: the client's proof (under a key) */
 };
+#define XPORT__CTL_F_AUTH 0x1u  /* flags: the sender holds a key; nonce (and mac) set */
 
 struct xport__ctl {
   uint64_t magic;
@@ -47,7 +64,13 @@ struct xport__ctl {
   uint32_t addrlen;
   uint64_t pidns;    /* the sender's PID namespace: a pid means something */
   char boot_id[40];  /* with pid: which node, for death detection */
-  uint8_t addr[XPORT__CTL_ADDR_MAX]; /* CONNREQ: the sender's endpoint name */
+  uint32_t flags;    /* XPORT__CTL_F_* */
+  uint32_t zero;
+  uint8_t nonce[XPORT__CTL_NONCE]; /* CONNREQ, CONNACK under a key: the sender's */
+  uint8_t mac[XPORT__CTL_MAC];     /* CONNACK, AUTH under a key: the sender's proof */
+  /* CONNREQ: the sender's endpoint name; CONNACK under a key: the
+   * listener's (its fi_getname) */
+  uint8_t addr[XPORT__CTL_ADDR_MAX];
 };
 
 /* The tag of a CONNREJ that says "not this way": the requester is of
@@ -56,6 +79,10 @@ struct xport__ctl {
  * another transport beside (XPORT_SHM) goes over that one (conn.c); one
  * that has not is refused. 0: refused (backlog, closing). */
 #define XPORT__CTL_REJ_ELSEWHERE 1
+/* The tag of a CONNREJ that says "not without a key", or "not with one":
+ * one side holds a key and the other none (the client's connect fails
+ * with EACCES). */
+#define XPORT__CTL_REJ_AUTH 2
 
 /* Receive tags: 62 random bits; bit 62 marks an emulated write_imm
  * (XPORT__WIMM_TAG), bit 63 is never set. */

@@ -30,7 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
   } else if (size != sizeof m || memcmp(&m, msg, sizeof m) || m.magic != XPORT__CTL_MAGIC ||
              m.version != XPORT__CTL_VERSION || m.type < XPORT__CTL_CONNREQ ||
-             m.type > XPORT__CTL_CHALLENGE || m.addrlen > XPORT__CTL_ADDR_MAX ||
+             m.type > XPORT__CTL_AUTH || m.addrlen > XPORT__CTL_ADDR_MAX ||
              (m.type == XPORT__CTL_CONNREQ &&
               (!m.addrlen || m.dst_id || !m.tag || (m.tag & ~XPORT__TAG_MASK)))) {
     abort();
