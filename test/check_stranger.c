@@ -1877,6 +1877,46 @@ static long ch_fds(void)
   return n;
 }
 
+/* What each descriptor is (sockets with their TCP state and peer port),
+ * for the message of a check that failed. */
+static void ch_fd_list(char *out, size_t len)
+{
+  DIR *d = opendir("/proc/self/fd");
+  size_t at = 0;
+  out[0] = '\0';
+  for (struct dirent *e; d && (e = readdir(d)) && at + 80 < len;) {
+    char path[300], what[256] = "", line[512];
+    if (e->d_name[0] == '.')
+      continue;
+    snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+    ssize_t n = readlink(path, what, sizeof what - 1);
+    what[n > 0 ? n : 0] = '\0';
+    unsigned long ino;
+    char state[48] = "";
+    if (sscanf(what, "socket:[%lu]", &ino) == 1)
+      for (int v6 = 0; v6 < 2 && !state[0]; v6++) {
+        FILE *f = fopen(v6 ? "/proc/net/tcp6" : "/proc/net/tcp", "r");
+        while (f && fgets(line, sizeof line, f)) {
+          char local[64], remote[64];
+          unsigned st;
+          unsigned long i;
+          if (sscanf(line, "%*d: %63s %63s %x %*s %*s %*s %*s %*s %lu", local, remote, &st, &i) ==
+                  4 &&
+              i == ino) {
+            snprintf(state, sizeof state, " tcp %s->%s st %02x", strchr(local, ':') + 1,
+                     strchr(remote, ':') + 1, st);
+            break;
+          }
+        }
+        if (f)
+          fclose(f);
+      }
+    at += (size_t)snprintf(out + at, len - at, " %s=%s%s", e->d_name, what, state);
+  }
+  if (d)
+    closedir(d);
+}
+
 /* ---- the server ---- */
 
 struct ch_conn {
@@ -1905,6 +1945,7 @@ struct ch_server {
   unsigned access;
   size_t held_bytes; /* buffers of closed connections that xport still holds */
   struct ch_stats st;
+  char fds0_list[4096]; /* the descriptors at the baseline, for a failure's message */
 };
 
 static void ch_maybe_free(struct ch_server *S, struct ch_conn *k)
@@ -2198,6 +2239,7 @@ static void churn_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
       for (long end = now_ms() + 1000; now_ms() < end;)
         ch_turn(S, lst);
       ch_measure(S, &S->st.fds0, &S->st.heap0);
+      ch_fd_list(S->fds0_list, sizeof S->fds0_list);
       xt_step_put(S->steps->s2c[1], 'b');
     } else if (what == 'E') {
       break;
@@ -2226,8 +2268,11 @@ static void churn_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
   XT_CHECK(!ch_open_conns(S), "%d connections still open after the churn", ch_open_conns(S));
   XT_CHECK(!ch_ctx_conns(ctx), "the context holds %d connections after the churn",
            ch_ctx_conns(ctx));
+  char fdl[4096];
+  ch_fd_list(fdl, sizeof fdl);
   XT_CHECK(fds <= S->st.fds0 + CH_FD_TOL,
-           "the server holds %ld descriptors, %ld before the churn", fds, S->st.fds0);
+           "the server holds %ld descriptors, %ld before the churn:%s; before:%s", fds,
+           S->st.fds0, fdl, S->fds0_list);
   XT_CHECK(heap <= S->st.heap0 + CH_HEAP_TOL,
            "the server's heap grew by %zu bytes over the churn (%zu bytes more are buffers "
            "xport still holds)",
@@ -2692,6 +2737,91 @@ START_TEST(churn_server_keeps_serving)
 }
 END_TEST
 
+/* ---- a killed client's descriptors -------------------------------------- */
+
+#define RV_LEN (1u << 20) /* past rxm's eager size: a rendezvous the client never takes */
+
+/* Serves one client that leaves in order, then one that is killed while
+ * a large send to it is under way; once the server has closed that
+ * connection, its descriptors are back where the first one left them. */
+static void rendezvous_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  struct xt_steps *st = arg;
+  xport_conn_t *conn;
+  xport_completion_t c;
+  unsigned char *big = malloc(RV_LEN);
+  XT_CHECK(big, "malloc");
+  xt_fill(big, RV_LEN, 3);
+  XT_OK(xport_accept(lst, T_MS, &conn));
+  say(ctx, conn, "hi");
+  c = xt_wait_op(ctx, XPORT_OP_DISCONNECT, T_MS);
+  XT_OK(xport_conn_close(conn));
+  for (long end = now_ms() + 1000; now_ms() < end;)
+    xt_stash_one(ctx, 10);
+  long fds0 = ch_fds();
+  xt_step_put(st->s2c[1], 'W');
+  XT_OK(xport_accept(lst, T_MS, &conn));
+  XT_OK(xport_send(conn, big, RV_LEN, NULL, big));
+  xt_step_put(st->s2c[1], 'S'); /* the test kills the client now */
+  do
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "the killed client's connection never ended");
+  while (c.op != XPORT_OP_DISCONNECT);
+  XT_OK(xport_conn_close(conn));
+  /* Its descriptors go within a few peer checks; the send may stay the
+   * provider's (xport(7)), and its completion, if it comes, is no matter. */
+  long fds = ch_fds();
+  for (long end = now_ms() + 2 * T_MS; fds > fds0 && now_ms() < end; fds = ch_fds())
+    xt_stash_one(ctx, 10);
+  char fdl[4096];
+  ch_fd_list(fdl, sizeof fdl);
+  XT_CHECK(fds <= fds0, "the server holds %ld descriptors after the killed client, %ld before "
+           "it:%s", fds, fds0, fdl);
+  /* The send's buffer stays: the provider may hold it until the listener
+   * closes, which the harness does after we return. */
+}
+
+/* A client that connects and then waits, taking nothing, to be killed. */
+static void doomed_client(const char *addr, struct xt_steps *st, int leave)
+{
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn;
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  if (leave) {
+    hear(ctx, conn, "hi");
+    XT_OK(xport_conn_close(conn));
+    xport_ctx_destroy(ctx);
+    exit(0);
+  }
+  (void)st;
+  for (;;)
+    xport_wait(ctx, 100); /* killed here */
+}
+
+START_TEST(killed_client_leaves_no_descriptor)
+{
+  char addr[128];
+  struct xt_steps st;
+  xt_steps_open(&st);
+  pid_t srv = xt_spawn_server(rendezvous_server, &st, addr, sizeof addr);
+  pid_t w = xt_fork();
+  if (w == 0)
+    doomed_client(addr, &st, 1);
+  XT_CHECK(xt_reap(w) == 0, "the first client failed");
+  XT_CHECK(xt_step_get(st.s2c[0], 3 * T_MS) == 'W', "protocol");
+  pid_t d = xt_fork();
+  if (d == 0)
+    doomed_client(addr, &st, 0);
+  char step = xt_step_get(st.s2c[0], 3 * T_MS);
+  kill(d, SIGKILL);
+  xt_reap(d);
+  xt_shm_remove_of(d);
+  XT_CHECK(step == 'S', "protocol");
+  XT_CHECK(xt_reap(srv) == 0, "server failed on %s (its check is above)", xt_config());
+  xt_steps_close(&st);
+}
+END_TEST
+
+
 static Suite *make_suite(void)
 {
   Suite *s = suite_create("stranger");
@@ -2734,6 +2864,11 @@ static Suite *make_suite(void)
   tcase_set_timeout(churn, 300 + 2 * ch_env("XPORT_TEST_CHURN_SECONDS", 10));
   tcase_add_test(churn, churn_server_keeps_serving);
   suite_add_tcase(s, churn);
+
+  TCase *killed = tcase_create("Killed");
+  tcase_set_timeout(killed, 240);
+  tcase_add_test(killed, killed_client_leaves_no_descriptor);
+  suite_add_tcase(s, killed);
   return s;
 }
 
