@@ -788,6 +788,15 @@ static void conn_dead(xport_conn_t *conn)
     return;
   conn->dead = 1;
   conn->rep->ndead++;
+  /* A process known gone has nothing more to tell, and a closed
+   * connection whose operation the provider keeps for ever (a rendezvous
+   * send to the dead peer, on a listener's endpoint that stays open) must
+   * not keep a descriptor with it: one per killed client, for the
+   * listener's life. */
+  if (conn->peer_gone && conn->pidfd >= 0) {
+    close(conn->pidfd);
+    conn->pidfd = -1;
+  }
   if (conn->rep->dest_len)
     rep_withdraw(conn->rep); /* its one target is gone: it closes (dest_rep) */
   if (conn->nzombies && ctx->prof && ctx->prof->dead_peer_lets_go)
