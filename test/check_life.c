@@ -622,8 +622,11 @@ static int two_big_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   xt_fill(buf, MIB, 8);
   XT_OK(xport_send(conn, buf, MIB, NULL, NULL));
   XT_OK(xport_send(conn, buf, MIB, NULL, NULL));
-  XT_CHECK(xt_next(ctx, &c, T_MS) == 0 && c.op == XPORT_OP_SEND && c.status == 0,
-           "the first message did not go");
+  int got = xt_next(ctx, &c, T_MS);
+  XT_CHECK(got == 0 && c.op == XPORT_OP_SEND && c.status == 0,
+           "the first message did not go on %s: %s, op %d, %s [%s]", xt_config(),
+           xport_strerror(got), got ? 0 : c.op, got ? "-" : xport_strerror(c.status),
+           got || !c.detail ? "" : c.detail);
   if (die)
     raise(SIGKILL);
   for (int gone = 0; !gone;) {
