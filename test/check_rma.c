@@ -1099,24 +1099,33 @@ static void two_end(xport_ctx_t *ctx, xport_conn_t *a, xport_conn_t *b, xport_rk
   xt_shm_remove_of(pa);
 }
 
-START_TEST(killed_target_spares_the_other)
+/* Both targets (A runs target_a), connected, their keys imported: the
+ * common start of the tests of a target among live ones. */
+static xport_ctx_t *two_open(xt_side_fn target_a, xport_conn_t **a, xport_conn_t **b,
+                             xport_rkey_t **ka, xport_rkey_t **kb, pid_t *pa, pid_t *pb)
 {
   char addr_a[128], addr_b[128];
+  *pa = xt_spawn_pair_server(target_a, (void *)(uintptr_t)TWO_SEED_A, addr_a, sizeof addr_a);
+  *pb = xt_spawn_pair_server(two_target, (void *)(uintptr_t)TWO_SEED_B, addr_b, sizeof addr_b);
+  xport_ctx_t *ctx = xt_ctx();
+  XT_OK(xport_connect(ctx, addr_a, T_MS, a));
+  XT_OK(xport_connect(ctx, addr_b, T_MS, b));
+  xt_check_transport(*a);
+  *ka = import_key(ctx, *a, NULL, NULL);
+  *kb = import_key(ctx, *b, NULL, NULL);
+  return ctx;
+}
+
+START_TEST(killed_target_spares_the_other)
+{
   static char ra[TWO_OPS][TWO_LEN], rb[2 * TWO_OPS][TWO_LEN], wb[TWO_OPS][TWO_LEN];
   xport_conn_t *a, *b;
+  xport_rkey_t *ka, *kb;
+  pid_t pa, pb;
   /* Short, so that a live target's operations taken for refused ones
    * would show within the test's wait. */
   setenv("XPORT_RMA_TIMEOUT", "1500", 1);
-  pid_t pa = xt_spawn_pair_server(two_target, (void *)(uintptr_t)TWO_SEED_A, addr_a,
-                                  sizeof addr_a);
-  pid_t pb = xt_spawn_pair_server(two_target, (void *)(uintptr_t)TWO_SEED_B, addr_b,
-                                  sizeof addr_b);
-  xport_ctx_t *ctx = xt_ctx();
-  XT_OK(xport_connect(ctx, addr_a, T_MS, &a));
-  XT_OK(xport_connect(ctx, addr_b, T_MS, &b));
-  xt_check_transport(a);
-  xport_rkey_t *ka = import_key(ctx, a, NULL, NULL);
-  xport_rkey_t *kb = import_key(ctx, b, NULL, NULL);
+  xport_ctx_t *ctx = two_open(two_target, &a, &b, &ka, &kb, &pa, &pb);
   /* A takes nothing off its queue from now on: its reads stay
    * unanswered, interleaved with B's, until it dies. */
   int st;
@@ -1193,20 +1202,13 @@ static int hb_target(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 #define HB_LEN (64 * 1024)
 START_TEST(declared_dead_then_killed_ends_every_op)
 {
-  char addr_a[128], addr_b[128];
   static char ra[TWO_OPS][HB_LEN], rb[TWO_OPS][TWO_LEN];
   xport_conn_t *a, *b;
+  xport_rkey_t *ka, *kb;
+  pid_t pa, pb;
   setenv("XPORT_KEEPALIVE", "1", 1);
   setenv("XPORT_KEEPALIVE_TIMEOUT", "5000", 1);
-  pid_t pa = xt_spawn_pair_server(hb_target, (void *)(uintptr_t)TWO_SEED_A, addr_a,
-                                  sizeof addr_a);
-  pid_t pb = xt_spawn_pair_server(two_target, (void *)(uintptr_t)TWO_SEED_B, addr_b,
-                                  sizeof addr_b);
-  xport_ctx_t *ctx = xt_ctx();
-  XT_OK(xport_connect(ctx, addr_a, T_MS, &a));
-  XT_OK(xport_connect(ctx, addr_b, T_MS, &b));
-  xport_rkey_t *ka = import_key(ctx, a, NULL, NULL);
-  xport_rkey_t *kb = import_key(ctx, b, NULL, NULL);
+  xport_ctx_t *ctx = two_open(hb_target, &a, &b, &ka, &kb, &pa, &pb);
   size_t span = TWO_OPS * 2 * TWO_LEN; /* the target's region */
   int posted_a = 0, posted_b = 0;
   struct two_seen t = {a, b, 0, 0, 0, ""};
@@ -1283,19 +1285,12 @@ END_TEST
 #define STREAM_LEN (64 * 1024)
 START_TEST(stopped_mid_stream_holds_up_nothing)
 {
-  char addr_a[128], addr_b[128];
   static char wa[16][STREAM_LEN], rb[TWO_OPS][TWO_LEN];
   xport_conn_t *a, *b;
+  xport_rkey_t *ka, *kb;
+  pid_t pa, pb;
   setenv("XPORT_RMA_TIMEOUT", "500", 1);
-  pid_t pa = xt_spawn_pair_server(two_target, (void *)(uintptr_t)TWO_SEED_A, addr_a,
-                                  sizeof addr_a);
-  pid_t pb = xt_spawn_pair_server(two_target, (void *)(uintptr_t)TWO_SEED_B, addr_b,
-                                  sizeof addr_b);
-  xport_ctx_t *ctx = xt_ctx();
-  XT_OK(xport_connect(ctx, addr_a, T_MS, &a));
-  XT_OK(xport_connect(ctx, addr_b, T_MS, &b));
-  xport_rkey_t *ka = import_key(ctx, a, NULL, NULL);
-  xport_rkey_t *kb = import_key(ctx, b, NULL, NULL);
+  xport_ctx_t *ctx = two_open(two_target, &a, &b, &ka, &kb, &pa, &pb);
   static char whole[TWO_OPS * 2 * TWO_LEN];
   xt_fill(whole, sizeof whole, TWO_SEED_B);
   int posted_a = 0, done_a = 0, posted_b = 0, done_b = 0, events = 0, stopped = 0, st;
