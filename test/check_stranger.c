@@ -2863,6 +2863,17 @@ START_TEST(churn_server_keeps_serving)
            "XPORT_TEST_CHURN_SHM=1 runs it\n", xt_config());
     return;
   }
+  /* Not xport's to fix: libfabric 1.17's rxm over verbs answers a finished
+   * rendezvous read on its connection's endpoint even when that connection
+   * went with its dead client (rxm_rndv_send_rd_done: fi_send on the freed
+   * msg_ep), and the server died of SIGSEGV inside xport_poll (seed
+   * 362175575); xport(7), Providers. */
+  if (!strcmp(xt_transport(), "verbs;ofi_rxm") && !getenv("XPORT_TEST_CHURN_VERBS_RXM")) {
+    printf("SKIP: churn_server_keeps_serving on %s: libfabric 1.17's rxm over verbs crashes the "
+           "server when a client dies mid-rendezvous (rxm_rndv_send_rd_done sends on the freed "
+           "connection); XPORT_TEST_CHURN_VERBS_RXM=1 runs it\n", xt_config());
+    return;
+  }
   int secs = ch_env("XPORT_TEST_CHURN_SECONDS", 10), conc = ch_env("XPORT_TEST_CHURN_CLIENTS", 4);
   uint64_t seed = getenv("XPORT_TEST_CHURN_SEED")
                       ? strtoull(getenv("XPORT_TEST_CHURN_SEED"), NULL, 0)
