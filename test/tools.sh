@@ -62,6 +62,11 @@ for x in d[\"candidates\"]:
 beside = [x for x in d[\"candidates\"] if x[\"provider\"] == \"shm\" and x[\"verdict\"] == \"chosen\" and \"beside\" in x[\"reason\"]]
 assert len(beside) == (sys.argv[2] == \"auto\"), beside
 ' '$prov' $shm"
+  # The table shows each place once: no usable row repeats the chosen one
+  # (shm: libfabric lists it twice, differing in nothing the table shows).
+  check "xport_info's table on $cfg: the chosen row not repeated as usable" sh -c "
+    \"$info\" -p '$prov' | awk '\$1 == \"chosen\" { c = \$2 \" \" \$3 \" \" \$4 \" \" \$5 }
+      \$1 == \"usable\" && \$2 \" \" \$3 \" \" \$4 \" \" \$5 == c { print; bad = 1 } END { exit bad }'"
   for t in send_lat send_bw write_lat write_bw read_lat read_bw write_imm_lat; do
     for size in $sizes; do
       check "xport_perf $t $size on $cfg" sh -c "\"$perf\" --loopback --check -p '$prov' -t $t -s $size -n 30 --warmup 3 -w 8 --json | \"$PYTHON\" -c '

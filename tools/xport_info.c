@@ -64,11 +64,17 @@ static void mr_mode_str(unsigned m, char *buf, size_t len)
     snprintf(buf, len, "none");
 }
 
+/* One row: the same entry as the table shows it, with the same verdict,
+ * or the chosen one and a usable one that differs from it only in what
+ * the table does not show (shm: two entries), which is no choice left. */
 static int same_row(const xport_candidate_t *a, const xport_candidate_t *b)
 {
-  return a->verdict == b->verdict && a->ep_type == b->ep_type &&
-         !strcmp(a->provider, b->provider) && !strcmp(a->domain, b->domain) &&
-         !strcmp(a->fabric, b->fabric) && !strcmp(a->reason, b->reason);
+  if (a->ep_type != b->ep_type || strcmp(a->provider, b->provider) ||
+      strcmp(a->domain, b->domain) || strcmp(a->fabric, b->fabric))
+    return 0;
+  unsigned both = (1u << a->verdict) | (1u << b->verdict);
+  return (a->verdict == b->verdict && !strcmp(a->reason, b->reason)) ||
+         both == ((1u << XPORT_VERDICT_CHOSEN) | (1u << XPORT_VERDICT_USABLE));
 }
 
 /* libfabric lists one provider several times over where it answers
