@@ -107,7 +107,8 @@ typedef enum { XPORT_PROGRESS_AUTO = 1, XPORT_PROGRESS_MANUAL = 2 } xport_progre
 typedef enum {
   XPORT_AUTH_OFF = 0,  /* no key: connections are not authenticated */
   XPORT_AUTH_ATTR = 1, /* xport_ctx_attr_t.auth_key */
-  XPORT_AUTH_FILE = 2  /* the file XPORT_AUTH_KEY_FILE names */
+  XPORT_AUTH_FILE = 2, /* the file XPORT_AUTH_KEY_FILE names */
+  XPORT_AUTH_JOB = 3   /* the job's, from its launcher (xport_job_init(3)) */
 } xport_auth_t;
 
 /* Memory-registration obligations of the provider (xport_caps_t.mr_mode). */

@@ -86,6 +86,11 @@ int xport__auth_key_file(const char *path, uint8_t key[XPORT__AUTH_KEY])
   return ret;
 }
 
+void xport__auth_draw(uint8_t key[XPORT__AUTH_KEY])
+{
+  crypto_auth_keygen(key);
+}
+
 void xport__auth_nonce(uint8_t nonce[XPORT__AUTH_NONCE])
 {
   randombytes_buf(nonce, XPORT__AUTH_NONCE);

@@ -387,6 +387,91 @@ static int job_fence(xport_job_t *job, int collect)
   return err_from_pmix(w.status);
 }
 
+/* The job's key (xport(7), AUTHENTICATION): rank 0, whose context holds
+ * no key of its own, draws one and hands it to the ranks through the
+ * launcher, whose server serves only the job's processes; a context of no
+ * key and no connection or listener yet takes it, before it listens. The
+ * job's connections then prove it, and a process outside the job, which
+ * cannot read it, is refused (it could otherwise claim a rank's context
+ * id, which travels in the clear). Ranks whose contexts hold a key of
+ * their own (one file for the job: mpirun -x XPORT_AUTH_KEY_FILE) keep
+ * it: rank 0 then draws none. One fence more. */
+static int job_take_key(xport_job_t *job)
+{
+  xport_ctx_t *ctx = job->ctx;
+  char name[sizeof job->key + 8];
+  snprintf(name, sizeof name, "%s.auth", job->key);
+  uint8_t key[XPORT__AUTH_KEY];
+  pmix_status_t st = PMIX_SUCCESS;
+  if (job->rank == 0 && !ctx->auth_on) {
+    xport__auth_draw(key);
+    pmix_value_t v;
+    PMIX_VALUE_CONSTRUCT(&v);
+    v.type = PMIX_BYTE_OBJECT;
+    v.data.bo.bytes = (char *)key;
+    v.data.bo.size = sizeof key;
+    st = PMIx_Put(PMIX_GLOBAL, name, &v);
+    if (st == PMIX_SUCCESS)
+      st = PMIx_Commit();
+  }
+  int ret = st == PMIX_SUCCESS ? job_fence(job, 1) : err_from_pmix(st);
+  if (st != PMIX_SUCCESS)
+    XPORT__WARN("job: PMIx_Put of the job's key: %s", PMIx_Error_string(st));
+  int have = 0;
+  if (!ret && job->rank != 0) {
+    pmix_proc_t proc;
+    pmix_value_t *v = NULL;
+    pmix_info_t opt;
+    bool yes = true;
+    PMIX_INFO_CONSTRUCT(&opt);
+    PMIX_INFO_LOAD(&opt, PMIX_OPTIONAL, &yes, PMIX_BOOL);
+    PMIX_PROC_LOAD(&proc, job->me.nspace, 0);
+    st = PMIx_Get(&proc, name, &opt, 1, &v);
+    if (st == PMIX_SUCCESS && v && v->type == PMIX_BYTE_OBJECT && v->data.bo.bytes &&
+        v->data.bo.size == sizeof key) {
+      memcpy(key, v->data.bo.bytes, sizeof key);
+      have = 1;
+    } else if (st == PMIX_SUCCESS) {
+      XPORT__WARN("job: rank 0's key is malformed");
+      ret = -XPORT_EPROTO;
+    }
+    if (v) {
+      if (v->type == PMIX_BYTE_OBJECT && v->data.bo.bytes)
+        xport__auth_wipe(v->data.bo.bytes, v->data.bo.size);
+      PMIX_VALUE_RELEASE(v);
+    }
+  } else if (!ret) {
+    have = !ctx->auth_on;
+  }
+  if (have && ctx->auth_on) {
+    XPORT__WARN("job: this rank's context holds a key of its own and rank 0's none: the job's "
+                "connections will fail authentication (give every rank the same key, or none)");
+  } else if (have) {
+    /* Each under its own lock, one after the other (a sub-context's
+     * progress takes its parent's only by trying). Nothing makes a
+     * connection or a listener meanwhile: this thread is the caller's. */
+    int busy = 0;
+    for (xport_ctx_t *x = ctx; x; x = x->shm) {
+      XPORT__LOCK(x);
+      busy |= x->conns || x->listeners;
+      XPORT__UNLOCK(x);
+    }
+    for (xport_ctx_t *x = ctx; x && !busy; x = x->shm) {
+      XPORT__LOCK(x);
+      x->auth_on = 1;
+      x->caps.auth = XPORT_AUTH_JOB;
+      memcpy(x->auth_key, key, sizeof key);
+      XPORT__UNLOCK(x);
+    }
+    if (busy)
+      XPORT__WARN("job: the context has connections or listeners already: it takes no key "
+                  "from the job, whose connections will fail authentication (join the job "
+                  "first)");
+  }
+  xport__auth_wipe(key, sizeof key);
+  return ret;
+}
+
 static int job_publish(xport_job_t *job)
 {
   char host[80], value[JOB_VALUE_MAX], addr[96];
@@ -489,6 +574,8 @@ static int job_join(xport_job_t *job)
     ret = -XPORT_EPROTO;
   if (!ret && !(job->peers = calloc((size_t)job->size, sizeof *job->peers)))
     ret = -XPORT_ENOMEM;
+  if (!ret && job->size > 1)
+    ret = job_take_key(job);
   if (!ret)
     ret = job_publish(job);
   if (!ret)

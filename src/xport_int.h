@@ -347,6 +347,7 @@ int xport__auth_key(const void *raw, size_t len, uint8_t key[XPORT__AUTH_KEY]);
  * unless a regular file of this user that nobody else may read. */
 int xport__auth_key_file(const char *path, uint8_t key[XPORT__AUTH_KEY]);
 void xport__auth_nonce(uint8_t nonce[XPORT__AUTH_NONCE]);
+void xport__auth_draw(uint8_t key[XPORT__AUTH_KEY]); /* a fresh random key */
 void xport__auth_mac(const uint8_t key[XPORT__AUTH_KEY], const void *msg, size_t len,
                      uint8_t mac[XPORT__AUTH_MAC]);
 /* 1 if two proofs are equal, in time that does not depend on where they differ. */

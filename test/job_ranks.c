@@ -138,6 +138,14 @@ int main(void)
   if ((rc = xport_job_init(ctx, &job)))
     FAIL("job_init: %s", xport_strerror(rc));
   xport_ctx_query(ctx, &caps);
+  /* The job's key (xport_job_init(3)): contexts of no key of their own
+   * take one from the launcher where the job has more than one rank; a
+   * key file's stays. */
+  xport_auth_t want = getenv("XPORT_AUTH_KEY_FILE") ? XPORT_AUTH_FILE
+                      : xport_job_size(job) > 1    ? XPORT_AUTH_JOB
+                                                   : XPORT_AUTH_OFF;
+  if (caps.auth != want)
+    FAIL("the context's key came from %d, not %d (xport_caps_t.auth)", (int)caps.auth, (int)want);
   me = xport_job_rank(job);
   xport_job_t *again_job = (xport_job_t *)0x1;
   if ((rc = xport_job_init(ctx, &again_job)) != -XPORT_EBUSY || again_job != (xport_job_t *)0x1)

@@ -25,13 +25,17 @@ static const char *support_name(xport_support_t s)
 /* Where the key came from: never the key itself, which xport keeps to itself. */
 static const char *auth_name(xport_auth_t a)
 {
-  return a == XPORT_AUTH_ATTR ? "attr" : a == XPORT_AUTH_FILE ? "file" : "off";
+  return a == XPORT_AUTH_ATTR   ? "attr"
+         : a == XPORT_AUTH_FILE ? "file"
+         : a == XPORT_AUTH_JOB  ? "job"
+                                : "off";
 }
 
 static const char *auth_text(xport_auth_t a)
 {
   return a == XPORT_AUTH_ATTR   ? "on (key from xport_ctx_attr_t.auth_key)"
          : a == XPORT_AUTH_FILE ? "on (key from XPORT_AUTH_KEY_FILE)"
+         : a == XPORT_AUTH_JOB  ? "on (the job's key, from its launcher)"
                                 : "off (no key: any peer that reaches a listener may connect; "
                                   "see XPORT_AUTH_KEY_FILE)";
 }

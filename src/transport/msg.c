@@ -517,7 +517,11 @@ static void auth_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
      * (a longer message than any of the handshake's: the user's). */
     if (status && waiting) {
       conn->auth_state = AS_FAILED;
-      conn->fail_code = status == -XPORT_ECANCELED ? -XPORT_ECONNRESET : status;
+      /* Flushed before the connection was made, or as it failed to be:
+       * the connection manager's event says why (a refusal, which the job
+       * layer tells from a reset: it asks again). */
+      if (conn->state != XPORT__CONN_CONNECTING && conn->state != XPORT__CONN_FAILED)
+        conn->fail_code = status == -XPORT_ECANCELED ? -XPORT_ECONNRESET : status;
     }
     auth_req_free(ctx, req);
     return;
