@@ -620,16 +620,25 @@ static int two_big_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   char *buf = malloc(MIB);
   XT_CHECK(buf != NULL, "malloc");
   xt_fill(buf, MIB, 8);
+  xport_caps_t caps;
+  XT_OK(xport_conn_query(conn, &caps));
   XT_OK(xport_send(conn, buf, MIB, NULL, NULL));
   XT_OK(xport_send(conn, buf, MIB, NULL, NULL));
-  int got = xt_next(ctx, &c, T_MS);
+  /* The client takes the first and closes: where one endpoint serves
+   * many connections (shm, rxm) the disconnect event may come before the
+   * completion of a send the peer took (xport(7), Outcomes, (1)); the
+   * send still completes, with 0. */
+  int got, gone = 0;
+  while ((got = xt_next(ctx, &c, T_MS)) == 0 && c.op == XPORT_OP_DISCONNECT && !gone &&
+         !die && caps.ep_type == XPORT_EP_RDM)
+    gone = 1;
   XT_CHECK(got == 0 && c.op == XPORT_OP_SEND && c.status == 0,
-           "the first message did not go on %s: %s, op %d, %s [%s]", xt_config(),
+           "the first message did not go on %s: %s, op %d, %s [%s]%s", xt_config(),
            xport_strerror(got), got ? 0 : c.op, got ? "-" : xport_strerror(c.status),
-           got || !c.detail ? "" : c.detail);
+           got || !c.detail ? "" : c.detail, gone ? " (after the disconnect event)" : "");
   if (die)
     raise(SIGKILL);
-  for (int gone = 0; !gone;) {
+  while (!gone) {
     XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "no goodbye from the client");
     gone = c.op == XPORT_OP_DISCONNECT;
   }
