@@ -403,6 +403,7 @@ static int job_take_key(xport_job_t *job)
   snprintf(name, sizeof name, "%s.auth", job->key);
   uint8_t key[XPORT__AUTH_KEY];
   pmix_status_t st = PMIX_SUCCESS;
+  int have = 0;
   if (job->rank == 0 && !ctx->auth_on) {
     xport__auth_draw(key);
     pmix_value_t v;
@@ -413,12 +414,14 @@ static int job_take_key(xport_job_t *job)
     st = PMIx_Put(PMIX_GLOBAL, name, &v);
     if (st == PMIX_SUCCESS)
       st = PMIx_Commit();
+    have = 1;
   }
   int ret = st == PMIX_SUCCESS ? job_fence(job, 1) : err_from_pmix(st);
   if (st != PMIX_SUCCESS)
     XPORT__WARN("job: PMIx_Put of the job's key: %s", PMIx_Error_string(st));
-  int have = 0;
-  if (!ret && job->rank != 0) {
+  if (ret)
+    have = 0;
+  else if (job->rank != 0) {
     pmix_proc_t proc;
     pmix_value_t *v = NULL;
     pmix_info_t opt;
@@ -440,8 +443,6 @@ static int job_take_key(xport_job_t *job)
         xport__auth_wipe(v->data.bo.bytes, v->data.bo.size);
       PMIX_VALUE_RELEASE(v);
     }
-  } else if (!ret) {
-    have = !ctx->auth_on;
   }
   if (have && ctx->auth_on) {
     XPORT__WARN("job: this rank's context holds a key of its own and rank 0's none: the job's "
