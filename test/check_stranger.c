@@ -1955,7 +1955,7 @@ START_TEST(replayed_handshake_refused)
 {
   if (strcmp(xt_transport(), "shm") && !strstr(xt_transport(), "ofi_rxm")) {
     printf("SKIP: replayed_handshake_refused on %s: the attacker here speaks the RDM "
-           "handshake (check_auth's refusals run on every configuration)\n", xt_config());
+           "handshake (replayed_msg_handshake_refused speaks the MSG one)\n", xt_config());
     return;
   }
   XT_CHECK(sodium_init() >= 0, "sodium_init");
@@ -2028,6 +2028,281 @@ START_TEST(replayed_handshake_refused)
   xport_ctx_destroy(ctx);
   st_close(&attacker);
   st_close(&holder);
+  int status = xt_reap(pid);
+  unlink(kpath);
+  xt_steps_close(&st);
+  XT_CHECK(status == 0, "server failed on %s", xt_config());
+}
+END_TEST
+
+/* ---- a replayed handshake over MSG (msg_wire.h) --------------------------
+ * A raw FI_EP_MSG endpoint of the fabric's provider that speaks the MSG
+ * handshake under a key as an implementation of the wire from its
+ * documentation would: the greeting in the connection's data, then
+ *   0 magic "XAUT"  4 kind  8 nonce[32]  40 proof[32]
+ * as the connection's first messages (HELLO, the listener's ANSWER, PROOF). */
+#define GREETING_AUTH 0x4u
+#define MSG_AUTH_MAGIC 0x54554158u /* "XAUT", little-endian */
+#define MSG_AUTH_LEN 72
+enum { MSG_AUTH_HELLO = 1, MSG_AUTH_ANSWER, MSG_AUTH_PROOF };
+
+struct msg_peer {
+  struct fi_info *info;
+  struct fid_fabric *fab;
+  struct fid_domain *dom;
+  struct fid_eq *eq;
+  struct fid_cq *cq;
+  struct fid_ep *ep;
+  struct fid_mr *mr;
+  void *desc;
+  uint8_t *buf;            /* [0, 128) to send from, [128, 256) to receive into */
+  uint64_t listener_id;    /* from the acceptance's greeting */
+  uint64_t cookie;
+  struct fi_context2 rx_ctx, tx_ctx;
+  ssize_t rx_len;          /* -2 until the receive completed, -1 if it failed */
+  int tx_done;             /* 1 the last send completed, -1 failed */
+};
+
+/* The proof of msg_wire.h: the MAC over the direction's label, both
+ * nonces, both context ids and the service channel's cookie. */
+static void msg_proof(int by_listener, const uint8_t *client_nonce, const uint8_t *listener_nonce,
+                      uint64_t client_id, uint64_t listener_id, uint64_t cookie,
+                      uint8_t mac[crypto_auth_BYTES])
+{
+  static const char label[2][32] = {"xport msg 1: the client's proof",
+                                    "xport msg 1: the listener's"};
+  uint8_t t[32 + 64 + 24], k[crypto_auth_KEYBYTES];
+  uint64_t ids[3] = {client_id, listener_id, cookie}; /* little-endian hosts: the wire's order */
+  memcpy(t, label[by_listener], 32);
+  memcpy(t + 32, client_nonce, 32);
+  memcpy(t + 64, listener_nonce, 32);
+  memcpy(t + 96, ids, sizeof ids);
+  replay_mac_key(k);
+  crypto_auth(mac, t, sizeof t, k);
+}
+
+/* Reads p's queue until ctx completed (a receive that completes while a
+ * send is awaited is kept); the receive's length, 0 for a send, or -1
+ * when it failed or never came within ms. */
+static ssize_t mp_wait(struct msg_peer *p, void *ctx, long ms)
+{
+  for (long end = now_ms() + ms;;) {
+    if (ctx == &p->rx_ctx && p->rx_len != -2)
+      return p->rx_len;
+    if (ctx == &p->tx_ctx && p->tx_done)
+      return p->tx_done > 0 ? 0 : -1;
+    if (now_ms() > end)
+      return -1;
+    struct fi_cq_data_entry e;
+    ssize_t n = fi_cq_read(p->cq, &e, 1);
+    void *done = n == 1 ? e.op_context : NULL;
+    int ok = n == 1;
+    if (n == -FI_EAVAIL) {
+      struct fi_cq_err_entry err = {0};
+      if (fi_cq_readerr(p->cq, &err, 0) == 1)
+        done = err.op_context;
+    }
+    if (done == &p->rx_ctx)
+      p->rx_len = ok ? (ssize_t)e.len : -1;
+    else if (done == &p->tx_ctx)
+      p->tx_done = ok ? 1 : -1;
+    else if (n != 1) {
+      struct timespec ts = {0, 1000 * 1000};
+      nanosleep(&ts, NULL);
+    }
+  }
+}
+
+/* Greets the listener at addr with h (a receive for its first message
+ * posted before); 0 once connected, the listener's greeting read, or -1. */
+static int mp_open(struct msg_peer *p, const char *addr, const struct greeting *h)
+{
+  memset(p, 0, sizeof *p);
+  p->rx_len = -2;
+  char host[128], port[16];
+  const char *colon = strrchr(addr, ':');
+  snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
+  snprintf(port, sizeof port, "%s", colon + 1);
+  struct fi_info *hints = fi_allocinfo();
+  hints->ep_attr->type = FI_EP_MSG;
+  hints->caps = FI_MSG;
+  hints->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;
+  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  hints->fabric_attr->prov_name = strdup(xt_transport());
+  int rc = fi_getinfo(FI_VERSION(1, 17), host, port, 0, hints, &p->info);
+  fi_freeinfo(hints);
+  XT_CHECK(rc == 0, "fi_getinfo(%s): %s", addr, fi_strerror(-rc));
+  struct fi_eq_attr eq_attr = {.wait_obj = FI_WAIT_UNSPEC, .size = 16};
+  struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_DATA, .size = 16};
+  XT_CHECK(fi_fabric(p->info->fabric_attr, &p->fab, NULL) == 0, "fi_fabric");
+  XT_CHECK(fi_eq_open(p->fab, &eq_attr, &p->eq, NULL) == 0, "fi_eq_open");
+  XT_CHECK(fi_domain(p->fab, p->info, &p->dom, NULL) == 0, "fi_domain");
+  XT_CHECK(fi_cq_open(p->dom, &cq_attr, &p->cq, NULL) == 0, "fi_cq_open");
+  XT_CHECK(fi_endpoint(p->dom, p->info, &p->ep, NULL) == 0, "fi_endpoint");
+  XT_CHECK(fi_ep_bind(p->ep, &p->eq->fid, 0) == 0, "bind eq");
+  XT_CHECK(fi_ep_bind(p->ep, &p->cq->fid, FI_TRANSMIT | FI_RECV) == 0, "bind cq");
+  XT_CHECK(fi_enable(p->ep) == 0, "fi_enable");
+  p->buf = aligned_alloc(4096, 4096);
+  XT_CHECK(p->buf && fi_mr_reg(p->dom, p->buf, 4096, FI_SEND | FI_RECV, 0, 0, 0, &p->mr,
+                               NULL) == 0, "fi_mr_reg");
+  p->desc = fi_mr_desc(p->mr);
+  XT_CHECK(fi_recv(p->ep, p->buf + 128, 128, p->desc, 0, &p->rx_ctx) == 0, "fi_recv");
+  XT_CHECK(fi_connect(p->ep, p->info->dest_addr, h, sizeof *h) == 0, "fi_connect");
+  for (long end = now_ms() + T_MS; now_ms() < end;) {
+    struct {
+      struct fi_eq_cm_entry e;
+      uint8_t data[256];
+    } ev;
+    uint32_t event;
+    ssize_t r = fi_eq_sread(p->eq, &event, &ev, sizeof ev, 100, 0);
+    if (r == -FI_EAVAIL) {
+      struct fi_eq_err_entry err = {0};
+      fi_eq_readerr(p->eq, &err, 0);
+      return -1;
+    }
+    if (r > 0 && event == FI_SHUTDOWN)
+      return -1;
+    if (r > 0 && event == FI_CONNECTED) {
+      struct greeting g;
+      XT_CHECK((size_t)r >= sizeof ev.e + sizeof g, "an acceptance without a greeting");
+      memcpy(&g, ev.data, sizeof g);
+      XT_CHECK(g.magic == GREETING_MAGIC && (g.flags & GREETING_AUTH),
+               "the acceptance's greeting (flags %#x) does not say the listener holds a key",
+               g.flags);
+      p->listener_id = g.ctx_id;
+      p->cookie = g.cookie;
+      return 0;
+    }
+  }
+  return -1;
+}
+
+/* Sends one handshake message; 0 once it completed, or -1. */
+static int mp_send(struct msg_peer *p, const uint8_t m[MSG_AUTH_LEN])
+{
+  memcpy(p->buf, m, MSG_AUTH_LEN);
+  p->tx_done = 0;
+  if (fi_send(p->ep, p->buf, MSG_AUTH_LEN, p->desc, 0, &p->tx_ctx))
+    return -1;
+  return (int)mp_wait(p, &p->tx_ctx, T_MS);
+}
+
+/* 1 once the listener has ended the connection (within ms). */
+static int mp_ended(struct msg_peer *p, long ms)
+{
+  for (long end = now_ms() + ms; now_ms() < end;) {
+    struct fi_eq_cm_entry e;
+    uint32_t event;
+    ssize_t r = fi_eq_sread(p->eq, &event, &e, sizeof e, 10, 0);
+    if (r == -FI_EAVAIL) {
+      struct fi_eq_err_entry err = {0};
+      fi_eq_readerr(p->eq, &err, 0);
+      return 1;
+    }
+    if (r > 0 && event == FI_SHUTDOWN)
+      return 1;
+    struct fi_cq_data_entry ce; /* the provider sees the close as it reads */
+    if (fi_cq_read(p->cq, &ce, 1) == -FI_EAVAIL) {
+      struct fi_cq_err_entry err = {0};
+      fi_cq_readerr(p->cq, &err, 0);
+    }
+  }
+  return 0;
+}
+
+static void mp_close(struct msg_peer *p)
+{
+  fi_close(&p->ep->fid);
+  fi_close(&p->mr->fid);
+  fi_close(&p->cq->fid);
+  fi_close(&p->dom->fid);
+  fi_close(&p->eq->fid);
+  fi_close(&p->fab->fid);
+  fi_freeinfo(p->info);
+  free(p->buf);
+}
+
+static void auth_msg(uint8_t m[MSG_AUTH_LEN], uint32_t kind, const uint8_t *nonce,
+                     const uint8_t *proof)
+{
+  uint32_t magic = MSG_AUTH_MAGIC;
+  memset(m, 0, MSG_AUTH_LEN);
+  memcpy(m, &magic, 4);
+  memcpy(m + 4, &kind, 4);
+  if (nonce)
+    memcpy(m + 8, nonce, 32);
+  if (proof)
+    memcpy(m + 40, proof, 32);
+}
+
+/* A key holder's handshake over a FI_EP_MSG listener is recorded and
+ * replayed by a peer without the key, from a connection of its own: the
+ * same greeting, its nonce and its proof, verbatim. The listener's nonce
+ * is fresh, the recorded proof does not hold for it, and the listener
+ * ends that connection and never accepts it; an honest client still gets
+ * in. */
+START_TEST(replayed_msg_handshake_refused)
+{
+  if (!msg_listener_config("replayed_msg_handshake_refused"))
+    return;
+  XT_CHECK(sodium_init() >= 0, "sodium_init");
+  struct xt_steps st;
+  char addr[128], kpath[64];
+  snprintf(kpath, sizeof kpath, "/tmp/xport-replay-key-%ld", (long)getpid());
+  int fd = open(kpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  XT_CHECK(fd >= 0 && write(fd, replay_key, strlen(replay_key)) > 0, "key file");
+  close(fd);
+  xt_steps_open(&st);
+  setenv("XPORT_AUTH_KEY_FILE", kpath, 1);
+  pid_t pid = xt_spawn_server(replay_server, &st, addr, sizeof addr);
+  unsetenv("XPORT_AUTH_KEY_FILE");
+  /* The key holder, as an eavesdropper records it. */
+  struct greeting h = {GREETING_MAGIC, 2, GREETING_AUTH, rnd64(), 0};
+  uint8_t nonce[32], hello[MSG_AUTH_LEN], answer[MSG_AUTH_LEN], proof[MSG_AUTH_LEN];
+  uint8_t mac[crypto_auth_BYTES];
+  randombytes_buf(nonce, sizeof nonce);
+  auth_msg(hello, MSG_AUTH_HELLO, nonce, NULL);
+  struct msg_peer holder, attacker;
+  xt_step_put(st.c2s[1], 'h');
+  XT_CHECK(mp_open(&holder, addr, &h) == 0, "the key holder's greeting was refused");
+  XT_CHECK(mp_send(&holder, hello) == 0, "the key holder's nonce");
+  XT_CHECK(mp_wait(&holder, &holder.rx_ctx, T_MS) == MSG_AUTH_LEN, "no answer to the nonce");
+  memcpy(answer, holder.buf + 128, sizeof answer);
+  uint32_t kind;
+  memcpy(&kind, answer + 4, 4);
+  XT_CHECK(kind == MSG_AUTH_ANSWER, "the listener answered kind %u", kind);
+  msg_proof(1, nonce, answer + 8, h.ctx_id, holder.listener_id, holder.cookie, mac);
+  XT_CHECK(!memcmp(mac, answer + 40, sizeof mac), "the listener's proof does not hold");
+  msg_proof(0, nonce, answer + 8, h.ctx_id, holder.listener_id, holder.cookie, mac);
+  auth_msg(proof, MSG_AUTH_PROOF, NULL, mac);
+  XT_CHECK(mp_send(&holder, proof) == 0, "the key holder's proof");
+  XT_CHECK(xt_step_get(st.s2c[0], T_MS) == 'k', "the key holder was not accepted");
+  /* The replay: the listener answers with a nonce of its own, and the
+   * recorded proof, which was for the old one, ends the connection. */
+  XT_CHECK(mp_open(&attacker, addr, &h) == 0, "the replayed greeting was refused outright");
+  XT_CHECK(mp_send(&attacker, hello) == 0, "the replayed nonce");
+  XT_CHECK(mp_wait(&attacker, &attacker.rx_ctx, T_MS) == MSG_AUTH_LEN,
+           "no answer to the replayed nonce");
+  XT_CHECK(memcmp(attacker.buf + 128 + 8, answer + 8, 32),
+           "the listener answered the replay with the nonce it gave the key holder");
+  mp_send(&attacker, proof); /* the listener may have ended it already */
+  XT_CHECK(mp_ended(&attacker, T_MS), "the listener kept the connection of a replayed proof");
+  /* The listener serves an honest client, bytes compared. */
+  xt_step_put(st.c2s[1], 'c');
+  xport_ctx_attr_t attr = {0};
+  attr.auth_key = replay_key;
+  attr.auth_key_len = strlen(replay_key);
+  xport_ctx_t *ctx = xt_ctx_with(&attr);
+  xport_conn_t *conn;
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  struct word w;
+  listen_for(conn, &w);
+  say(ctx, conn, "after the replays");
+  heard(ctx, &w, "still serving");
+  XT_OK(xport_conn_close(conn));
+  xport_ctx_destroy(ctx);
+  mp_close(&attacker);
+  mp_close(&holder);
   int status = xt_reap(pid);
   unlink(kpath);
   xt_steps_close(&st);
@@ -3113,6 +3388,7 @@ static Suite *make_suite(void)
   TCase *auth = tcase_create("Auth");
   tcase_set_timeout(auth, 120);
   tcase_add_test(auth, replayed_handshake_refused);
+  tcase_add_test(auth, replayed_msg_handshake_refused);
   suite_add_tcase(s, auth);
   TCase *churn = tcase_create("Churn");
   /* The churn, a warm-up, the clients' bounded waits and the settle. */
