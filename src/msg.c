@@ -318,6 +318,9 @@ post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_t iovcnt, i
       } else {
         ret = fi_tsendv(conn->ep, fiov, desc, cnt, conn->dest, conn->tag, &req->fictx);
       }
+    } else if (XPORT__UNLIKELY(conn->claimed != NULL)) {
+      /* The peer sent ahead of the receives: the oldest it sent first. */
+      ret = conn->ctx->tp->recv_claimed(conn, req, fiov, desc, cnt);
     } else if (XPORT__UNLIKELY(conn->ctx->sink != NULL)) {
       /* Room behind the caller's buffer for the rest of a longer message
        * (truncation_hangs); the completion then says ETRUNC. */

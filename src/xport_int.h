@@ -311,6 +311,7 @@ enum xport__env_id {
   XPORT__ENV_SHM,
   XPORT__ENV_FAULT,
   XPORT__ENV_AUTH_KEY_FILE,
+  XPORT__ENV_RECV_AHEAD,
   XPORT__ENV_COUNT
 };
 
@@ -595,6 +596,11 @@ struct xport_conn {
   uint64_t tag;                   /* tag of messages to the peer: its receive tag */
   uint64_t rx_tag;                /* tag of messages from the peer: random, ours */
   fi_addr_t rx_src;               /* receives match only this source (or any) */
+  /* Messages the peer sent ahead of our receives, taken off the
+   * provider's unexpected queue and counted (peek_discard: rdm.c
+   * claim_ahead), oldest first: the next receives take them. */
+  struct xport__req *claimed, *claimed_tail;
+  size_t nclaimed;
   uint32_t id, peer_id;
   int pidfd;                      /* the peer's process, same node only, else -1 (MSG too) */
   /* The peer's process is known to have ended (its pidfd, or its
@@ -808,6 +814,7 @@ struct xport_ctx {
   struct xport__rep *parked; /* RDM: to be left open once the others closed */
   uint32_t next_conn_id;
   long peer_check_ms; /* XPORT_PEER_TIMEOUT: a dead peer is noticed within it */
+  size_t recv_ahead;  /* XPORT_RECV_AHEAD: claimed messages a connection may hold, or 0 */
   int keepalive_mode; /* XPORT_KEEPALIVE: -1 auto, 0 never, 1 always */
   long keepalive_ms;  /* XPORT_KEEPALIVE_TIMEOUT: silence that means a dead peer */
   long rma_timeout_ms; /* 0, or the deadline of one-sided operations */
@@ -978,6 +985,12 @@ struct xport__transport {
    * finished them; its disconnect event is queued), and its end reaches
    * the peer, which loses it too. Never fails; does not block. */
   void (*drop)(xport_conn_t *conn);
+  /* Posts receive req (iov, desc: cnt elements) for the oldest message
+   * conn->claimed holds, which it then lets go of; called only while it
+   * holds one (may be NULL where a transport never claims). The
+   * provider's code, as the ordinary receive's. */
+  ssize_t (*recv_claimed)(xport_conn_t *conn, struct xport__req *req, struct iovec *iov,
+                          void **desc, size_t cnt);
   /* Ends every endpoint the transport opened, after the last connection
    * and listener closed and before the CQ closes; may be NULL. */
   void (*fini)(xport_ctx_t *ctx);

@@ -35,6 +35,7 @@
 static void rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
                          const struct fi_cq_data_entry *e, fi_addr_t src);
 static void orphan_all(xport_conn_t *conn, int status);
+static void rdm_drop(xport_conn_t *conn);
 static void shake_discard(xport_listener_t *lst, xport_conn_t *c, const char *why);
 
 #define CTL_MAGIC XPORT__CTL_MAGIC
@@ -708,15 +709,132 @@ static int peek(struct xport__rep *rep, uint64_t tag, uint64_t ignore, uint64_t 
   return found;
 }
 
-/* Discards the unexpected messages under tags that no connection of rep
- * receives (a stranger's guesses), oldest first, until the oldest is one
- * a connection will take (the rest wait behind it until then), or none is
- * left. At most a batch per call. */
+/* ---- messages sent ahead of the receives (peek_discard) --------------
+ * The provider keeps a message that matches no posted receive in memory
+ * of its own, without bound (rxm). A connection's peer that sends ahead
+ * of the receives would grow it for ever: its messages are claimed (out
+ * of the provider's unexpected queue, still in its buffers, counted on
+ * the connection), and the next receives posted take them, oldest first,
+ * as they would have taken them had they been posted before; past
+ * XPORT_RECV_AHEAD of them the connection ends. A claimed message is
+ * received, or discarded, through the context its claim left its mark
+ * in (rxm 1.17 reads the message from fi_context's internal[0]). */
+
+/* The connection of rep that receives under tag (the write_imm bit aside). */
+static xport_conn_t *tag_conn(struct xport__rep *rep, uint64_t tag)
+{
+  tag &= ~XPORT__WIMM_TAG;
+  for (xport_conn_t *c = rep->ctx->conns; c; c = c->next)
+    if (c->rep == rep && c->rx_tag == tag)
+      return c;
+  return NULL;
+}
+
+/* Claims the oldest unexpected message under tag for conn; 0, or -1 if
+ * the provider did not (the message stays where it is). */
+static int claim(struct xport__rep *rep, xport_conn_t *conn, uint64_t tag)
+{
+  xport_ctx_t *ctx = rep->ctx;
+  struct xport__req *req = xport__req_get(ctx);
+  if (!req)
+    return -1;
+  memset(req, 0, sizeof *req);
+  req->op = XPORT__OP_PEEK;
+  req->rep = rep;
+  req->on_done = rdm_internal;
+  req->status = 1; /* no answer yet */
+  struct fi_msg_tagged msg = {.addr = FI_ADDR_UNSPEC, .tag = tag, .context = &req->fictx};
+  ssize_t ret = fi_trecvmsg(rep->ep, &msg, FI_PEEK | FI_CLAIM);
+  if (!ret)
+    xport__cq_drain(ctx); /* the provider answers during the call */
+  if (ret || req->status != 0) {
+    if (ret || req->status != 1)
+      xport__req_release(ctx, req);
+    else
+      req->flags = 1; /* abandoned: released when the answer comes */
+    return -1;
+  }
+  req->cnext = NULL;
+  if (conn->claimed_tail)
+    conn->claimed_tail->cnext = req;
+  else
+    conn->claimed = req;
+  conn->claimed_tail = req;
+  conn->nclaimed++;
+  return 0;
+}
+
+/* Discards what conn claimed: it ended. */
+static void claims_drop(xport_conn_t *conn)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  while (conn->claimed) {
+    struct xport__req *c = conn->claimed;
+    conn->claimed = c->cnext;
+    c->flags = 1; /* the discard's completion releases it */
+    struct fi_msg_tagged msg = {.addr = FI_ADDR_UNSPEC, .tag = conn->rx_tag, .context = &c->fictx};
+    if (!conn->ep || fi_trecvmsg(conn->ep, &msg, FI_CLAIM | FI_DISCARD))
+      xport__req_release(ctx, c);
+    ctx->stale_dropped++;
+  }
+  conn->claimed_tail = NULL;
+  conn->nclaimed = 0;
+}
+
+static ssize_t rdm_recv_claimed(xport_conn_t *conn, struct xport__req *req, struct iovec *iov,
+                                void **desc, size_t cnt)
+{
+  struct xport__req *c = conn->claimed;
+  req->fictx.internal[0] = c->fictx.internal[0]; /* the claim's mark */
+  struct fi_msg_tagged msg = {.msg_iov = iov, .desc = desc, .iov_count = cnt,
+                              .addr = conn->rx_src, .tag = conn->rx_tag,
+                              .ignore = XPORT__WIMM_TAG, .context = &req->fictx};
+  ssize_t ret = fi_trecvmsg(conn->ep, &msg, FI_CLAIM);
+  if (ret)
+    return ret;
+  conn->claimed = c->cnext;
+  if (!conn->claimed)
+    conn->claimed_tail = NULL;
+  conn->nclaimed--;
+  xport__req_release(conn->ctx, c);
+  return 0;
+}
+
+/* A message that conn's peer sent ahead of conn's receives: claimed, or
+ * past XPORT_RECV_AHEAD the connection ends (and the message goes with
+ * the next look). 1 if it stays where it is, first in the queue. */
+static int ahead(struct xport__rep *rep, xport_conn_t *conn, uint64_t tag)
+{
+  xport_ctx_t *ctx = rep->ctx;
+  if (!ctx->recv_ahead)
+    return 1; /* no bound: it waits for its receive */
+  if (conn->nclaimed < ctx->recv_ahead)
+    return claim(rep, conn, tag) ? 1 : 0;
+  /* Logged once per connection, which a peer had to be let make. */
+  XPORT__WARN("connection %u: the peer sent more than %zu messages ahead of the receives "
+              "posted for them (XPORT_RECV_AHEAD): the connection ends",
+              conn->id, ctx->recv_ahead);
+  rdm_drop(conn); /* as the peer's death would end it, and the peer told */
+  return 0;
+}
+
+/* Deals with the provider's unexpected messages, oldest first: a
+ * connection's are claimed (ahead); those under tags that no connection
+ * of rep receives (a stranger's guesses, or a connection that ended) are
+ * discarded; one that something else will take (a drained connection's
+ * sink) stops the scan, and the rest wait behind it until then. At most
+ * a batch per call. */
 static void discard_unused(struct xport__rep *rep)
 {
   uint64_t tag;
   for (int n = 0; n < 1024 && rep->ep && peek(rep, 0, ~UINT64_C(0), 0, &tag); n++) {
-    if (tag_live(rep, tag))
+    xport_conn_t *c = tag_conn(rep, tag);
+    if (c && c->state == XPORT__CONN_CONNECTED) {
+      if (ahead(rep, c, tag))
+        return;
+      continue;
+    }
+    if (!c && tag_live(rep, tag))
       return;
     rep->ctx->stale_dropped++;
     peek(rep, tag, 0, FI_DISCARD, &tag);
@@ -2262,6 +2380,7 @@ static void orphan_all(xport_conn_t *conn, int status)
 {
   xport_ctx_t *ctx = conn->ctx;
   xport__held_flush(conn, status);
+  claims_drop(conn);
   while (conn->out) {
     struct xport__req *req = conn->out;
     /* Receives can be taken back; sends and RMA run their course (or
@@ -2687,9 +2806,10 @@ static void rdm_op_failed(xport_ctx_t *ctx, struct xport__req *req, int status)
     rma_failed(req->conn, status);
 }
 
-/* XPORT_FAULT drop_conn: the loss a refused key brings (rma_failed), a
- * live peer told with a goodbye: from the probe endpoint where its own
- * pushes back, and again where the provider may lose it (bye_resent). */
+/* XPORT_FAULT drop_conn, and a peer past XPORT_RECV_AHEAD (ahead): the
+ * loss a refused key brings (rma_failed), a live peer told with a
+ * goodbye: from the probe endpoint where its own pushes back, and again
+ * where the provider may lose it (bye_resent). */
 static void rdm_drop(xport_conn_t *conn)
 {
   if (ctl_send_conn(conn, CTL_DISC, 1))
@@ -2707,6 +2827,7 @@ const struct xport__transport xport__transport_rdm = {
     .accept = rdm_accept,
     .close_conn = rdm_close,
     .drop = rdm_drop,
+    .recv_claimed = rdm_recv_claimed,
     .progress = rdm_progress,
     .pay_owed = rdm_pay_owed,
     .op_failed = rdm_op_failed,
