@@ -918,6 +918,107 @@ START_TEST(closed_connections_drain)
 }
 END_TEST
 
+/* ---- a stranger under a live connection's tag ----------------------------
+ * A stranger that knows an honest connection's receive tag (it travels in
+ * the clear in the request) sends under it from its own endpoint, and the
+ * honest client sends ahead of the server's receives too. The receives
+ * the server then posts take the client's messages alone, in order, every
+ * byte checked, and one more receive takes nothing: over rxm the
+ * messages sent ahead were claimed for the connection (XPORT_RECV_AHEAD),
+ * and only its peer's can be. */
+#define LIVE_HONEST 20
+#define LIVE_STRANGE 8
+#define LIVE_LEN 200
+
+static void live_tag_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  struct xt_steps *st = arg;
+  xport_conn_t *conn;
+  xport_completion_t c;
+  XT_OK(xport_accept(lst, T_MS, &conn));
+  uint64_t tag = conn->rx_tag;
+  XT_CHECK(write(st->s2c[1], &tag, sizeof tag) == (ssize_t)sizeof tag, "tag to the test");
+  /* Serving, with no receive posted, while they send, and a while after. */
+  for (long end = -1; end < 0 || now_ms() < end;) {
+    XT_CHECK(xport_poll(ctx, &c, 1) == 0, "a completion with no receive posted (op %d: %s)",
+             c.op, xport_strerror(c.status));
+    struct pollfd p = {.fd = st->c2s[0], .events = POLLIN};
+    if (end < 0 && poll(&p, 1, 1) == 1) {
+      XT_CHECK(xt_step_get(st->c2s[0], 0) == 'S', "protocol");
+      end = now_ms() + 500;
+    }
+  }
+  static char buf[LIVE_HONEST + 1][LIVE_LEN];
+  for (int i = 0; i <= LIVE_HONEST; i++)
+    XT_OK(xport_recv(conn, buf[i], LIVE_LEN, NULL, buf[i]));
+  for (int i = 0; i < LIVE_HONEST; i++) {
+    c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS);
+    int k = (int)(((char(*)[LIVE_LEN])c.user_ctx) - buf);
+    XT_CHECK(c.status == 0 && k < LIVE_HONEST, "receive %d: %s", k, xport_strerror(c.status));
+    XT_CHECK(c.len == LIVE_LEN && xt_verify(buf[k], LIVE_LEN, 500 + (unsigned)k) == LIVE_LEN,
+             "receive %d holds %zu bytes that are not the client's message %d (the "
+             "stranger's, or out of order)", k, c.len, k);
+  }
+  XT_CHECK(xt_next(ctx, &c, 500) == -XPORT_ETIMEDOUT,
+           "a receive past the client's messages completed (op %d, %zu bytes): the "
+           "stranger's message was delivered on the connection", c.op, c.len);
+  say(ctx, conn, "done");
+  /* The receive left over takes the client's last word. */
+  c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS);
+  XT_CHECK(c.status == 0 && c.user_ctx == buf[LIVE_HONEST] && !strcmp(buf[LIVE_HONEST], "bye"),
+           "the last receive: %s", xport_strerror(c.status));
+  XT_OK(xport_conn_close(conn));
+}
+
+START_TEST(stranger_under_live_tag)
+{
+  if (!strstr(xt_transport(), "ofi_rxm")) {
+    printf("SKIP: stranger_under_live_tag on %s: %s\n", xt_config(),
+           strcmp(xt_transport(), "shm")
+               ? "connections there have endpoints of their own (FI_EP_MSG)"
+               : "shm (libfabric 1.17) matches a message from a sender outside the receiver's "
+                 "address vector to any receive under its tag, and any process of the user "
+                 "can write the endpoint's memory anyway (xport(7), SECURITY)");
+    return;
+  }
+  char addr[128];
+  struct xt_steps st;
+  xt_steps_open(&st);
+  pid_t pid = xt_spawn_server(live_tag_server, &st, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn;
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  uint64_t tag = 0;
+  struct pollfd pf = {.fd = st.s2c[0], .events = POLLIN};
+  XT_CHECK(poll(&pf, 1, T_MS) == 1 && read(st.s2c[0], &tag, sizeof tag) == (ssize_t)sizeof tag,
+           "the server's tag");
+  struct stranger s;
+  st_open(&s, addr);
+  memset(s.buf, 0xee, LIVE_LEN);
+  for (int i = 0; i < LIVE_STRANGE; i++)
+    XT_CHECK(st_send(&s, 1, tag, LIVE_LEN) == 0, "the stranger's message %d", i);
+  static char out[LIVE_HONEST][LIVE_LEN];
+  for (int i = 0; i < LIVE_HONEST; i++) {
+    xt_fill(out[i], LIVE_LEN, 500 + (unsigned)i);
+    XT_OK(xport_send(conn, out[i], LIVE_LEN, NULL, NULL));
+  }
+  struct word w;
+  listen_for(conn, &w);
+  xt_step_put(st.c2s[1], 'S');
+  heard(ctx, &w, "done");
+  XT_OK(xport_send(conn, "bye", 4, NULL, NULL));
+  xport_completion_t c;
+  for (int sent = 0; sent <= LIVE_HONEST; sent++)
+    expect(ctx, &c, XPORT_OP_SEND, 0);
+  int status = xt_reap(pid);
+  XT_OK(xport_conn_close(conn));
+  xport_ctx_destroy(ctx);
+  st_close(&s);
+  xt_steps_close(&st);
+  XT_CHECK(status == 0, "server failed on %s", xt_config());
+}
+END_TEST
+
 /* ---- a request whose acceptance could not be sent ---------------------- */
 
 /* Serves its endpoint (the stranger's request is challenged, then queued)
@@ -3361,6 +3462,7 @@ static Suite *make_suite(void)
   tcase_add_test(st, stranger_aliases_client_name);
   tcase_add_test(st, stranger_floods_requests);
   tcase_add_test(st, stranger_floods_unused_tags);
+  tcase_add_test(st, stranger_under_live_tag);
   tcase_add_test(st, closed_connections_drain);
   suite_add_tcase(s, st);
 

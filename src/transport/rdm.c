@@ -730,29 +730,32 @@ static xport_conn_t *tag_conn(struct xport__rep *rep, uint64_t tag)
   return NULL;
 }
 
-/* Claims the oldest unexpected message under tag for conn; 0, or -1 if
- * the provider did not (the message stays where it is). */
+/* Claims for conn the oldest unexpected message under tag from conn's
+ * peer (a receive of conn's would match no other's): 0 once claimed, -1
+ * if there is none (the oldest under that tag is someone else's), 1 if it
+ * could not be done now. */
 static int claim(struct xport__rep *rep, xport_conn_t *conn, uint64_t tag)
 {
   xport_ctx_t *ctx = rep->ctx;
   struct xport__req *req = xport__req_get(ctx);
   if (!req)
-    return -1;
+    return 1;
   memset(req, 0, sizeof *req);
   req->op = XPORT__OP_PEEK;
   req->rep = rep;
   req->on_done = rdm_internal;
   req->status = 1; /* no answer yet */
-  struct fi_msg_tagged msg = {.addr = FI_ADDR_UNSPEC, .tag = tag, .context = &req->fictx};
+  struct fi_msg_tagged msg = {.addr = conn->rx_src, .tag = tag, .context = &req->fictx};
   ssize_t ret = fi_trecvmsg(rep->ep, &msg, FI_PEEK | FI_CLAIM);
   if (!ret)
     xport__cq_drain(ctx); /* the provider answers during the call */
   if (ret || req->status != 0) {
+    int none = !ret && req->status == -1;
     if (ret || req->status != 1)
       xport__req_release(ctx, req);
     else
       req->flags = 1; /* abandoned: released when the answer comes */
-    return -1;
+    return none ? -1 : 1;
   }
   req->cnext = NULL;
   if (conn->claimed_tail)
@@ -800,16 +803,18 @@ static ssize_t rdm_recv_claimed(xport_conn_t *conn, struct xport__req *req, stru
   return 0;
 }
 
-/* A message that conn's peer sent ahead of conn's receives: claimed, or
- * past XPORT_RECV_AHEAD the connection ends (and the message goes with
- * the next look). 1 if it stays where it is, first in the queue. */
+/* The oldest unexpected message, under conn's tag: claimed if conn's peer
+ * sent it ahead of conn's receives (and past XPORT_RECV_AHEAD of them the
+ * connection ends); as claim says. Without a bound it stays, first in the
+ * queue, until its receive comes (1). */
 static int ahead(struct xport__rep *rep, xport_conn_t *conn, uint64_t tag)
 {
   xport_ctx_t *ctx = rep->ctx;
   if (!ctx->recv_ahead)
-    return 1; /* no bound: it waits for its receive */
-  if (conn->nclaimed < ctx->recv_ahead)
-    return claim(rep, conn, tag) ? 1 : 0;
+    return 1;
+  int ret = claim(rep, conn, tag);
+  if (ret || conn->nclaimed <= ctx->recv_ahead)
+    return ret;
   /* Logged once per connection, which a peer had to be let make. */
   XPORT__WARN("connection %u: the peer sent more than %zu messages ahead of the receives "
               "posted for them (XPORT_RECV_AHEAD): the connection ends",
@@ -819,23 +824,27 @@ static int ahead(struct xport__rep *rep, xport_conn_t *conn, uint64_t tag)
 }
 
 /* Deals with the provider's unexpected messages, oldest first: a
- * connection's are claimed (ahead); those under tags that no connection
- * of rep receives (a stranger's guesses, or a connection that ended) are
- * discarded; one that something else will take (a drained connection's
- * sink) stops the scan, and the rest wait behind it until then. At most
- * a batch per call. */
+ * connection's peer's are claimed (ahead); those under tags that no
+ * connection of rep receives (a stranger's guesses, or a connection that
+ * ended) or from another than the peer are discarded; one that waits for
+ * its receive (no bound) or that something else will take (a drained
+ * connection's sink) stops the scan, and the rest wait behind it until
+ * then. At most a batch per call. */
 static void discard_unused(struct xport__rep *rep)
 {
   uint64_t tag;
   for (int n = 0; n < 1024 && rep->ep && peek(rep, 0, ~UINT64_C(0), 0, &tag); n++) {
     xport_conn_t *c = tag_conn(rep, tag);
     if (c && c->state == XPORT__CONN_CONNECTED) {
-      if (ahead(rep, c, tag))
+      int ret = ahead(rep, c, tag);
+      if (ret > 0)
         return;
-      continue;
-    }
-    if (!c && tag_live(rep, tag))
+      if (!ret)
+        continue;
+      /* None of the peer's: the oldest under its tag is a stranger's. */
+    } else if (!c && tag_live(rep, tag)) {
       return;
+    }
     rep->ctx->stale_dropped++;
     peek(rep, tag, 0, FI_DISCARD, &tag);
   }
