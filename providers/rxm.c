@@ -19,9 +19,10 @@
  * rxm keeps a message that matches no posted receive in a receive buffer
  * of its own and posts a fresh one, growing its pool without bound (a
  * flood of 20,000 untagged messages grew a server by 268 MB): hence
- * unexpected_unbounded. Its tagged FI_PEEK (and FI_DISCARD) answers in the
- * CQ during the call: hence peek_discard, which drains what strangers send
- * under unused tags. */
+ * unexpected_unbounded. Its tagged FI_PEEK (and FI_DISCARD, FI_CLAIM)
+ * answers in the CQ during the call: hence peek_discard, which drains what
+ * strangers send under unused tags and claims, counts and bounds what a
+ * connection's peer sends ahead of its receives (XPORT_RECV_AHEAD). */
 #include "xport_int.h"
 
 #include <stdlib.h>

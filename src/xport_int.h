@@ -185,9 +185,11 @@ struct xport__profile {
    * multi-receive buffers, one always posted, so that none waits there:
    * where the provider supports FI_MULTI_RECV. */
   int unexpected_unbounded;
-  /* 1: tagged FI_PEEK and FI_PEEK|FI_DISCARD work and complete at once,
-   * into the CQ, during the call (rxm). xport then discards unexpected
-   * messages under tags no connection receives. */
+  /* 1: tagged FI_PEEK, FI_PEEK|FI_DISCARD and FI_PEEK|FI_CLAIM work and
+   * complete at once, into the CQ, during the call, and a claimed message
+   * is received through the context its claim marked (rxm). xport then
+   * discards unexpected messages under tags no connection receives, and
+   * claims and counts those a connection's peer sent ahead (rdm.c). */
   int peek_discard;
   /* 1: once a peer's process is gone, the provider can no longer touch
    * the buffers of operations to it (everything to that peer went through
