@@ -716,7 +716,7 @@ static int ctx_open(struct settings s, xport_ctx_t *parent, xport_ctx_t **ctx_p)
   ctx->peer_check_ms = (long)xport__env_size(XPORT__ENV_PEER_TIMEOUT, 500);
   if (ctx->peer_check_ms < 4)
     ctx->peer_check_ms = 4;
-  ctx->recv_ahead = xport__env_size(XPORT__ENV_RECV_AHEAD, 4096);
+  ctx->recv_ahead = xport__env_size(XPORT__ENV_RECV_AHEAD, 0);
   ctx->keepalive_ms = (long)xport__env_size(XPORT__ENV_KEEPALIVE_TIMEOUT, 30000);
   if (ctx->keepalive_ms < 4)
     ctx->keepalive_ms = 4;

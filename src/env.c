@@ -122,15 +122,17 @@ static const xport_env_var_t env_table[XPORT__ENV_COUNT] = {
     "600), or the context is not created. xport_ctx_attr_t.auth_key beats "
     "it. Unset: no key; connections are then not authenticated. The ranks "
     "of a job share one such file (mpirun -x XPORT_AUTH_KEY_FILE)."},
-  [XPORT__ENV_RECV_AHEAD] = {"XPORT_RECV_AHEAD", "size", "4096",
+  [XPORT__ENV_RECV_AHEAD] = {"XPORT_RECV_AHEAD", "size", "0",
     "On providers that keep a message that arrives before its receive in "
     "memory of their own, without bound (tcp;ofi_rxm, verbs;ofi_rxm), how "
     "many such messages a connection's peer may have sent ahead of the "
     "receives posted for them; the next one ends the connection (both "
     "sides get the disconnect, outstanding operations fail with "
-    "ECONNRESET) and is discarded with those held. 0: no bound. Other "
-    "providers hold such messages in the peer's send queue or socket "
-    "buffers, or fail the sender (verbs), and ignore it."},
+    "ECONNRESET) and is discarded with those held. 0: no bound (the "
+    "receiver's memory grows with them; a peer that streams faster than "
+    "the receiver posts is then slowed by nothing). Other providers hold "
+    "such messages in the peer's send queue or socket buffers, or fail "
+    "the sender (verbs), and ignore it."},
 };
 
 XPORT_API int xport_env_list(const xport_env_var_t **vars_p)

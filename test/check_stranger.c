@@ -923,9 +923,9 @@ END_TEST
  * the clear in the request) sends under it from its own endpoint, and the
  * honest client sends ahead of the server's receives too. The receives
  * the server then posts take the client's messages alone, in order, every
- * byte checked, and one more receive takes nothing: over rxm the
- * messages sent ahead were claimed for the connection (XPORT_RECV_AHEAD),
- * and only its peer's can be. */
+ * byte checked, and one more receive takes nothing: over rxm, with
+ * XPORT_RECV_AHEAD set, the messages sent ahead were claimed for the
+ * connection, and only its peer's can be. */
 #define LIVE_HONEST 20
 #define LIVE_STRANGE 8
 #define LIVE_LEN 200
@@ -984,7 +984,9 @@ START_TEST(stranger_under_live_tag)
   char addr[128];
   struct xt_steps st;
   xt_steps_open(&st);
+  setenv("XPORT_RECV_AHEAD", "1024", 1); /* the server claims what is sent ahead */
   pid_t pid = xt_spawn_server(live_tag_server, &st, addr, sizeof addr);
+  unsetenv("XPORT_RECV_AHEAD");
   xport_ctx_t *ctx = xt_ctx();
   xport_conn_t *conn;
   XT_OK(xport_connect(ctx, addr, T_MS, &conn));
