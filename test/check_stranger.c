@@ -2054,6 +2054,48 @@ static void replay_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
   XT_OK(xport_conn_close(conn));
 }
 
+/* The replay tests' listener: a server under the key (replay_server) in
+ * a file of its own, whose path is left in kpath. */
+static pid_t replay_start(struct xt_steps *st, char *kpath, size_t klen, char *addr, size_t alen)
+{
+  XT_CHECK(sodium_init() >= 0, "sodium_init");
+  snprintf(kpath, klen, "/tmp/xport-replay-key-%ld", (long)getpid());
+  int fd = open(kpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  XT_CHECK(fd >= 0 && write(fd, replay_key, strlen(replay_key)) > 0, "key file");
+  close(fd);
+  xt_steps_open(st);
+  setenv("XPORT_AUTH_KEY_FILE", kpath, 1);
+  pid_t pid = xt_spawn_server(replay_server, st, addr, alen);
+  unsetenv("XPORT_AUTH_KEY_FILE");
+  return pid;
+}
+
+/* After the replays, the listener serves an honest client, bytes compared. */
+static void replay_honest(struct xt_steps *st, const char *addr)
+{
+  xt_step_put(st->c2s[1], 'c');
+  xport_ctx_attr_t attr = {0};
+  attr.auth_key = replay_key;
+  attr.auth_key_len = strlen(replay_key);
+  xport_ctx_t *ctx = xt_ctx_with(&attr);
+  xport_conn_t *conn;
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  struct word w;
+  listen_for(conn, &w);
+  say(ctx, conn, "after the replays");
+  heard(ctx, &w, "still serving");
+  XT_OK(xport_conn_close(conn));
+  xport_ctx_destroy(ctx);
+}
+
+static void replay_end(pid_t pid, const char *kpath, struct xt_steps *st)
+{
+  int status = xt_reap(pid);
+  unlink(kpath);
+  xt_steps_close(st);
+  XT_CHECK(status == 0, "server failed on %s", xt_config());
+}
+
 START_TEST(replayed_handshake_refused)
 {
   if (strcmp(xt_transport(), "shm") && !strstr(xt_transport(), "ofi_rxm")) {
@@ -2061,17 +2103,9 @@ START_TEST(replayed_handshake_refused)
            "handshake (replayed_msg_handshake_refused speaks the MSG one)\n", xt_config());
     return;
   }
-  XT_CHECK(sodium_init() >= 0, "sodium_init");
   struct xt_steps st;
   char addr[128], kpath[64];
-  snprintf(kpath, sizeof kpath, "/tmp/xport-replay-key-%ld", (long)getpid());
-  int fd = open(kpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  XT_CHECK(fd >= 0 && write(fd, replay_key, strlen(replay_key)) > 0, "key file");
-  close(fd);
-  xt_steps_open(&st);
-  setenv("XPORT_AUTH_KEY_FILE", kpath, 1);
-  pid_t pid = xt_spawn_server(replay_server, &st, addr, sizeof addr);
-  unsetenv("XPORT_AUTH_KEY_FILE");
+  pid_t pid = replay_start(&st, kpath, sizeof kpath, addr, sizeof addr);
   /* A key holder's handshake, as an eavesdropper records it. */
   struct stranger holder, attacker;
   struct xport__ctl req, proof;
@@ -2115,26 +2149,10 @@ START_TEST(replayed_handshake_refused)
   XT_CHECK(st_send(&attacker, 0, 0, sizeof p) == 0, "replayed proof");
   for (long again = now_ms() + 500; now_ms() < again;)
     st_progress(&attacker);
-  /* The listener serves an honest client, bytes compared. */
-  xt_step_put(st.c2s[1], 'c');
-  xport_ctx_attr_t attr = {0};
-  attr.auth_key = replay_key;
-  attr.auth_key_len = strlen(replay_key);
-  xport_ctx_t *ctx = xt_ctx_with(&attr);
-  xport_conn_t *conn;
-  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
-  struct word w;
-  listen_for(conn, &w);
-  say(ctx, conn, "after the replays");
-  heard(ctx, &w, "still serving");
-  XT_OK(xport_conn_close(conn));
-  xport_ctx_destroy(ctx);
+  replay_honest(&st, addr);
   st_close(&attacker);
   st_close(&holder);
-  int status = xt_reap(pid);
-  unlink(kpath);
-  xt_steps_close(&st);
-  XT_CHECK(status == 0, "server failed on %s", xt_config());
+  replay_end(pid, kpath, &st);
 }
 END_TEST
 
@@ -2348,17 +2366,9 @@ START_TEST(replayed_msg_handshake_refused)
 {
   if (!msg_listener_config("replayed_msg_handshake_refused"))
     return;
-  XT_CHECK(sodium_init() >= 0, "sodium_init");
   struct xt_steps st;
   char addr[128], kpath[64];
-  snprintf(kpath, sizeof kpath, "/tmp/xport-replay-key-%ld", (long)getpid());
-  int fd = open(kpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  XT_CHECK(fd >= 0 && write(fd, replay_key, strlen(replay_key)) > 0, "key file");
-  close(fd);
-  xt_steps_open(&st);
-  setenv("XPORT_AUTH_KEY_FILE", kpath, 1);
-  pid_t pid = xt_spawn_server(replay_server, &st, addr, sizeof addr);
-  unsetenv("XPORT_AUTH_KEY_FILE");
+  pid_t pid = replay_start(&st, kpath, sizeof kpath, addr, sizeof addr);
   /* The key holder, as an eavesdropper records it. */
   struct greeting h = {GREETING_MAGIC, 2, GREETING_AUTH, rnd64(), 0};
   uint8_t nonce[32], hello[MSG_AUTH_LEN], answer[MSG_AUTH_LEN], proof[MSG_AUTH_LEN];
@@ -2390,26 +2400,10 @@ START_TEST(replayed_msg_handshake_refused)
            "the listener answered the replay with the nonce it gave the key holder");
   mp_send(&attacker, proof); /* the listener may have ended it already */
   XT_CHECK(mp_ended(&attacker, T_MS), "the listener kept the connection of a replayed proof");
-  /* The listener serves an honest client, bytes compared. */
-  xt_step_put(st.c2s[1], 'c');
-  xport_ctx_attr_t attr = {0};
-  attr.auth_key = replay_key;
-  attr.auth_key_len = strlen(replay_key);
-  xport_ctx_t *ctx = xt_ctx_with(&attr);
-  xport_conn_t *conn;
-  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
-  struct word w;
-  listen_for(conn, &w);
-  say(ctx, conn, "after the replays");
-  heard(ctx, &w, "still serving");
-  XT_OK(xport_conn_close(conn));
-  xport_ctx_destroy(ctx);
+  replay_honest(&st, addr);
   mp_close(&attacker);
   mp_close(&holder);
-  int status = xt_reap(pid);
-  unlink(kpath);
-  xt_steps_close(&st);
-  XT_CHECK(status == 0, "server failed on %s", xt_config());
+  replay_end(pid, kpath, &st);
 }
 END_TEST
 

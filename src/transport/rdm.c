@@ -681,32 +681,46 @@ static int tag_live(struct xport__rep *rep, uint64_t tag)
   return 0;
 }
 
-/* One FI_PEEK (with flags): 1 and the tag if a message was there. The
- * provider answers in the CQ during the call (peek_discard). */
-static int peek(struct xport__rep *rep, uint64_t tag, uint64_t ignore, uint64_t flags,
-                uint64_t *tag_p)
+/* One FI_PEEK (with flags) for a message from addr: 1 if one was there
+ * (its tag in *tag_p), 0 if none, -1 if the provider could not be asked
+ * or did not answer. The provider answers in the CQ during the call
+ * (peek_discard). With keep (FI_CLAIM), the request of a message found is
+ * left in *keep: it bears the claim's mark. */
+static int peek_from(struct xport__rep *rep, fi_addr_t addr, uint64_t tag, uint64_t ignore,
+                     uint64_t flags, uint64_t *tag_p, struct xport__req **keep)
 {
   xport_ctx_t *ctx = rep->ctx;
   struct xport__req *req = xport__req_get(ctx);
   if (!req)
-    return 0;
+    return -1;
   memset(req, 0, sizeof *req);
   req->op = XPORT__OP_PEEK;
   req->rep = rep;
   req->on_done = rdm_internal;
   req->status = 1; /* no answer yet */
-  struct fi_msg_tagged msg = {.addr = FI_ADDR_UNSPEC, .tag = tag, .ignore = ignore,
+  struct fi_msg_tagged msg = {.addr = addr, .tag = tag, .ignore = ignore,
                               .context = &req->fictx};
   ssize_t ret = fi_trecvmsg(rep->ep, &msg, FI_PEEK | flags);
   if (!ret)
     xport__cq_drain(ctx);
-  int found = !ret && req->status == 0;
-  *tag_p = (uint64_t)req->len;
+  int found = ret || req->status == 1 ? -1 : req->status == 0;
+  if (tag_p)
+    *tag_p = (uint64_t)req->len;
+  if (found == 1 && keep) {
+    *keep = req;
+    return 1;
+  }
   if (ret || req->status != 1)
     xport__req_release(ctx, req);
   else
     req->flags = 1; /* abandoned: released when the answer comes */
   return found;
+}
+
+static int peek(struct xport__rep *rep, uint64_t tag, uint64_t ignore, uint64_t flags,
+                uint64_t *tag_p)
+{
+  return peek_from(rep, FI_ADDR_UNSPEC, tag, ignore, flags, tag_p, NULL) == 1;
 }
 
 /* ---- messages sent ahead of the receives (peek_discard) --------------
@@ -736,27 +750,10 @@ static xport_conn_t *tag_conn(struct xport__rep *rep, uint64_t tag)
  * could not be done now. */
 static int claim(struct xport__rep *rep, xport_conn_t *conn, uint64_t tag)
 {
-  xport_ctx_t *ctx = rep->ctx;
-  struct xport__req *req = xport__req_get(ctx);
-  if (!req)
-    return 1;
-  memset(req, 0, sizeof *req);
-  req->op = XPORT__OP_PEEK;
-  req->rep = rep;
-  req->on_done = rdm_internal;
-  req->status = 1; /* no answer yet */
-  struct fi_msg_tagged msg = {.addr = conn->rx_src, .tag = tag, .context = &req->fictx};
-  ssize_t ret = fi_trecvmsg(rep->ep, &msg, FI_PEEK | FI_CLAIM);
-  if (!ret)
-    xport__cq_drain(ctx); /* the provider answers during the call */
-  if (ret || req->status != 0) {
-    int none = !ret && req->status == -1;
-    if (ret || req->status != 1)
-      xport__req_release(ctx, req);
-    else
-      req->flags = 1; /* abandoned: released when the answer comes */
-    return none ? -1 : 1;
-  }
+  struct xport__req *req;
+  int found = peek_from(rep, conn->rx_src, tag, 0, FI_CLAIM, NULL, &req);
+  if (found != 1)
+    return found ? 1 : -1;
   req->cnext = NULL;
   if (conn->claimed_tail)
     conn->claimed_tail->cnext = req;
