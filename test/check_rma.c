@@ -869,16 +869,40 @@ END_TEST
 /* ---- the same outcome on every provider ------------------------------ */
 
 /* Exports a region and then only waits, to be killed by the client. */
+/* SIGUSR1: the target stops itself, between two calls into xport. */
+static volatile sig_atomic_t target_rest;
+static void on_rest(int sig)
+{
+  (void)sig;
+  target_rest = 1;
+}
+
 static int doomed_target(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 {
   (void)arg;
   xport_mr_t *mr;
+  struct sigaction sa = {.sa_handler = on_rest};
+  sigaction(SIGUSR1, &sa, NULL);
   export_region(ctx, conn, 1 << 20, XPORT_ACCESS_REMOTE_READ | XPORT_ACCESS_REMOTE_WRITE, &mr);
   for (;;) {
     xport_completion_t c;
-    xt_next(ctx, &c, T_MS);
+    if (target_rest)
+      raise(SIGSTOP);
+    xt_next(ctx, &c, 100);
   }
   return 0;
+}
+
+/* Stops the target outside xport: stopped (or killed) inside libfabric
+ * 1.17's shm progress, it would hold its queue's lock, which lives in
+ * shared memory and which every send, write or read to it spins on
+ * (xport(7), Shared endpoints and strangers): the client's posts would
+ * never return. */
+static void target_stop(pid_t pid)
+{
+  int st;
+  XT_CHECK(kill(pid, SIGUSR1) == 0, "signal the target");
+  XT_CHECK(waitpid(pid, &st, WUNTRACED) == pid && WIFSTOPPED(st), "target did not stop");
 }
 
 #define KILLED_OPS 50
@@ -912,11 +936,8 @@ static void ops_to_killed_target(int delivery_complete, int do_reads, int stop_f
            "caps.delivery_complete %d, asked %d", caps.delivery_complete, delivery_complete);
   delivery_complete = caps.delivery_complete;
   xport_rkey_t *rk = import_key(ctx, conn, NULL, NULL);
-  int st;
-  if (stop_first) {
-    kill(pid, SIGSTOP);
-    XT_CHECK(waitpid(pid, &st, WUNTRACED) == pid && WIFSTOPPED(st), "target did not stop");
-  } else {
+  target_stop(pid);
+  if (!stop_first) {
     kill(pid, SIGKILL);
     XT_CHECK(xt_reap(pid) == 128 + SIGKILL, "target did not die by SIGKILL");
   }
@@ -1021,8 +1042,22 @@ static int two_target(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
                                    XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_READ |
                                        XPORT_ACCESS_REMOTE_WRITE,
                                    &mr, (unsigned)(uintptr_t)arg);
+  struct sigaction sa = {.sa_handler = on_rest}; /* target_stop */
+  sigaction(SIGUSR1, &sa, NULL);
   XT_OK(xport_recv(conn, bye, sizeof bye, NULL, NULL));
-  xport_completion_t c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS * 3);
+  xport_completion_t c = {0};
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  while (c.op != XPORT_OP_RECV) {
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    XT_CHECK(t.tv_sec - t0.tv_sec < 3 * T_MS / 1000, "no bye");
+    if (target_rest)
+      raise(SIGSTOP); /* between two calls into xport */
+    int n = xport_poll(ctx, &c, 1);
+    XT_CHECK(n >= 0, "poll: %s", xport_strerror(n));
+    if (!n)
+      xport_wait(ctx, 10);
+  }
   XT_CHECK(c.status == 0 && !strcmp(bye, "bye"), "bye: %s", xport_strerror(c.status));
   xport_mr_dereg(mr);
   free(reg);
@@ -1128,9 +1163,7 @@ START_TEST(killed_target_spares_the_other)
   xport_ctx_t *ctx = two_open(two_target, &a, &b, &ka, &kb, &pa, &pb);
   /* A takes nothing off its queue from now on: its reads stay
    * unanswered, interleaved with B's, until it dies. */
-  int st;
-  kill(pa, SIGSTOP);
-  XT_CHECK(waitpid(pa, &st, WUNTRACED) == pa && WIFSTOPPED(st), "target did not stop");
+  target_stop(pa);
   int posted_a = 0, posted_b = 0;
   struct two_seen t = {a, b, 0, 0, 0, ""};
   for (int i = 0; i < TWO_OPS; i++) {
