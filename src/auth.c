@@ -47,7 +47,8 @@ int xport__auth_key_file(const char *path, uint8_t key[XPORT__AUTH_KEY])
   int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0) {
     int e = errno;
-    XPORT__WARN("XPORT_AUTH_KEY_FILE=%s: %s", path, strerror(e));
+    XPORT__WARN("XPORT_AUTH_KEY_FILE=%s: %s", path,
+                e == ELOOP ? "a symbolic link: refused (name the file itself)" : strerror(e));
     return e == EACCES || e == EPERM ? -XPORT_EACCES : e == ENOENT ? -XPORT_ENOENT
                                                                   : -XPORT_EINVAL;
   }

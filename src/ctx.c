@@ -716,7 +716,11 @@ static int ctx_open(struct settings s, xport_ctx_t *parent, xport_ctx_t **ctx_p)
   ctx->peer_check_ms = (long)xport__env_size(XPORT__ENV_PEER_TIMEOUT, 500);
   if (ctx->peer_check_ms < 4)
     ctx->peer_check_ms = 4;
-  ctx->recv_ahead = xport__env_size(XPORT__ENV_RECV_AHEAD, 0);
+  /* A bound asked for but malformed fails closed: it is meant for peers
+   * not trusted. */
+  ctx->recv_ahead = xport__env_str(XPORT__ENV_RECV_AHEAD)
+                        ? xport__env_size(XPORT__ENV_RECV_AHEAD, XPORT__RECV_AHEAD_BAD)
+                        : 0;
   ctx->keepalive_ms = (long)xport__env_size(XPORT__ENV_KEEPALIVE_TIMEOUT, 30000);
   if (ctx->keepalive_ms < 4)
     ctx->keepalive_ms = 4;

@@ -25,6 +25,7 @@
 #define XPORT__CQ_BATCH 32   /* CQ entries read per fi_cq_read */
 #define XPORT__EQ_EVERY 64   /* polls between two EQ reads (or RDM checks), busy or idle */
 #define XPORT__BACKLOG_DEFAULT 128 /* listen backlog (XPORT_LISTEN_BACKLOG) */
+#define XPORT__RECV_AHEAD_BAD 1024 /* XPORT_RECV_AHEAD set, but not to a count */
 /* How long a socket on a listener's port may take to deliver its
  * connection request (src/halfopen.c): a client sends it as it connects. */
 #define XPORT__GREET_MS 5000
