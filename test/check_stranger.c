@@ -463,7 +463,19 @@ static void run_attack(struct attack *a)
   XT_OK(xport_conn_close(conn));
   xport_ctx_destroy(ctx);
   st_close(&s);
-  XT_CHECK(xt_reap(pid) == 0, "server failed on %s", xt_config());
+  int status = xt_reap(pid);
+  /* The server's shm endpoint may have been left open at its end, with
+   * its file (the stranger, alive, had not taken its first message:
+   * xport(7)); its process is gone now, and so are they. */
+  if (!strcmp(xt_transport(), "shm")) {
+    char name[64], path[96];
+    xt_shm_name(strrchr(addr, ':') + 1, name, sizeof name);
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    unlink(path);
+    snprintf(path, sizeof path, "/dev/shm/%s.lock", name);
+    unlink(path);
+  }
+  XT_CHECK(status == 0, "server failed on %s", xt_config());
 }
 
 /* ---- inject data under guessed tags ------------------------------------ */
