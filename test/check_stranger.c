@@ -1595,13 +1595,10 @@ struct greeters {
   size_t n, connected, held; /* accepted; not answered (in the backlog) */
 };
 
-/* Opens n endpoints of provider prov that each greet addr asking for a
- * service channel, and waits until every one was answered (accepted into
- * a handshake, or refused) or none has been for two seconds: those left
- * are held in the listener's backlog. */
-static void greeters_open(struct greeters *g, const char *prov, const char *addr, size_t n)
+/* The FI_EP_MSG endpoints of provider prov that reach a listener at addr
+ * (host:port), as xport's own clients ask for them; fi_getinfo's code. */
+static int msg_getinfo(const char *prov, const char *addr, struct fi_info **info)
 {
-  memset(g, 0, sizeof *g);
   char host[128], port[16];
   const char *colon = strrchr(addr, ':');
   snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
@@ -1612,8 +1609,19 @@ static void greeters_open(struct greeters *g, const char *prov, const char *addr
   hints->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;
   hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
   hints->fabric_attr->prov_name = strdup(prov);
-  int rc = fi_getinfo(FI_VERSION(1, 17), host, port, 0, hints, &g->info);
+  int rc = fi_getinfo(FI_VERSION(1, 17), host, port, 0, hints, info);
   fi_freeinfo(hints);
+  return rc;
+}
+
+/* Opens n endpoints of provider prov that each greet addr asking for a
+ * service channel, and waits until every one was answered (accepted into
+ * a handshake, or refused) or none has been for two seconds: those left
+ * are held in the listener's backlog. */
+static void greeters_open(struct greeters *g, const char *prov, const char *addr, size_t n)
+{
+  memset(g, 0, sizeof *g);
+  int rc = msg_getinfo(prov, addr, &g->info);
   XT_CHECK(rc == 0, "greeters: fi_getinfo(%s): %s", addr, fi_strerror(-rc));
   struct fi_eq_attr eq_attr = {.wait_obj = FI_WAIT_UNSPEC, .size = 4 * n};
   struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_DATA, .size = 64};
@@ -2252,18 +2260,7 @@ static int mp_open(struct msg_peer *p, const char *addr, const struct greeting *
 {
   memset(p, 0, sizeof *p);
   p->rx_len = -2;
-  char host[128], port[16];
-  const char *colon = strrchr(addr, ':');
-  snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
-  snprintf(port, sizeof port, "%s", colon + 1);
-  struct fi_info *hints = fi_allocinfo();
-  hints->ep_attr->type = FI_EP_MSG;
-  hints->caps = FI_MSG;
-  hints->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;
-  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
-  hints->fabric_attr->prov_name = strdup(xt_transport());
-  int rc = fi_getinfo(FI_VERSION(1, 17), host, port, 0, hints, &p->info);
-  fi_freeinfo(hints);
+  int rc = msg_getinfo(xt_transport(), addr, &p->info);
   XT_CHECK(rc == 0, "fi_getinfo(%s): %s", addr, fi_strerror(-rc));
   struct fi_eq_attr eq_attr = {.wait_obj = FI_WAIT_UNSPEC, .size = 16};
   struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_DATA, .size = 16};
