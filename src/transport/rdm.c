@@ -668,19 +668,6 @@ static void sinks_drop(xport_ctx_t *ctx, struct xport__rep *rep)
 
 /* ---- unexpected messages under unused tags (peek_discard) -------------- */
 
-/* Whether a tag is one that rep's connections (or sinks) receive. */
-static int tag_live(struct xport__rep *rep, uint64_t tag)
-{
-  tag &= ~XPORT__WIMM_TAG;
-  for (xport_conn_t *c = rep->ctx->conns; c; c = c->next)
-    if (c->rep == rep && c->rx_tag == tag)
-      return 1;
-  for (struct xport__sink *k = rep->ctx->sinks; k; k = k->next)
-    if (k->rep == rep && k->tag == tag)
-      return 1;
-  return 0;
-}
-
 /* One FI_PEEK (with flags) for a message from addr: 1 if one was there
  * (its tag in *tag_p), 0 if none, -1 if the provider could not be asked
  * or did not answer. The provider answers in the CQ during the call
@@ -823,9 +810,9 @@ static int ahead(struct xport__rep *rep, xport_conn_t *conn, uint64_t tag)
 /* Deals with the provider's unexpected messages, oldest first: a
  * connection's peer's are claimed (ahead); those under tags that no
  * connection of rep receives (a stranger's guesses, or a connection that
- * ended) or from another than the peer are discarded; one that waits for
- * its receive (no bound) or that something else will take (a drained
- * connection's sink) stops the scan, and the rest wait behind it until
+ * ended: closed ones have no sink where the provider discards, sink_start)
+ * or from another than the peer are discarded; one that waits for its
+ * receive (no bound) stops the scan, and the rest wait behind it until
  * then. At most a batch per call. */
 static void discard_unused(struct xport__rep *rep)
 {
@@ -839,8 +826,6 @@ static void discard_unused(struct xport__rep *rep)
       if (!ret)
         continue;
       /* None of the peer's: the oldest under its tag is a stranger's. */
-    } else if (!c && tag_live(rep, tag)) {
-      return;
     }
     rep->ctx->stale_dropped++;
     peek(rep, tag, 0, FI_DISCARD, &tag);
