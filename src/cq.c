@@ -244,7 +244,8 @@ void xport__req_complete(xport_ctx_t *ctx, struct xport__req *req, int status)
 
 void xport__req_done_now(xport_ctx_t *ctx, struct xport__req *req)
 {
-  xport__req_free_mem(ctx, req);
+  if (XPORT__UNLIKELY(req->bounce || req->ntmp))
+    xport__req_free_mem(ctx, req);
   req->status = 0;
   req->flags = 0;
   req->conn->nreqs++;
@@ -274,17 +275,11 @@ static ssize_t held_post(xport_conn_t *conn, struct xport__req *req)
 {
   const struct xport__held *h = req->held;
   switch (h->kind) {
-  case XPORT__H_TSEND: {
-    struct fi_msg_tagged m = {.msg_iov = h->iov, .desc = (void **)h->desc,
-                              .iov_count = h->cnt, .addr = conn->dest, .tag = h->tag,
-                              .context = &req->fictx, .data = h->data};
-    return fi_tsendmsg(conn->ep, &m, h->flags);
-  }
-  case XPORT__H_SEND: {
-    struct fi_msg m = {.msg_iov = h->iov, .desc = (void **)h->desc, .iov_count = h->cnt,
-                       .addr = conn->dest, .context = &req->fictx, .data = h->data};
-    return fi_sendmsg(conn->ep, &m, h->flags);
-  }
+  case XPORT__H_SEND:
+    return conn->ops->send(conn, req, (struct iovec *)h->iov, (void **)h->desc, h->cnt,
+                          h->flags, h->data);
+  case XPORT__H_MARK:
+    return conn->ops->marker(conn, req, h->flags);
   default: {
     struct fi_msg_rma m = {.msg_iov = h->iov, .desc = (void **)h->desc, .iov_count = h->cnt,
                            .addr = conn->dest, .rma_iov = &h->rma, .rma_iov_count = 1,
@@ -382,9 +377,7 @@ static inline void entry_result(xport_ctx_t *ctx, struct xport__req *req,
   if (XPORT__UNLIKELY(e->flags & FI_REMOTE_CQ_DATA)) {
     req->flags = XPORT_COMP_IMM;
     req->imm = (uint32_t)e->data;
-    int wimm = ctx->rdm ? !!(((const struct fi_cq_tagged_entry *)e)->tag & XPORT__WIMM_TAG)
-                        : (e->data >> 32) == XPORT__WIMM_MARK;
-    if ((e->flags & FI_REMOTE_WRITE) || wimm) {
+    if ((e->flags & FI_REMOTE_WRITE) || req->conn->ops->is_marker(e)) {
       req->op = XPORT_OP_REMOTE_WRITE_IMM;
       req->len = 0;
     }

@@ -398,15 +398,15 @@ static void fill_caps(xport_ctx_t *ctx, const struct settings *s)
   c->inject_size = fi->tx_attr->inject_size;
   c->max_iov = iov < XPORT__IOV_MAX ? (iov ? iov : 1) : XPORT__IOV_MAX;
   /* What xport enforces per connection (post returns EAGAIN beyond it):
-   * the provider's queue sizes, less the control receives an RDM endpoint
-   * keeps posted, within the profile's limit and the CQ's. */
+   * the provider's queue sizes, less the receives the transport keeps
+   * posted, within the profile's limit and the CQ's. */
   c->tx_depth = fi->tx_attr->size;
   size_t cap = ctx->prof && ctx->prof->max_tx_depth ? ctx->prof->max_tx_depth() : 0;
   if (cap && c->tx_depth > cap)
     c->tx_depth = cap;
   c->rx_depth = fi->rx_attr->size;
-  if (c->ep_type == XPORT_EP_RDM && c->rx_depth > XPORT__CTL_RX)
-    c->rx_depth -= XPORT__CTL_RX;
+  if (c->rx_depth > ctx->tp->rx_reserved)
+    c->rx_depth -= ctx->tp->rx_reserved;
   /* An emulated write_imm holds two CQ entries (its write and its
    * message): a connection reaches tx_depth with any kind of post. */
   size_t tx_room = ctx->native_wimm ? ctx->max_posted : ctx->max_posted / 2;
@@ -702,6 +702,11 @@ static int ctx_open(struct settings s, xport_ctx_t *parent, xport_ctx_t **ctx_p)
   ctx->raw_keys = !!(mm & FI_MR_RAW);
   ctx->rdm = ctx->info->ep_attr->type == FI_EP_RDM;
   ctx->tp = xport__transport_for(ctx->info->ep_attr->type);
+  ctx->tpd = calloc(1, ctx->tp->ctx_size ? ctx->tp->ctx_size : 1);
+  if (!ctx->tpd) {
+    ret = -XPORT_ENOMEM;
+    goto fail;
+  }
   ctx->wimm_write_done = xport__wimm_write_done;
   ctx->wimm_retry = xport__wimm_retry;
   ctx->cq_entry_size = ctx->rdm ? sizeof(struct fi_cq_tagged_entry)
@@ -716,16 +721,6 @@ static int ctx_open(struct settings s, xport_ctx_t *parent, xport_ctx_t **ctx_p)
   ctx->peer_check_ms = (long)xport__env_size(XPORT__ENV_PEER_TIMEOUT, 500);
   if (ctx->peer_check_ms < 4)
     ctx->peer_check_ms = 4;
-  /* A bound asked for but malformed fails closed: it is meant for peers
-   * not trusted. */
-  ctx->recv_ahead = xport__env_str(XPORT__ENV_RECV_AHEAD)
-                        ? xport__env_size(XPORT__ENV_RECV_AHEAD, XPORT__RECV_AHEAD_BAD)
-                        : 0;
-  ctx->keepalive_ms = (long)xport__env_size(XPORT__ENV_KEEPALIVE_TIMEOUT, 30000);
-  if (ctx->keepalive_ms < 4)
-    ctx->keepalive_ms = 4;
-  const char *ka = xport__env_str(XPORT__ENV_KEEPALIVE);
-  ctx->keepalive_mode = !ka || !strcmp(ka, "auto") ? -1 : xport__env_bool(XPORT__ENV_KEEPALIVE, -1);
   if (ctx->prof && ctx->prof->rma_never_fails)
     ctx->rma_timeout_ms = (long)xport__env_size(XPORT__ENV_RMA_TIMEOUT, 5000);
   ctx->eager_size = xport__env_size(XPORT__ENV_EAGER_SIZE, 8192);
@@ -743,13 +738,9 @@ static int ctx_open(struct settings s, xport_ctx_t *parent, xport_ctx_t **ctx_p)
   ctx->bounce_size = (ctx->eager_size + 63) & ~(size_t)63;
   if (ctx->bounce_size < XPORT__CTL_SLOT)
     ctx->bounce_size = XPORT__CTL_SLOT;
-  ctx->directed = ctx->rdm && (ctx->info->caps & FI_DIRECTED_RECV);
   ctx->source = ctx->rdm && (ctx->info->caps & FI_SOURCE);
-  ctx->multi_recv = ctx->rdm && (ctx->info->caps & FI_MULTI_RECV) && ctx->prof &&
-                    ctx->prof->unexpected_unbounded;
-  if (ctx->rdm)
-    XPORT__INFO("shared endpoints: receives %s their source, completions %s their sender",
-                ctx->directed ? "name" : "cannot name", ctx->source ? "name" : "do not name");
+  if (ctx->tp->open && (ret = ctx->tp->open(ctx)))
+    goto fail;
   ret = xport__wait_fds(ctx);
   if (ret)
     goto fail;
@@ -778,6 +769,7 @@ fail:
   close_fids(ctx);
   fi_freeinfo(ctx->info);
   free(ctx->cands);
+  free(ctx->tpd);
   free(ctx);
   return ret;
 }
@@ -966,6 +958,7 @@ XPORT_API int xport_ctx_destroy(xport_ctx_t *ctx)
   fi_freeinfo(ctx->info);
   free(ctx->cands);
   xport__auth_wipe(ctx->auth_key, sizeof ctx->auth_key);
+  free(ctx->tpd);
   free(ctx);
   return 0;
 }

@@ -42,10 +42,11 @@ void xport__evq_remove(xport_ctx_t *ctx, xport_conn_t *conn)
 
 xport_conn_t *xport__conn_new(xport_ctx_t *ctx)
 {
-  xport_conn_t *conn = calloc(1, sizeof *conn);
+  xport_conn_t *conn = calloc(1, sizeof *conn + ctx->tp->conn_size);
   if (!conn)
     return NULL;
   conn->ctx = ctx;
+  conn->ops = ctx->tp->data;
   conn->pidfd = -1;
   conn->state = XPORT__CONN_CONNECTING;
   return conn;
@@ -75,7 +76,8 @@ int xport__listener_shaking_from(const xport_listener_t *lst, uint64_t peer_ctx_
 
 void xport__conn_free_if_done(xport_conn_t *conn)
 {
-  /* An RDM connection also waits to be detached from its endpoint. */
-  if (conn->state == XPORT__CONN_CLOSED && conn->nreqs == 0 && !conn->ev_queued && !conn->rep)
+  /* And once its transport let go of it (RDM: its endpoint). */
+  if (conn->state == XPORT__CONN_CLOSED && conn->nreqs == 0 && !conn->ev_queued &&
+      !conn->attached)
     free(conn);
 }

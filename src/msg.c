@@ -260,14 +260,7 @@ post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_t iovcnt, i
    * need not report it. */
   if (op == XPORT_OP_SEND && cnt == 1 && fiov[0].iov_len <= conn->ctx->caps.inject_size &&
       conn->ctx->quick_inject && !conn->held) {
-    if (conn->rep)
-      ret = with_imm ? fi_tinjectdata(conn->ep, fiov[0].iov_base, fiov[0].iov_len, imm,
-                                      conn->dest, conn->tag)
-                     : fi_tinject(conn->ep, fiov[0].iov_base, fiov[0].iov_len, conn->dest,
-                                  conn->tag);
-    else
-      ret = with_imm ? fi_injectdata(conn->ep, fiov[0].iov_base, fiov[0].iov_len, imm, 0)
-                     : fi_inject(conn->ep, fiov[0].iov_base, fiov[0].iov_len, 0);
+    ret = conn->ops->inject(conn, fiov[0].iov_base, fiov[0].iov_len, with_imm, imm);
     if (!ret) {
       if (unsig) {
         undo_prepare(conn->ctx, req); /* finished, and nothing to say */
@@ -297,69 +290,13 @@ post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_t iovcnt, i
     }
     unsig_inject = FI_INJECT;
   }
-  /* An empty message carries no scatter element: some providers (verbs)
-   * would look up a descriptor for it. */
-  size_t nsge = req->len ? cnt : 0;
-  if (XPORT__UNLIKELY(conn->held != NULL) && op == XPORT_OP_SEND) {
+  if (XPORT__UNLIKELY(conn->held != NULL) && op == XPORT_OP_SEND)
     ret = -FI_EAGAIN; /* behind those: messages stay in order */
-  } else if (conn->rep) {
-    /* RDM: one endpoint for many connections; the tag picks the
-     * connection: the peer's receive tag on sends, ours on receives,
-     * which only the two ends know (transport/rdm.c). */
-    if (op == XPORT_OP_SEND) {
-      if (with_imm || unsig_inject) {
-        struct fi_msg_tagged msg = {.msg_iov = fiov, .desc = desc, .iov_count = nsge,
-                                    .addr = conn->dest, .tag = conn->tag,
-                                    .context = &req->fictx, .data = imm};
-        ret = fi_tsendmsg(conn->ep, &msg, (with_imm ? FI_REMOTE_CQ_DATA : 0) | unsig_inject);
-      } else if (cnt == 1) {
-        ret = fi_tsend(conn->ep, fiov[0].iov_base, fiov[0].iov_len, desc[0], conn->dest,
-                       conn->tag, &req->fictx);
-      } else {
-        ret = fi_tsendv(conn->ep, fiov, desc, cnt, conn->dest, conn->tag, &req->fictx);
-      }
-    } else if (XPORT__UNLIKELY(conn->claimed != NULL)) {
-      /* The peer sent ahead of the receives: the oldest it sent first. */
-      ret = conn->ctx->tp->recv_claimed(conn, req, fiov, desc, cnt);
-    } else if (XPORT__UNLIKELY(conn->ctx->sink != NULL)) {
-      /* Room behind the caller's buffer for the rest of a longer message
-       * (truncation_hangs); the completion then says ETRUNC. */
-      fiov[cnt].iov_base = conn->ctx->sink;
-      fiov[cnt].iov_len = conn->ctx->sink_len;
-      desc[cnt] = NULL;
-      ret = fi_trecvv(conn->ep, fiov, desc, cnt + 1, conn->rx_src, conn->rx_tag,
-                      XPORT__WIMM_TAG, &req->fictx);
-    } else if (cnt == 1) {
-      /* Ignoring the write_imm bit lets an emulated write_imm's message
-       * consume a receive like any other (the portable rule). */
-      ret = fi_trecv(conn->ep, fiov[0].iov_base, fiov[0].iov_len, desc[0], conn->rx_src,
-                     conn->rx_tag, XPORT__WIMM_TAG, &req->fictx);
-    } else {
-      ret = fi_trecvv(conn->ep, fiov, desc, cnt, conn->rx_src, conn->rx_tag, XPORT__WIMM_TAG,
-                      &req->fictx);
-    }
-  } else if (op == XPORT_OP_SEND) {
-    uint64_t inj = (cnt == 1 && fiov[0].iov_len && fiov[0].iov_len <= conn->ctx->caps.inject_size
-                        ? FI_INJECT
-                        : 0) | unsig_inject;
-    if (with_imm && cnt == 1) {
-      ret = fi_senddata(conn->ep, fiov[0].iov_base, fiov[0].iov_len, desc[0], imm, 0,
-                        &req->fictx);
-    } else if (with_imm || inj) {
-      /* Small sends still go inline, with a completion (verbs). */
-      struct fi_msg msg = {.msg_iov = fiov, .desc = desc, .iov_count = nsge,
-                           .context = &req->fictx, .data = imm};
-      ret = fi_sendmsg(conn->ep, &msg, inj | (with_imm ? FI_REMOTE_CQ_DATA : 0));
-    } else if (cnt == 1) {
-      ret = fi_send(conn->ep, fiov[0].iov_base, fiov[0].iov_len, desc[0], 0, &req->fictx);
-    } else {
-      ret = fi_sendv(conn->ep, fiov, desc, cnt, 0, &req->fictx);
-    }
-  } else if (cnt == 1) {
-    ret = fi_recv(conn->ep, fiov[0].iov_base, fiov[0].iov_len, desc[0], 0, &req->fictx);
-  } else {
-    ret = fi_recvv(conn->ep, fiov, desc, cnt, 0, &req->fictx);
-  }
+  else if (op == XPORT_OP_SEND)
+    ret = conn->ops->send(conn, req, fiov, desc, cnt,
+                         (with_imm ? FI_REMOTE_CQ_DATA : 0) | unsig_inject, imm);
+  else
+    ret = conn->ops->recv(conn, req, fiov, desc, cnt);
   if (XPORT__UNLIKELY(unsig_inject) && xport__pushed_back(ret)) {
     undo_prepare(conn->ctx, req);
     XPORT__UNLOCK(conn->ctx);
@@ -371,9 +308,8 @@ post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_t iovcnt, i
     conn->unsig_out += unsig != 0;
   }
   if (XPORT__UNLIKELY(xport__pushed_back(ret)) && op == XPORT_OP_SEND) {
-    struct xport__held h = {.kind = conn->rep ? XPORT__H_TSEND : XPORT__H_SEND,
-                            .flags = with_imm ? FI_REMOTE_CQ_DATA : 0, .cnt = nsge,
-                            .tag = conn->tag, .data = imm};
+    struct xport__held h = {.kind = XPORT__H_SEND, .flags = with_imm ? FI_REMOTE_CQ_DATA : 0,
+                            .cnt = cnt, .data = imm};
     ret = xport__post_hold(conn, req, &h, fiov, desc);
     XPORT__UNLOCK(conn->ctx);
     return (int)ret;
@@ -400,38 +336,44 @@ static __attribute__((noinline)) int send_flags_post(xport_conn_t *conn, const v
   return post(conn, XPORT_OP_SEND, &v, 1, 0, 0, unsig, user_ctx);
 }
 
+/* An unsignaled small send that the provider copies at once leaves
+ * nothing behind to complete: no request at all. Behind held sends or a
+ * deferred write_imm it takes the ordinary path, which keeps order. Out
+ * of line, so that a signaled send pays nothing for it. */
+static __attribute__((noinline)) int send_unsig(xport_conn_t *conn, const void *buf, size_t len,
+                                                xport_mr_t *mr, void *user_ctx)
+{
+  xport_ctx_t *ctx = conn->ctx;
+  xport_iov_t v = {(void *)buf, len, mr};
+  XPORT__LOCK(ctx);
+  /* With fault injection on, the ordinary path, where it is counted. */
+  if (ctx->quick_inject && !conn->held && !conn->wimm_deferred && XPORT__LIKELY(!ctx->fault)) {
+    ssize_t total = check_post(conn, &v, 1);
+    if (total < 0) {
+      XPORT__UNLOCK(ctx);
+      return (int)total;
+    }
+    if ((size_t)total <= ctx->caps.inject_size) {
+      ssize_t ret = conn->ops->inject(conn, buf, len, 0, 0);
+      if (ret != -FI_ENOSYS && ret != -FI_EOPNOTSUPP) {
+        XPORT__UNLOCK(ctx);
+        return !ret                     ? 0
+               : xport__pushed_back(ret) ? -XPORT_EAGAIN
+                                         : xport__err_from_fi((int)ret);
+      }
+    }
+  }
+  XPORT__UNLOCK(ctx);
+  return send_flags_post(conn, buf, len, mr, 1, user_ctx);
+}
+
 XPORT_API int xport_send_flags(xport_conn_t *conn, const void *buf, size_t len,
                                xport_mr_t *mr, unsigned flags, void *user_ctx)
 {
   if (XPORT__UNLIKELY(flags & ~XPORT_SEND_UNSIGNALED))
     return -XPORT_EINVAL;
-  /* An unsignaled small send that the provider copies at once leaves
-   * nothing behind to complete: no request at all. Behind held sends or
-   * a deferred write_imm it takes the ordinary path, which keeps order. */
-  if (flags && conn) {
-    xport_ctx_t *ctx = conn->ctx;
-    xport_iov_t v = {(void *)buf, len, mr};
-    XPORT__LOCK(ctx);
-    /* With fault injection on, the ordinary path, where it is counted. */
-    if (ctx->quick_inject && !conn->held && !conn->wimm_deferred && XPORT__LIKELY(!ctx->fault)) {
-      ssize_t total = check_post(conn, &v, 1);
-      if (total < 0) {
-        XPORT__UNLOCK(ctx);
-        return (int)total;
-      }
-      if ((size_t)total <= ctx->caps.inject_size) {
-        ssize_t ret = conn->rep ? fi_tinject(conn->ep, buf, len, conn->dest, conn->tag)
-                                : fi_inject(conn->ep, buf, len, 0);
-        if (ret != -FI_ENOSYS && ret != -FI_EOPNOTSUPP) {
-          XPORT__UNLOCK(ctx);
-          return !ret                     ? 0
-                 : xport__pushed_back(ret) ? -XPORT_EAGAIN
-                                           : xport__err_from_fi((int)ret);
-        }
-      }
-    }
-    XPORT__UNLOCK(ctx);
-  }
+  if (flags && conn)
+    return send_unsig(conn, buf, len, mr, user_ctx);
   return send_flags_post(conn, buf, len, mr, flags != 0, user_ctx);
 }
 

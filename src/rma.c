@@ -250,31 +250,13 @@ static size_t iov_total(const xport_iov_t *iov, size_t cnt)
   return t;
 }
 
-/* Posts the marker of an emulated write_imm: req is its user half, with
- * the value in req->imm. */
-static ssize_t wimm_marker(xport_conn_t *conn, struct xport__req *req, uint64_t flags)
-{
-  uint32_t imm = req->imm;
-  if (conn->rep) {
-    struct fi_msg_tagged tm = {.msg_iov = NULL, .desc = NULL, .iov_count = 0,
-                               .addr = conn->dest, .tag = conn->tag | XPORT__WIMM_TAG,
-                               .context = &req->fictx, .data = imm};
-    return fi_tsendmsg(conn->ep, &tm, FI_REMOTE_CQ_DATA | flags);
-  }
-  struct fi_msg msg = {.msg_iov = NULL, .desc = NULL, .iov_count = 0,
-                       .context = &req->fictx, .data = XPORT__WIMM_MARK << 32 | imm};
-  return fi_sendmsg(conn->ep, &msg, FI_REMOTE_CQ_DATA | flags);
-}
-
 static int marker_post(xport_conn_t *conn, struct xport__req *req, uint64_t flags)
 {
-  ssize_t ret = XPORT__UNLIKELY(conn->held != NULL) ? -FI_EAGAIN : wimm_marker(conn, req, flags);
+  ssize_t ret =
+      XPORT__UNLIKELY(conn->held != NULL) ? -FI_EAGAIN : conn->ops->marker(conn, req, flags);
   if (!XPORT__UNLIKELY(xport__pushed_back(ret)))
     return xport__post_end(conn, req, ret);
-  struct xport__held h = {.kind = conn->rep ? XPORT__H_TSEND : XPORT__H_SEND,
-                          .flags = FI_REMOTE_CQ_DATA | flags,
-                          .tag = conn->tag | XPORT__WIMM_TAG,
-                          .data = conn->rep ? req->imm : XPORT__WIMM_MARK << 32 | req->imm};
+  struct xport__held h = {.kind = XPORT__H_MARK, .flags = flags};
   return xport__post_hold(conn, req, &h, NULL, NULL);
 }
 
@@ -306,7 +288,7 @@ static int wimm_try(xport_ctx_t *ctx, struct xport__req *p, int status)
   if (!status) {
     if (ctx->nposted + 1 > ctx->max_posted)
       return 0;
-    ssize_t ret = wimm_marker(conn, p, 0);
+    ssize_t ret = conn->ops->marker(conn, p, 0);
     if (ret == -FI_EAGAIN || ret == -FI_ENOMEM)
       return 0;
     status = ret ? xport__err_from_fi((int)ret) : 0;

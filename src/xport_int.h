@@ -477,14 +477,13 @@ struct xport__held {
   size_t cnt;
   struct iovec iov[XPORT__IOV_MAX];
   void *desc[XPORT__IOV_MAX];
-  uint64_t tag;                   /* tagged sends (RDM) */
   uint64_t data;                  /* remote CQ data */
   struct fi_rma_iov rma;          /* reads and writes */
 };
 #define XPORT__UNSIG 1u
 #define XPORT__ORDERED 2u
-#define XPORT__H_SEND 1  /* fi_sendmsg */
-#define XPORT__H_TSEND 2 /* fi_tsendmsg */
+#define XPORT__H_SEND 1  /* the transport's send */
+#define XPORT__H_MARK 2  /* the transport's marker (an emulated write_imm's) */
 #define XPORT__H_READ 3  /* fi_readmsg */
 #define XPORT__H_WRITE 4 /* fi_writemsg */
 
@@ -519,124 +518,35 @@ enum xport__conn_state {
   XPORT__CONN_CLOSED        /* the user closed it; freed with its last req */
 };
 
-/* A peer endpoint in an RDM endpoint's address vector. */
-struct xport__peer {
-  struct xport__peer *next;
-  fi_addr_t fi_addr;
-  size_t refs;
-  long quiet_until;   /* an answer to it failed: answer none before (ms) */
-  int unreached;      /* our first message waits there, untaken (peer_may_map) */
-  /* It took a message of ours: it has mapped us, and a push-back now
-   * means its queue is full (a peer busy or hung), never an unmapped one. */
-  int taken;
-  size_t addrlen;
-  uint8_t addr[XPORT__ADDR_MAX];
-};
-
-/* An RDM endpoint shared by many connections: the context's one for
- * outgoing connections, or a listener's. */
-#define XPORT__CTL_RX 8
-#define XPORT__REFUSED_KEEP 16
-#define XPORT__SEEN_KEEP 256
-struct xport__rep {
-  xport_ctx_t *ctx;
-  struct fid_ep *ep;
-  struct fid_av *av;
-  xport_listener_t *lst;          /* NULL for the context's own */
-  size_t nconns;                  /* connections attached to this endpoint */
-  size_t ndead;                   /* of which the peer is known dead */
-  /* Withdrawn: no new connection uses it; it closes once every
-   * connection still attached is closed or dead, which releases what its
-   * dead peers' operations hold (shm never completes them). */
-  int withdrawn;
-  int closing;
-  /* Housekeeping's close waits, pass after pass, for control messages in
-   * flight and goodbyes until then (rep_maybe_close); 0: not asked yet. */
-  long quiet_by;
-  /* Its close found a live peer yet to take its first message: open,
-   * serving nobody, and looked at again by the peer checks (rdm_progress)
-   * until that peer takes it or dies, which ends what it still holds. */
-  int lingering;
-  int rma_failed;                 /* a one-sided operation on it failed */
-  size_t unreached;               /* peers with unreached set */
-  int parked;                     /* left open at the context's end (settle_names) */
-  struct xport__rep *next, *prev; /* ctx->reps */
-  struct xport__peer *peers;
-  struct xport__req *ctl_out;     /* control messages in flight */
-  struct xport__req *ctl_rx[XPORT__CTL_RX];
-  /* Requesters lately refused or challenged, kept in the AV (transport/rdm.c). */
-  struct xport__peer *refused[XPORT__REFUSED_KEEP];
-  long refused_ms[XPORT__REFUSED_KEEP];             /* when each was last refused */
-  unsigned refused_next;
-  size_t answering;               /* refusals and challenges in flight */
-  /* The last requests queued, by (context id, connection id): a client
-   * asks again until answered, and a copy that comes after its request
-   * was accepted must not be queued again (transport/rdm.c, on_connreq). */
-  struct { uint64_t ctx_id; uint32_t src_id; } seen[XPORT__SEEN_KEEP];
-  unsigned seen_next;
-  uint64_t secret[2];             /* keys the challenge tokens (listeners) */
-  char name[XPORT__ADDR_MAX];     /* claimed name (named providers) */
-  int lock;
-  int port_fd;                    /* holds the listener's port number (rdm.c hold_port) */
-  size_t addrlen;
-  uint8_t addr[XPORT__ADDR_MAX];  /* fi_getname */
-  int enabled;                    /* fi_enable succeeded */
-  /* Serves outgoing connections to this address only (answers_in_order):
-   * a target that dies stalls no other target's answers. */
-  size_t dest_len;
-  uint8_t dest_addr[XPORT__ADDR_MAX];
-  struct xport__rep *next_retired; /* ctx->retired (profile retire_eps) */
-};
-
 struct xport_conn {
   xport_ctx_t *ctx;
+  /* Its data path: the posts reach the provider only through it. */
+  const struct xport__data_ops *ops;
   struct fid_ep *ep;              /* MSG: its own; RDM: its rep's */
   uint64_t peer_ctx_id;          /* the peer context's id, from the hello */
-  /* RDM only */
-  struct xport__rep *rep;
-  struct xport__peer *peer;
-  fi_addr_t dest;
-  uint64_t tag;                   /* tag of messages to the peer: its receive tag */
-  uint64_t rx_tag;                /* tag of messages from the peer: random, ours */
-  fi_addr_t rx_src;               /* receives match only this source (or any) */
-  /* Messages the peer sent ahead of our receives, taken off the
-   * provider's unexpected queue and counted (peek_discard: rdm.c
-   * claim_ahead), oldest first: the next receives take them. */
-  struct xport__req *claimed, *claimed_tail;
-  size_t nclaimed;
-  uint32_t id, peer_id;
+  fi_addr_t dest;                 /* the peer's address (RDM), else 0 */
+  uint32_t id;
   int pidfd;                      /* the peer's process, same node only, else -1 (MSG too) */
   /* The peer's process is known to have ended (its pidfd, or its
    * heartbeats stopped): a one-sided operation that failed with the
    * connection says so in its hint instead of blaming the key. */
   int peer_gone;
   int gone_waited;                /* ... and xport__conn_check_gone waited for it once */
-  int keepalive;                  /* heartbeats: the peer's process cannot be watched */
-  long last_heard, last_sent;     /* heartbeats, xport__now_ms() */
-  int ka_owed;                    /* the provider pushed the last heartbeat back */
-  unsigned heard;                 /* a message arrived since the last check */
-  long ping_at;                   /* RMA probe sent (transport/rdm.c), or 0 */
-  int ponged;                     /* ... and answered */
+  unsigned heard;                 /* a message arrived since the transport last looked */
   size_t nzombies;                /* orphaned, still owned by the provider */
   /* ... of which receives not yet queued for the user: cancelled, they
    * come back at once, and the disconnect event waits for them. */
   size_t nrecv_orphans;
-  int dead;                       /* RDM: the peer cannot complete anything */
-  int said_bye;                   /* RDM: closed, a goodbye went out (-1: owed) */
-  int bye_owed;                   /* ... and the provider pushed it back, */
-  long bye_until;                 /* ... tried until then (transport/rdm.c pay_bye) */
-  struct xport_conn *dnext, *dprev; /* RDM: ctx->draining */
+  /* The transport still refers to it (RDM: attached to its endpoint):
+   * closed, it is freed only once the transport lets go. */
+  int attached;
+  struct xport_conn *dnext, *dprev; /* ctx->draining */
   enum xport__conn_state state;
   int fail_code;                 /* why FAILED */
-  int challenged;                /* RDM connect: answered the listener's challenge */
   /* Under a key (ctx->auth_on): the client's nonce until the listener's
    * answer; on the listener's side, the proof the client owes, until it
    * comes (then the connection is accepted). Wiped once used. */
   uint8_t auth[XPORT__AUTH_MAC];
-  /* MSG under a key: where the handshake's messages stand (AUTH_* in
-   * transport/msg.c), and xport's sends and receives on the endpoint. */
-  int auth_state;
-  struct xport__req *auth_out;
   /* The user closed it: what the provider cancels from now on is
    * ECANCELED; before, a cancellation means the connection broke. */
   int closing;
@@ -661,28 +571,10 @@ struct xport_conn {
    * and this connection's place on ctx->holding while there are any. */
   struct xport__req *held, *held_tail;
   struct xport_conn *hnext, *hprev;
-  /* MSG with emulated atomics (atomic.c): the service channel, a second
-   * endpoint to the same peer that carries the requests and answers, so
-   * that they never take the user's receives. */
-  struct fid_ep *svc;
-  int svc_state;                 /* 0 none, 1 connecting, 2 connected, -1 failed */
-  int svc_accepted;              /* passive side: the client's channel was accepted */
-  uint64_t svc_cookie;           /* pairs it with this connection at the listener */
-  struct xport__req *svc_out;    /* its receives and messages posted */
-  uint32_t atom_seq;             /* numbers requests; answers name theirs */
-  size_t natom;                  /* emulated atomics awaiting their answer */
-  /* The peer shut the service channel down at this time (0: not): the
-   * connection ends with its own endpoint, or once nothing on it has
-   * completed for XPORT_PEER_TIMEOUT (conn.c svc_gone_check). */
-  long svc_gone_at;
   size_t ndone, ndone_seen;      /* operations ended, and at the last look */
   struct xport_conn *shake_next; /* MSG: lst->shaking, until accept returns it */
   long shake_deadline;
   int handed;                    /* returned to the application (xport__conn_link) */
-  /* MSG: an operation failed on its endpoint, which the provider then
-   * takes down without a word on the EQ (verbs: the QP is in error): it
-   * is lost at the next EQ dispatch. */
-  int broken;
   int ev_queued;                 /* disconnect event waiting in ctx->evq */
   int owned;                     /* a layer above (a job) closes it, not the application */
   /* The peer has shown that it holds the connection: the client, by
@@ -699,6 +591,8 @@ struct xport_conn {
   unsigned long fault_posts;
   int fault_drop;
   struct xport_conn *next, *prev; /* ctx->conns */
+  /* Its transport's part (struct xport__transport conn_size bytes). */
+  _Alignas(16) unsigned char tpd[];
 };
 
 struct xport__ctl; /* rdm.c */
@@ -800,26 +694,16 @@ struct xport_ctx {
   /* How connections are made and kept (src/transport/): the core reaches
    * it only through this table. */
   const struct xport__transport *tp;
+  void *tpd; /* its part of the context (ctx_size bytes) */
   /* The ways back up that lower layers call, set by the layers above:
    * accepting for listeners a layer above owns (conn.c, once one is
    * hooked), and a deferred write_imm's marker (rma.c, at creation). */
   void (*auto_accept)(xport_ctx_t *ctx);
   void (*wimm_write_done)(xport_ctx_t *ctx, struct xport__req *p, int status);
   void (*wimm_retry)(xport_ctx_t *ctx, int fail);
-  struct xport__rep *cep; /* RDM: the endpoint outgoing connections use */
-  struct xport__bye *byes; /* RDM: goodbyes waiting for the peer's answer */
-  struct xport__sink *sinks; /* RDM: closed connections' tags, still drained */
-  size_t nsinks, stale_dropped;
-  struct xport__rep *retired; /* RDM: closed endpoints kept open (retire_eps) */
-  int rdm_closing;    /* RDM: the context goes: endpoints close for real */
   int keep_fids;      /* an endpoint was left open (close_after_refusal_crashes,
                          settle_names) */
-  struct xport__rep *parked; /* RDM: to be left open once the others closed */
-  uint32_t next_conn_id;
   long peer_check_ms; /* XPORT_PEER_TIMEOUT: a dead peer is noticed within it */
-  size_t recv_ahead;  /* XPORT_RECV_AHEAD: claimed messages a connection may hold, or 0 */
-  int keepalive_mode; /* XPORT_KEEPALIVE: -1 auto, 0 never, 1 always */
-  long keepalive_ms;  /* XPORT_KEEPALIVE_TIMEOUT: silence that means a dead peer */
   long rma_timeout_ms; /* 0, or the deadline of one-sided operations */
   uint64_t rma_seq;    /* the last one's posted_seq */
   /* FI_DELIVERY_COMPLETE where delivery-complete is on and the provider
@@ -830,17 +714,12 @@ struct xport_ctx {
   int halfopen_spare;         /* a descriptor held for that look, or -1 */
   struct xport__req *zombies; /* RDM: orphaned, still owned by the provider */
   int reap;                   /* RDM: a zombie finished; housekeeping detaches */
-  struct xport__rep *reps;    /* RDM: every endpoint open */
-  struct xport__rep *probe;   /* RDM: sends the RMA probe's pings (transport/rdm.c) */
   /* RDM: closed connections whose operations the provider still owns;
    * they keep their peer in the address vector until those finish. */
   struct xport_conn *draining;
   size_t eager_size;  /* copy through bounce buffers up to this size */
   size_t bounce_size; /* a bounce slot: eager_size, or a control message if larger */
-  int directed;       /* RDM: FI_DIRECTED_RECV, receives name their source */
   int source;         /* RDM: FI_SOURCE, completions name their sender */
-  int multi_recv;     /* RDM: FI_MULTI_RECV, for control receives */
-  size_t ctl_dropped; /* RDM: control messages that failed validation */
   /* Operations the provider holds, each owing one CQ entry, and the most
    * allowed: the CQ's size less room for xport's control traffic. A CQ
    * that overflows breaks every queue pair on it (verbs). */
@@ -853,7 +732,6 @@ struct xport_ctx {
   int epfd;           /* joins the CQ and EQ wait fds; -1 without */
   int cq_fd, eq_fd;   /* their wait fds, or -1 */
   unsigned eq_skip;   /* empty polls since the EQ was last read */
-  int nbroken;        /* MSG: connections marked broken since the last dispatch */
   int nhooked;        /* listeners that accept in the background (admit set) */
   int accept_due;     /* a request reached such a listener */
   int in_auto;        /* xport__auto_accept is running: no recursion */
@@ -883,7 +761,6 @@ struct xport_ctx {
    * of reads to a peer holds its channel nearly all the time, and the
    * peer, hearing nothing, would take the caller for dead). */
   size_t ka_owed;
-  size_t nsvc_gone;                    /* MSG: connections with svc_gone_at set */
 
   struct xport__bounce *free_bounce;
   struct xport__bounce_chunk *bounce_chunks;
@@ -916,6 +793,39 @@ struct xport_ctx {
   struct xport__fault *fault;
 };
 
+/*
+ * The data path of a connection (msg.c, rma.c, cq.c): the only calls that
+ * carry the user's operations to the provider. A transport sets a
+ * connection's table when it makes the connection, and may swap it for
+ * another as the connection's state changes, so that the posts test
+ * nothing of the transport's. Each is called with the lock held, on a
+ * connection that passed every check, makes one provider call and returns
+ * its code: 0, pushed back (xport__pushed_back: the core holds the post),
+ * or an error; nothing is posted where it fails. req's fictx is the
+ * operation's context.
+ */
+struct xport__data_ops {
+  /* Sends iov[0, cnt) (req->len bytes; a descriptor for each element),
+   * flags FI_INJECT (copied before it returns) and FI_REMOTE_CQ_DATA
+   * (data goes with it) as asked. */
+  ssize_t (*send)(xport_conn_t *conn, struct xport__req *req, struct iovec *iov, void **desc,
+                  size_t cnt, uint64_t flags, uint64_t data);
+  /* Sends len bytes that the provider copies at once and never reports
+   * (fi_inject): finished where it returns 0. -FI_ENOSYS where it cannot. */
+  ssize_t (*inject)(xport_conn_t *conn, const void *buf, size_t len, int with_imm,
+                    uint32_t imm);
+  /* Posts receive req into iov[0, cnt); the array has room for one more
+   * element behind them (the truncation sink, truncation_hangs). */
+  ssize_t (*recv)(xport_conn_t *conn, struct xport__req *req, struct iovec *iov, void **desc,
+                  size_t cnt);
+  /* Sends the message that completes an emulated write-with-immediate
+   * carrying req->imm, with flags besides FI_REMOTE_CQ_DATA. */
+  ssize_t (*marker)(xport_conn_t *conn, struct xport__req *req, uint64_t flags);
+  /* 1 if e, a receive's entry with FI_REMOTE_CQ_DATA, is such a marker:
+   * it completes an XPORT_OP_REMOTE_WRITE_IMM. */
+  int (*is_marker)(const struct fi_cq_data_entry *e);
+};
+
 /* ---- transports (src/transport/) -------------------------------------- */
 
 /*
@@ -936,6 +846,15 @@ struct xport_ctx {
 struct xport__transport {
   const char *name;      /* "msg", "rdm": what xport_info shows */
   enum fi_ep_type ep_type; /* the endpoints it runs on */
+  /* The sizes of its private parts of a context (ctx->tpd) and of a
+   * connection (conn->tpd), zeroed when made. */
+  size_t ctx_size, conn_size;
+  /* Receives of its own it keeps posted on an endpoint: what the user may
+   * post is the provider's depth less these. */
+  size_t rx_reserved;
+  /* Fills its part of ctx, once the provider is open, the CQ and the
+   * settings read (may be NULL); 0, or a code, logged. Does not block. */
+  int (*open)(xport_ctx_t *ctx);
   /* Opens lst at host:port (addr the caller's string): lst->ctx and
    * backlog are set; on success lst->addr names it (a port 0 resolved).
    * 0, or a code with nothing of lst's left open. Does not block. */
@@ -988,12 +907,9 @@ struct xport__transport {
    * finished them; its disconnect event is queued), and its end reaches
    * the peer, which loses it too. Never fails; does not block. */
   void (*drop)(xport_conn_t *conn);
-  /* Posts receive req (iov, desc: cnt elements) for the oldest message
-   * conn->claimed holds, which it then lets go of; called only while it
-   * holds one (may be NULL where a transport never claims). The
-   * provider's code, as the ordinary receive's. */
-  ssize_t (*recv_claimed)(xport_conn_t *conn, struct xport__req *req, struct iovec *iov,
-                          void **desc, size_t cnt);
+  /* The data path of its connections, unless it gives one another
+   * (conn->ops). */
+  const struct xport__data_ops *data;
   /* Ends every endpoint the transport opened, after the last connection
    * and listener closed and before the CQ closes; may be NULL. */
   void (*fini)(xport_ctx_t *ctx);

@@ -9,9 +9,9 @@
  * calling xport at a known point; no process opens a context before it
  * forks (verbs does not survive a fork). */
 #include "harness.h"
-/* The service channel's endpoint (struct xport_conn), where a test plays
+/* The service channel's endpoint (struct msg_conn), where a test plays
  * a peer that breaks its rules. */
-#include "../src/xport_int.h"
+#include "../src/transport/msg.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -886,9 +886,9 @@ END_TEST
  * rules would (no completion: injected). */
 static void svc_inject(xport_conn_t *conn, const void *buf, size_t len)
 {
-  XT_CHECK(conn->svc != NULL, "no service channel on %s", xt_config());
+  XT_CHECK(mconn(conn)->svc != NULL, "no service channel on %s", xt_config());
   ssize_t ret;
-  while ((ret = fi_inject(conn->svc, buf, len, 0)) == -FI_EAGAIN)
+  while ((ret = fi_inject(mconn(conn)->svc, buf, len, 0)) == -FI_EAGAIN)
     usleep(1000);
   XT_CHECK(ret == 0, "fi_inject on the service channel: %zd", ret);
 }

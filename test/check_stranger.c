@@ -9,6 +9,7 @@
 #include "harness.h"
 #include "../src/transport/rdm_wire.h"
 #include "../src/xport_int.h" /* the churn counts the server context's connections */
+#include "../src/transport/rdm.h" /* the live tag test reads a connection's receive tag */
 
 #include <dirent.h>
 #include <errno.h>
@@ -948,7 +949,7 @@ static void live_tag_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
   xport_conn_t *conn;
   xport_completion_t c;
   XT_OK(xport_accept(lst, T_MS, &conn));
-  uint64_t tag = conn->rx_tag;
+  uint64_t tag = rconn(conn)->rx_tag;
   XT_CHECK(write(st->s2c[1], &tag, sizeof tag) == (ssize_t)sizeof tag, "tag to the test");
   /* Serving, with no receive posted, while they send, and a while after. */
   for (long end = -1; end < 0 || now_ms() < end;) {

@@ -6,6 +6,7 @@
 #include "harness.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -429,6 +430,189 @@ START_TEST(closed_handle_named_by_its_completions)
 }
 END_TEST
 
+/* ---- a context per thread (xport(7), THREADS) ------------------------------
+ * The documented model: each thread owns a context and its connections,
+ * and no two threads share one. Eight threads on each side, each pair with
+ * its own contexts and connection, echo messages of mixed sizes; every
+ * byte is checked. Under ThreadSanitizer (make check-tsan) it shows that
+ * contexts share nothing unlocked. */
+
+#define CPT_THREADS 8
+#define CPT_ROUNDS 150
+#define CPT_MAX 9000
+
+struct cpt_side {
+  int index;
+  int fd;              /* server: where it writes its address; client: unused */
+  char addr[128];      /* client: its server thread's listener */
+  const char *failed;  /* NULL, or what went wrong */
+  char why[160];
+};
+
+static size_t cpt_len(int index, int k)
+{
+  /* Mixed sizes, some past the eager size and the inject size. */
+  static const size_t lens[] = {1, 8, 64, 200, 1024, 4000, CPT_MAX};
+  return lens[(size_t)(index + k) % (sizeof lens / sizeof lens[0])];
+}
+
+/* The next completion on ctx (its own thread's), waiting at most T_MS. */
+static int cpt_next(xport_ctx_t *ctx, xport_completion_t *c)
+{
+  for (int waited = 0; waited < T_MS; waited += 100) {
+    int n = xport_poll(ctx, c, 1);
+    if (n != 0)
+      return n < 0 ? n : 0;
+    int w = xport_wait(ctx, 100);
+    if (w < 0 && w != -XPORT_ETIMEDOUT)
+      return w;
+  }
+  return -XPORT_ETIMEDOUT;
+}
+
+#define CPT_FAIL(S, ...)                                                                    \
+  do {                                                                                     \
+    snprintf((S)->why, sizeof (S)->why, __VA_ARGS__);                                      \
+    (S)->failed = (S)->why;                                                                \
+    goto out;                                                                              \
+  } while (0)
+
+static void *cpt_server(void *arg)
+{
+  struct cpt_side *S = arg;
+  xport_ctx_t *ctx = NULL;
+  xport_listener_t *lst = NULL;
+  xport_conn_t *conn = NULL;
+  xport_completion_t c;
+  char *rbuf = malloc(CPT_MAX), *sbuf = malloc(CPT_MAX);
+  char a[128];
+  int rc;
+  if (!rbuf || !sbuf)
+    CPT_FAIL(S, "malloc");
+  if ((rc = xport_ctx_create(NULL, &ctx)) || (rc = xport_listen(ctx, xt_listen_addr(), &lst)) ||
+      (rc = xport_listener_addr(lst, a, sizeof a)))
+    CPT_FAIL(S, "server %d: set-up: %s", S->index, xport_strerror(rc));
+  char line[160];
+  int n = snprintf(line, sizeof line, "%d %s\n", S->index, a);
+  if (write(S->fd, line, (size_t)n) != n)
+    CPT_FAIL(S, "server %d: address to the test", S->index);
+  if ((rc = xport_accept(lst, T_MS, &conn)))
+    CPT_FAIL(S, "server %d: accept: %s", S->index, xport_strerror(rc));
+  for (int k = 0; k < CPT_ROUNDS; k++) {
+    if ((rc = xport_recv(conn, rbuf, CPT_MAX, NULL, NULL)) || (rc = cpt_next(ctx, &c)))
+      CPT_FAIL(S, "server %d: receive %d: %s", S->index, k, xport_strerror(rc));
+    if (c.op != XPORT_OP_RECV || c.status)
+      CPT_FAIL(S, "server %d: receive %d ended op %d, %s", S->index, k, c.op,
+               xport_strerror(c.status));
+    memcpy(sbuf, rbuf, c.len);
+    if ((rc = xport_send(conn, sbuf, c.len, NULL, NULL)) || (rc = cpt_next(ctx, &c)))
+      CPT_FAIL(S, "server %d: echo %d: %s", S->index, k, xport_strerror(rc));
+    if (c.op != XPORT_OP_SEND || c.status)
+      CPT_FAIL(S, "server %d: echo %d ended op %d, %s", S->index, k, c.op,
+               xport_strerror(c.status));
+  }
+  /* The client closes first: its goodbye, or the end of its context. */
+  while ((rc = cpt_next(ctx, &c)) == 0 && c.op != XPORT_OP_DISCONNECT)
+    ;
+out:
+  xport_conn_close(conn);
+  xport_listener_close(lst);
+  xport_ctx_destroy(ctx);
+  free(rbuf);
+  free(sbuf);
+  return NULL;
+}
+
+static void *cpt_client(void *arg)
+{
+  struct cpt_side *S = arg;
+  xport_ctx_t *ctx = NULL;
+  xport_conn_t *conn = NULL;
+  xport_completion_t c;
+  char *rbuf = malloc(CPT_MAX), *sbuf = malloc(CPT_MAX);
+  int rc;
+  if (!rbuf || !sbuf)
+    CPT_FAIL(S, "malloc");
+  if ((rc = xport_ctx_create(NULL, &ctx)) || (rc = xport_connect(ctx, S->addr, T_MS, &conn)))
+    CPT_FAIL(S, "client %d: set-up: %s", S->index, xport_strerror(rc));
+  for (int k = 0; k < CPT_ROUNDS; k++) {
+    size_t len = cpt_len(S->index, k);
+    unsigned seed = (unsigned)(S->index * 100000 + k);
+    xt_fill(sbuf, len, seed);
+    memset(rbuf, 0, len);
+    if ((rc = xport_recv(conn, rbuf, CPT_MAX, NULL, NULL)) ||
+        (rc = xport_send(conn, sbuf, len, NULL, NULL)))
+      CPT_FAIL(S, "client %d: post %d: %s", S->index, k, xport_strerror(rc));
+    for (int got = 0; got < 2; got++) {
+      if ((rc = cpt_next(ctx, &c)))
+        CPT_FAIL(S, "client %d: round %d: %s", S->index, k, xport_strerror(rc));
+      if (c.status || (c.op != XPORT_OP_SEND && c.op != XPORT_OP_RECV))
+        CPT_FAIL(S, "client %d: round %d ended op %d, %s", S->index, k, c.op,
+                 xport_strerror(c.status));
+      if (c.op == XPORT_OP_RECV && (c.len != len || xt_verify(rbuf, len, seed) != len))
+        CPT_FAIL(S, "client %d: round %d: echo of %zu bytes came back as %zu, bad at %zu",
+                 S->index, k, len, c.len, xt_verify(rbuf, c.len < len ? c.len : len, seed));
+    }
+  }
+out:
+  xport_conn_close(conn);
+  xport_ctx_destroy(ctx);
+  free(rbuf);
+  free(sbuf);
+  return NULL;
+}
+
+START_TEST(context_per_thread)
+{
+  int p[2];
+  XT_CHECK(pipe(p) == 0, "pipe");
+  pid_t pid = xt_fork();
+  if (pid == 0) {
+    close(p[0]);
+    pthread_t t[CPT_THREADS];
+    struct cpt_side S[CPT_THREADS];
+    for (int i = 0; i < CPT_THREADS; i++) {
+      S[i] = (struct cpt_side){.index = i, .fd = p[1]};
+      XT_CHECK(pthread_create(&t[i], NULL, cpt_server, &S[i]) == 0, "pthread_create");
+    }
+    int bad = 0;
+    for (int i = 0; i < CPT_THREADS; i++) {
+      pthread_join(t[i], NULL);
+      if (S[i].failed) {
+        fprintf(stderr, "%s\n", S[i].failed);
+        bad = 1;
+      }
+    }
+    _exit(bad);
+  }
+  close(p[1]);
+  struct cpt_side S[CPT_THREADS];
+  memset(S, 0, sizeof S);
+  /* The servers' addresses, one line each, in the order they listened. */
+  FILE *f = fdopen(p[0], "r");
+  XT_CHECK(f, "fdopen");
+  for (int got = 0; got < CPT_THREADS; got++) {
+    char line[200], a[128];
+    int i;
+    XT_CHECK(fgets(line, sizeof line, f) && sscanf(line, "%d %127s", &i, a) == 2 && i >= 0 &&
+                 i < CPT_THREADS,
+             "server thread %d of %d on %s sent no address", got, CPT_THREADS, xt_config());
+    S[i].index = i;
+    snprintf(S[i].addr, sizeof S[i].addr, "%s", a);
+  }
+  fclose(f);
+  pthread_t t[CPT_THREADS];
+  for (int i = 0; i < CPT_THREADS; i++)
+    XT_CHECK(pthread_create(&t[i], NULL, cpt_client, &S[i]) == 0, "pthread_create");
+  for (int i = 0; i < CPT_THREADS; i++)
+    pthread_join(t[i], NULL);
+  int status = xt_reap(pid);
+  for (int i = 0; i < CPT_THREADS; i++)
+    XT_CHECK(!S[i].failed, "%s on %s", S[i].failed, xt_config());
+  XT_CHECK(status == 0, "a server thread failed on %s (status %d)", xt_config(), status);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
   Suite *s = suite_create("thread");
@@ -444,6 +628,10 @@ static Suite *make_suite(void)
   tcase_add_test(life, destroy_while_peer_writes);
   tcase_add_test(life, closed_handle_named_by_its_completions);
   suite_add_tcase(s, life);
+  TCase *cpt = tcase_create("Contexts");
+  tcase_set_timeout(cpt, 300);
+  tcase_add_test(cpt, context_per_thread);
+  suite_add_tcase(s, cpt);
   return s;
 }
 

@@ -13,7 +13,7 @@
  * the end of the stream behind it, while the channel, read to its end,
  * does. The wire format is in msg_wire.h.
  */
-#include "xport_int.h"
+#include "msg.h"
 #include "msg_wire.h"
 
 #include <arpa/inet.h>
@@ -148,11 +148,11 @@ static void svc_req_free(xport_ctx_t *ctx, struct xport__req *req)
 static int svc_post_recv(xport_conn_t *conn, struct xport__req *req)
 {
   xport_ctx_t *ctx = conn->ctx;
-  ssize_t ret = fi_recv(conn->svc, req->bounce->buf, XPORT__SMALL_SLOT, req->bounce->desc, 0,
+  ssize_t ret = fi_recv(mconn(conn)->svc, req->bounce->buf, XPORT__SMALL_SLOT, req->bounce->desc, 0,
                         &req->fictx);
   if (ret)
     return xport__err_from_fi((int)ret);
-  XPORT__LIST_PUSH(conn->svc_out, req, cnext, cprev);
+  XPORT__LIST_PUSH(mconn(conn)->svc_out, req, cnext, cprev);
   ctx->nposted++;
   return 0;
 }
@@ -161,13 +161,13 @@ static int svc_post_recv(xport_conn_t *conn, struct xport__req *req)
 static int svc_send(xport_conn_t *conn, struct xport__req *req, size_t len)
 {
   xport_ctx_t *ctx = conn->ctx;
-  ssize_t ret = fi_send(conn->svc, req->bounce->buf, len, req->bounce->desc, 0, &req->fictx);
+  ssize_t ret = fi_send(mconn(conn)->svc, req->bounce->buf, len, req->bounce->desc, 0, &req->fictx);
   if (ret) {
     svc_req_free(ctx, req);
     /* A full queue: EAGAIN, or ENOMEM where the provider's entry pool ran out. */
     return xport__pushed_back(ret) ? -XPORT_EAGAIN : xport__err_from_fi((int)ret);
   }
-  XPORT__LIST_PUSH(conn->svc_out, req, cnext, cprev);
+  XPORT__LIST_PUSH(mconn(conn)->svc_out, req, cnext, cprev);
   ctx->nposted++;
   return 0;
 }
@@ -177,17 +177,17 @@ static int svc_open(xport_conn_t *conn, struct fi_info *info)
   xport_ctx_t *ctx = conn->ctx;
   if (ctx->nposted + SVC_RX > ctx->max_posted)
     return -XPORT_EAGAIN; /* the CQ has no room for another channel */
-  int ret = fi_endpoint(ctx->domain, info, &conn->svc, conn);
+  int ret = fi_endpoint(ctx->domain, info, &mconn(conn)->svc, conn);
   if (!ret)
-    ret = fi_ep_bind(conn->svc, &ctx->eq->fid, 0);
+    ret = fi_ep_bind(mconn(conn)->svc, &ctx->eq->fid, 0);
   if (!ret)
-    ret = fi_ep_bind(conn->svc, &ctx->cq->fid, FI_TRANSMIT | FI_RECV);
+    ret = fi_ep_bind(mconn(conn)->svc, &ctx->cq->fid, FI_TRANSMIT | FI_RECV);
   if (!ret)
-    ret = fi_enable(conn->svc);
+    ret = fi_enable(mconn(conn)->svc);
   if (ret) {
-    if (conn->svc)
-      fi_close(&conn->svc->fid);
-    conn->svc = NULL;
+    if (mconn(conn)->svc)
+      fi_close(&mconn(conn)->svc->fid);
+    mconn(conn)->svc = NULL;
     return xport__err_from_fi(ret);
   }
   /* Posted before the channel connects: the peer may send at once. */
@@ -199,7 +199,7 @@ static int svc_open(xport_conn_t *conn, struct fi_info *info)
   }
   if (ret)
     svc_close(conn);
-  conn->svc_state = ret ? -1 : 1;
+  mconn(conn)->svc_state = ret ? -1 : 1;
   return ret;
 }
 
@@ -211,7 +211,7 @@ static void svc_lost(xport_conn_t *conn, int status)
   for (struct xport__req *r = conn->out, *next; r; r = next) {
     next = r->cnext;
     if (r->op == XPORT_OP_ATOMIC) {
-      conn->natom--;
+      mconn(conn)->natom--;
       xport__req_complete(ctx, r, status);
     }
   }
@@ -220,16 +220,16 @@ static void svc_lost(xport_conn_t *conn, int status)
 static void svc_close(xport_conn_t *conn)
 {
   xport_ctx_t *ctx = conn->ctx;
-  if (!conn->svc)
+  if (!mconn(conn)->svc)
     return;
-  xport__close_fid(ctx, &conn->svc->fid);
-  conn->svc = NULL;
-  conn->svc_state = -1;
+  xport__close_fid(ctx, &mconn(conn)->svc->fid);
+  mconn(conn)->svc = NULL;
+  mconn(conn)->svc_state = -1;
   /* What the close flushed comes through here too (svc_internal). */
   xport__cq_drain(ctx);
-  while (conn->svc_out) {
-    struct xport__req *req = conn->svc_out;
-    XPORT__LIST_UNLINK(conn->svc_out, req, cnext, cprev);
+  while (mconn(conn)->svc_out) {
+    struct xport__req *req = mconn(conn)->svc_out;
+    XPORT__LIST_UNLINK(mconn(conn)->svc_out, req, cnext, cprev);
     ctx->nposted--;
     svc_req_free(ctx, req);
   }
@@ -314,7 +314,7 @@ static void on_answer(xport_conn_t *conn, const uint8_t *m)
       if (!xport__err_known(status))
         status = -XPORT_EPROTO;
       r->atom[2] = xport__get64(m + 16);
-      conn->natom--;
+      mconn(conn)->natom--;
       xport__req_complete(conn->ctx, r, status);
       r->len = status ? 0 : 8;
       r->imm = 0;
@@ -328,16 +328,16 @@ static void svc_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
 {
   (void)src;
   xport_conn_t *conn = req->conn;
-  XPORT__LIST_UNLINK(conn->svc_out, req, cnext, cprev);
+  XPORT__LIST_UNLINK(mconn(conn)->svc_out, req, cnext, cprev);
   ctx->nposted--;
-  if (req->op == XPORT__OP_SVC_SEND && req->pair && !status && conn->svc) {
+  if (req->op == XPORT__OP_SVC_SEND && req->pair && !status && mconn(conn)->svc) {
     req->op = XPORT__OP_SVC_RECV; /* an answer went out: its receive again */
     req->pair = 0;
     if (svc_post_recv(conn, req))
       svc_req_free(ctx, req);
     return;
   }
-  if (req->op == XPORT__OP_SVC_SEND || status || !conn->svc) {
+  if (req->op == XPORT__OP_SVC_SEND || status || !mconn(conn)->svc) {
     svc_req_free(ctx, req);
     return;
   }
@@ -405,7 +405,7 @@ static int auth_post_recv(xport_conn_t *conn, struct xport__req *req)
     auth_req_free(ctx, req);
     return xport__err_from_fi((int)ret);
   }
-  XPORT__LIST_PUSH(conn->auth_out, req, cnext, cprev);
+  XPORT__LIST_PUSH(mconn(conn)->auth_out, req, cnext, cprev);
   ctx->nposted++;
   return 0;
 }
@@ -429,7 +429,7 @@ static int auth_send(xport_conn_t *conn, unsigned kind, const uint8_t *nonce, co
     auth_req_free(ctx, req);
     return xport__pushed_back(ret) ? -XPORT_EAGAIN : xport__err_from_fi((int)ret);
   }
-  XPORT__LIST_PUSH(conn->auth_out, req, cnext, cprev);
+  XPORT__LIST_PUSH(mconn(conn)->auth_out, req, cnext, cprev);
   ctx->nposted++;
   return 0;
 }
@@ -461,45 +461,47 @@ static void auth_step(xport_conn_t *conn, struct xport__req *req, const uint8_t 
   unsigned kind = xport__get32(m + 4);
   uint8_t nonce[XPORT__AUTH_NONCE], mac[XPORT__AUTH_MAC];
   int ret = -XPORT_EACCES;
-  if (conn->auth_state == AS_WAIT_HELLO && kind == AUTH_HELLO) {
+  if (mconn(conn)->auth_state == AS_WAIT_HELLO && kind == AUTH_HELLO) {
     xport__auth_nonce(nonce);
-    auth_proof(ctx, 1, m + 8, nonce, conn->peer_ctx_id, ctx->id, conn->svc_cookie, mac);
-    auth_proof(ctx, 0, m + 8, nonce, conn->peer_ctx_id, ctx->id, conn->svc_cookie, conn->auth);
+    auth_proof(ctx, 1, m + 8, nonce, conn->peer_ctx_id, ctx->id, mconn(conn)->svc_cookie, mac);
+    auth_proof(ctx, 0, m + 8, nonce, conn->peer_ctx_id, ctx->id, mconn(conn)->svc_cookie,
+               conn->auth);
     ret = auth_post_recv(conn, req);
     req = NULL;
     if (!ret)
       ret = auth_send(conn, AUTH_ANSWER, nonce, mac);
     if (!ret) {
-      conn->auth_state = AS_WAIT_PROOF;
+      mconn(conn)->auth_state = AS_WAIT_PROOF;
       return;
     }
-  } else if (conn->auth_state == AS_WAIT_PROOF && kind == AUTH_PROOF &&
+  } else if (mconn(conn)->auth_state == AS_WAIT_PROOF && kind == AUTH_PROOF &&
              xport__auth_same(m + 40, conn->auth)) {
-    conn->auth_state = AS_DONE;
-  } else if (conn->auth_state == AS_WAIT_ANSWER && kind == AUTH_ANSWER) {
-    auth_proof(ctx, 1, conn->auth, m + 8, ctx->id, conn->peer_ctx_id, conn->svc_cookie, mac);
+    mconn(conn)->auth_state = AS_DONE;
+  } else if (mconn(conn)->auth_state == AS_WAIT_ANSWER && kind == AUTH_ANSWER) {
+    auth_proof(ctx, 1, conn->auth, m + 8, ctx->id, conn->peer_ctx_id, mconn(conn)->svc_cookie, mac);
     int ok = xport__auth_same(mac, m + 40);
     if (ok)
-      auth_proof(ctx, 0, conn->auth, m + 8, ctx->id, conn->peer_ctx_id, conn->svc_cookie, mac);
+      auth_proof(ctx, 0, conn->auth, m + 8, ctx->id, conn->peer_ctx_id, mconn(conn)->svc_cookie,
+                 mac);
     ret = auth_send(conn, ok ? AUTH_PROOF : AUTH_REFUSE, NULL, ok ? mac : NULL);
     if (!ok) {
       XPORT__WARN("authentication failed: the listener does not hold this context's key");
       ret = -XPORT_EACCES;
     }
-    conn->auth_state = ret ? AS_FAILED : AS_DONE;
+    mconn(conn)->auth_state = ret ? AS_FAILED : AS_DONE;
     conn->fail_code = ret;
   }
   if (req)
     auth_req_free(ctx, req);
-  if (conn->auth_state == AS_DONE || conn->auth_state == AS_FAILED) {
+  if (mconn(conn)->auth_state == AS_DONE || mconn(conn)->auth_state == AS_FAILED) {
     xport__auth_wipe(conn->auth, sizeof conn->auth);
     return;
   }
-  if (conn->auth_state == AS_WAIT_HELLO || conn->auth_state == AS_WAIT_PROOF)
+  if (mconn(conn)->auth_state == AS_WAIT_HELLO || mconn(conn)->auth_state == AS_WAIT_PROOF)
     XPORT__INFO("a connection's handshake under a key failed: authentication failed: the "
                 "peer does not hold this listener's key%s",
                 kind == AUTH_REFUSE ? " (it refused ours)" : "");
-  conn->auth_state = AS_FAILED;
+  mconn(conn)->auth_state = AS_FAILED;
   conn->fail_code = ret ? ret : -XPORT_EACCES;
   xport__auth_wipe(conn->auth, sizeof conn->auth);
 }
@@ -509,14 +511,14 @@ static void auth_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
 {
   (void)src;
   xport_conn_t *conn = req->conn;
-  XPORT__LIST_UNLINK(conn->auth_out, req, cnext, cprev);
+  XPORT__LIST_UNLINK(mconn(conn)->auth_out, req, cnext, cprev);
   ctx->nposted--;
-  int waiting = conn->auth_state != AS_DONE && conn->auth_state != AS_FAILED;
+  int waiting = mconn(conn)->auth_state != AS_DONE && mconn(conn)->auth_state != AS_FAILED;
   if (req->op == XPORT__OP_SVC_SEND || status || !conn->ep) {
     /* A message of the handshake that did not go, or a receive that broke
      * (a longer message than any of the handshake's: the user's). */
     if (status && waiting) {
-      conn->auth_state = AS_FAILED;
+      mconn(conn)->auth_state = AS_FAILED;
       /* Flushed before the connection was made, or as it failed to be:
        * the connection manager's event says why (a refusal, which the job
        * layer tells from a reset: it asks again). */
@@ -529,7 +531,7 @@ static void auth_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
   const uint8_t *m = (const uint8_t *)req->bounce->buf;
   if (e->len != AUTH_LEN || xport__get32(m) != AUTH_MAGIC) {
     auth_req_free(ctx, req);
-    conn->auth_state = AS_FAILED;
+    mconn(conn)->auth_state = AS_FAILED;
     conn->fail_code = -XPORT_EACCES;
     return;
   }
@@ -540,9 +542,9 @@ static void auth_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
  * not flush is never reported. */
 static void auth_end_reqs(xport_conn_t *conn)
 {
-  while (conn->auth_out) {
-    struct xport__req *req = conn->auth_out;
-    XPORT__LIST_UNLINK(conn->auth_out, req, cnext, cprev);
+  while (mconn(conn)->auth_out) {
+    struct xport__req *req = mconn(conn)->auth_out;
+    XPORT__LIST_UNLINK(mconn(conn)->auth_out, req, cnext, cprev);
     conn->ctx->nposted--;
     auth_req_free(conn->ctx, req);
   }
@@ -554,9 +556,9 @@ static int wait_auth(xport_conn_t *conn, long deadline)
   xport_ctx_t *ctx = conn->ctx;
   for (;;) {
     xport__cq_drain(ctx);
-    if (conn->auth_state == AS_DONE)
+    if (mconn(conn)->auth_state == AS_DONE)
       return 0;
-    if (conn->auth_state == AS_FAILED)
+    if (mconn(conn)->auth_state == AS_FAILED)
       return conn->fail_code ? conn->fail_code : -XPORT_EACCES;
     msg_progress(ctx);
     if (conn->state != XPORT__CONN_CONNECTED)
@@ -582,9 +584,9 @@ static void conn_release_ep(xport_conn_t *conn, int status)
     return;
   xport__close_fid(ctx, &conn->ep->fid);
   conn->ep = NULL;
-  if (conn->svc_gone_at) {
-    conn->svc_gone_at = 0;
-    ctx->nsvc_gone--;
+  if (mconn(conn)->svc_gone_at) {
+    mconn(conn)->svc_gone_at = 0;
+    mctx(ctx)->nsvc_gone--;
   }
   svc_close(conn);
   xport__cq_drain(ctx);
@@ -624,18 +626,18 @@ static void conn_lost(xport_conn_t *conn, int status)
 static void ep_lost(struct fid *fid, int status)
 {
   xport_conn_t *conn = fid->context;
-  if (conn->svc && fid == &conn->svc->fid) {
-    if (conn->svc_state == 1) {
-      conn->svc_state = -1;
+  if (mconn(conn)->svc && fid == &mconn(conn)->svc->fid) {
+    if (mconn(conn)->svc_state == 1) {
+      mconn(conn)->svc_state = -1;
       return;
     }
     svc_lost(conn, status);
     /* A dead peer's connection may never hear of it by itself (tcp reads
      * nothing where no receive is posted): one that stays quiet ends. */
-    if (conn->state == XPORT__CONN_CONNECTED && !conn->svc_gone_at) {
-      conn->svc_gone_at = xport__now_ms();
+    if (conn->state == XPORT__CONN_CONNECTED && !mconn(conn)->svc_gone_at) {
+      mconn(conn)->svc_gone_at = xport__now_ms();
       conn->ndone_seen = conn->ndone;
-      conn->ctx->nsvc_gone++;
+      mctx(conn->ctx)->nsvc_gone++;
     }
     return;
   }
@@ -648,12 +650,12 @@ static void svc_gone_check(xport_ctx_t *ctx)
 {
   long now = xport__now_ms();
   for (xport_conn_t *c = ctx->conns; c; c = c->next) {
-    if (!c->svc_gone_at)
+    if (!mconn(c)->svc_gone_at)
       continue;
     if (c->ndone != c->ndone_seen) {
       c->ndone_seen = c->ndone;
-      c->svc_gone_at = now;
-    } else if (now - c->svc_gone_at >= ctx->peer_check_ms) {
+      mconn(c)->svc_gone_at = now;
+    } else if (now - mconn(c)->svc_gone_at >= ctx->peer_check_ms) {
       conn_lost(c, -XPORT_ECONNRESET);
     }
   }
@@ -661,19 +663,19 @@ static void svc_gone_check(xport_ctx_t *ctx)
 
 /* A client's service channel: taken only for a connection whose
  * handshake is under way, named by the cookie only that client was told. */
-static void on_svc_request(xport_listener_t *lst, struct fi_info *info, const struct xport__hello *h)
-{
+static void on_svc_request(xport_listener_t *lst, struct fi_info *info,
+                           const struct xport__hello *h) {
   xport_conn_t *conn = lst->shaking;
-  while (conn && !(conn->svc_cookie && h->cookie == conn->svc_cookie))
+  while (conn && !(mconn(conn)->svc_cookie && h->cookie == mconn(conn)->svc_cookie))
     conn = conn->shake_next;
   struct xport__hello a = {.magic = HELLO_MAGIC, .version = HELLO_VERSION};
   int ret = -FI_EINVAL;
-  if (conn && !conn->svc && h->ctx_id == conn->peer_ctx_id) {
+  if (conn && !mconn(conn)->svc && h->ctx_id == conn->peer_ctx_id) {
     a.ctx_id = lst->ctx->id;
     ret = svc_open(conn, info);
-    if (!ret && (ret = fi_accept(conn->svc, &a, hello_len(conn->svc))))
+    if (!ret && (ret = fi_accept(mconn(conn)->svc, &a, hello_len(mconn(conn)->svc))))
       svc_close(conn);
-    conn->svc_accepted = !ret;
+    mconn(conn)->svc_accepted = !ret;
   } else {
     /* A stranger's doing, as below: a debug line, so that strangers do not
      * decide how much a listener writes to stderr. */
@@ -744,10 +746,10 @@ static void on_connreq(xport_listener_t *lst, struct fi_info *info,
 
 static void conn_broken(xport_conn_t *conn)
 {
-  if (conn->broken || conn->closing || conn->state != XPORT__CONN_CONNECTED)
+  if (mconn(conn)->broken || conn->closing || conn->state != XPORT__CONN_CONNECTED)
     return;
-  conn->broken = 1;
-  conn->ctx->nbroken++;
+  mconn(conn)->broken = 1;
+  mctx(conn->ctx)->nbroken++;
 }
 
 /* Connections whose endpoint an operation's failure took down. On tcp
@@ -757,11 +759,11 @@ static void conn_broken(xport_conn_t *conn)
  * hears of it from the connection manager. */
 static void lose_broken(xport_ctx_t *ctx)
 {
-  ctx->nbroken = 0;
+  mctx(ctx)->nbroken = 0;
   for (xport_conn_t *c = ctx->conns, *next; c; c = next) {
     next = c->next;
-    if (c->broken) {
-      c->broken = 0;
+    if (mconn(c)->broken) {
+      mconn(c)->broken = 0;
       XPORT__DEBUG("a connection's endpoint failed under an operation: it is lost");
       conn_lost(c, -XPORT_ECONNRESET);
     }
@@ -827,9 +829,9 @@ static void eq_read_all(xport_ctx_t *ctx)
        * data; the passive side got the client's with the request. */
       xport_conn_t *conn = buf.e.fid->context;
       struct xport__hello h;
-      if (conn->svc && buf.e.fid == &conn->svc->fid) {
-        if (conn->svc_state == 1)
-          conn->svc_state = 2;
+      if (mconn(conn)->svc && buf.e.fid == &mconn(conn)->svc->fid) {
+        if (mconn(conn)->svc_state == 1)
+          mconn(conn)->svc_state = 2;
         break;
       }
       if (conn->state != XPORT__CONN_CONNECTING)
@@ -845,7 +847,7 @@ static void eq_read_all(xport_ctx_t *ctx)
       } else if (xport__hello_parse(buf.data, dlen, &h)) {
         conn->peer_ctx_id = h.ctx_id;
         watch_pid(conn, hello_local_pid(&h));
-        conn->svc_cookie = h.cookie;
+        mconn(conn)->svc_cookie = h.cookie;
         conn->state = XPORT__CONN_CONNECTED;
       } else {
         XPORT__WARN("connection accepted without xport's greeting; dropping it");
@@ -865,9 +867,9 @@ static void eq_read_all(xport_ctx_t *ctx)
 
 static void msg_progress(xport_ctx_t *ctx)
 {
-  if (XPORT__UNLIKELY(ctx->nbroken))
+  if (XPORT__UNLIKELY(mctx(ctx)->nbroken))
     lose_broken(ctx);
-  if (XPORT__UNLIKELY(ctx->nsvc_gone))
+  if (XPORT__UNLIKELY(mctx(ctx)->nsvc_gone))
     svc_gone_check(ctx);
   if (!ctx->eq)
     return;
@@ -966,7 +968,7 @@ static void conn_discard(xport_conn_t *conn)
   if (conn->ep)
     fi_close(&conn->ep->fid);
   conn->ep = NULL;
-  if (conn->auth_out) {
+  if (mconn(conn)->auth_out) {
     xport__cq_drain(ctx); /* what the close flushed ends here */
     auth_end_reqs(conn);
   }
@@ -985,11 +987,11 @@ static int wait_svc(xport_conn_t *conn, long deadline)
   xport_ctx_t *ctx = conn->ctx;
   for (;;) {
     msg_progress(ctx);
-    if (conn->svc_state == 2)
+    if (mconn(conn)->svc_state == 2)
       return 0;
     if (conn->state != XPORT__CONN_CONNECTED)
       return -XPORT_ECONNRESET; /* lost since it connected */
-    if (conn->svc_state < 0)
+    if (mconn(conn)->svc_state < 0)
       return -XPORT_ECONNREFUSED;
     long left = deadline < 0 ? 100 : deadline - xport__now_ms();
     if (left <= 0)
@@ -1016,8 +1018,8 @@ static int handshake_start(xport_listener_t *lst)
     conn->peer_ctx_id = cr->peer_ctx_id;
     watch_pid(conn, cr->peer_pid);
     if (cr->want_svc && ctx->atom_emulated)
-      conn->svc_cookie = xport__random_key(8);
-    h.cookie = conn->svc_cookie;
+      mconn(conn)->svc_cookie = xport__random_key(8);
+    h.cookie = mconn(conn)->svc_cookie;
   }
   int ret = conn ? 0 : -FI_ENOMEM;
   if (!ret && lst->admit && !lst->admit(lst->hook_arg, cr->peer_ctx_id))
@@ -1027,7 +1029,7 @@ static int handshake_start(xport_listener_t *lst)
   if (!ret && ctx->auth_on) {
     /* Before the acceptance: the client's nonce comes as soon as it has it. */
     h.flags |= HELLO_AUTH;
-    conn->auth_state = AS_WAIT_HELLO;
+    mconn(conn)->auth_state = AS_WAIT_HELLO;
     if (auth_post_recv(conn, NULL))
       ret = -FI_ENOMEM;
   }
@@ -1059,15 +1061,17 @@ static xport_conn_t *handshake_done(xport_listener_t *lst)
     xport_conn_t *c = *pp;
     /* Under a key, only once the client proved it: nothing of its reaches
      * the application before. */
-    int proven = c->auth_state == AS_NONE || c->auth_state == AS_DONE;
-    int up = c->state == XPORT__CONN_CONNECTED && (!c->svc_cookie || c->svc_state == 2) && proven;
-    int lost = c->state == XPORT__CONN_DISCONNECTED ||
-               (c->state == XPORT__CONN_CONNECTED && c->svc_accepted && c->svc_state < 0);
-    if (c->state == XPORT__CONN_CONNECTED && c->svc_cookie && !c->svc &&
+    int proven = mconn(c)->auth_state == AS_NONE || mconn(c)->auth_state == AS_DONE;
+    int up = c->state == XPORT__CONN_CONNECTED &&
+             (!mconn(c)->svc_cookie || mconn(c)->svc_state == 2) && proven;
+    int lost =
+        c->state == XPORT__CONN_DISCONNECTED ||
+        (c->state == XPORT__CONN_CONNECTED && mconn(c)->svc_accepted && mconn(c)->svc_state < 0);
+    if (c->state == XPORT__CONN_CONNECTED && mconn(c)->svc_cookie && !mconn(c)->svc &&
         c->shake_deadline > now + SVC_WAIT_MS)
       c->shake_deadline = now + SVC_WAIT_MS; /* once: it only moves nearer */
-    int gone = c->state == XPORT__CONN_FAILED || lost || c->svc_state < 0 ||
-               c->auth_state == AS_FAILED || now > c->shake_deadline;
+    int gone = c->state == XPORT__CONN_FAILED || lost || mconn(c)->svc_state < 0 ||
+               mconn(c)->auth_state == AS_FAILED || now > c->shake_deadline;
     if (!up && !gone) {
       pp = &c->shake_next;
       continue;
@@ -1077,12 +1081,12 @@ static xport_conn_t *handshake_done(xport_listener_t *lst)
     /* The client asks for its service channel only once it has connected:
      * the request says it holds the connection. Without a channel there
      * is no later message to wait for. */
-    c->peer_holds = up || c->svc_accepted;
+    c->peer_holds = up || mconn(c)->svc_accepted;
     /* Lost once the client could hold it (its connect ends when we have
      * accepted its last step, before we hear that step completed): it
      * is still a connection, handed out lost, with its disconnect event,
      * as the client closed it. */
-    if (up || (lost && proven && (!c->svc_cookie || c->svc_accepted)))
+    if (up || (lost && proven && (!mconn(c)->svc_cookie || mconn(c)->svc_accepted)))
       return c;
     /* This peer went away, or never finished its handshake. */
     XPORT__INFO("listener %s: a connection's handshake did not end", lst->addr);
@@ -1197,7 +1201,7 @@ static int msg_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
   ret = ep_open(conn, info);
   if (!ret && ctx->auth_on) {
     /* Before the request: the listener's answer may come at once. */
-    conn->auth_state = AS_WAIT_ANSWER;
+    mconn(conn)->auth_state = AS_WAIT_ANSWER;
     xport__auth_nonce(conn->auth);
     if (auth_post_recv(conn, NULL))
       ret = -FI_ENOMEM;
@@ -1216,11 +1220,12 @@ static int msg_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
     ret = wait_auth(conn, deadline);
   /* The server asked for the service channel (emulated atomics): made
    * now, on the same listener, before the connection is the user's. */
-  if (!ret && conn->svc_cookie && ctx->atom_emulated) {
+  if (!ret && mconn(conn)->svc_cookie && ctx->atom_emulated) {
     h.flags = HELLO_SVC;
-    h.cookie = conn->svc_cookie;
+    h.cookie = mconn(conn)->svc_cookie;
     ret = svc_open(conn, info);
-    if (!ret && (ret = fi_connect(conn->svc, info->dest_addr, &h, hello_len(conn->svc))))
+    if (!ret &&
+        (ret = fi_connect(mconn(conn)->svc, info->dest_addr, &h, hello_len(mconn(conn)->svc))))
       ret = xport__err_from_fi(ret);
     /* The server takes that request as this side's word that it holds the
      * connection (peer_holds): once it is out, the connect waits for the
@@ -1267,7 +1272,7 @@ static int msg_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
       xport__conn_link(conn);
       if (conn->state == XPORT__CONN_DISCONNECTED)
         xport__evq_push(ctx, conn, -XPORT_ECONNRESET);
-      else if (conn->svc_cookie && conn->svc_state != 2)
+      else if (mconn(conn)->svc_cookie && mconn(conn)->svc_state != 2)
         conn_lost(conn, -XPORT_ECONNRESET);
       *conn_p = conn;
       return 0;
@@ -1324,14 +1329,14 @@ static void msg_op_failed(xport_ctx_t *ctx, struct xport__req *req, int status)
 static int msg_atomic(xport_conn_t *conn, struct xport__req *req, unsigned kind, uint64_t key,
                       uint64_t addr)
 {
-  if (XPORT__UNLIKELY(conn->svc_state != 2))
+  if (XPORT__UNLIKELY(mconn(conn)->svc_state != 2))
     return -XPORT_ENOSYS; /* a peer that made no service channel */
-  if (XPORT__UNLIKELY(conn->natom >= XPORT__SVC_DEPTH))
+  if (XPORT__UNLIKELY(mconn(conn)->natom >= XPORT__SVC_DEPTH))
     return -XPORT_EAGAIN;
   struct xport__req *msg = svc_req(conn, XPORT__OP_SVC_SEND);
   if (XPORT__UNLIKELY(!msg))
     return -XPORT_ENOMEM;
-  req->imm = ++conn->atom_seq;
+  req->imm = ++mconn(conn)->atom_seq;
   uint8_t *m = (uint8_t *)msg->bounce->buf;
   xport__put32(m, ATOM_REQ_MAGIC);
   xport__put32(m + 4, kind);
@@ -1343,13 +1348,75 @@ static int msg_atomic(xport_conn_t *conn, struct xport__req *req, unsigned kind,
   xport__put64(m + 40, req->atom[1]);
   int ret = svc_send(conn, msg, ATOM_REQ_LEN);
   if (!ret)
-    conn->natom++;
+    mconn(conn)->natom++;
   return ret;
 }
+
+/* ---- the data path: an endpoint per connection ---------------------------- */
+
+static ssize_t msg_send(xport_conn_t *conn, struct xport__req *req, struct iovec *iov,
+                        void **desc, size_t cnt, uint64_t flags, uint64_t data)
+{
+  if (flags == FI_REMOTE_CQ_DATA && cnt == 1)
+    return fi_senddata(conn->ep, iov[0].iov_base, iov[0].iov_len, desc[0], data, 0,
+                       &req->fictx);
+  /* Small sends still go inline, with a completion (verbs). */
+  if (cnt == 1 && iov[0].iov_len && iov[0].iov_len <= conn->ctx->caps.inject_size)
+    flags |= FI_INJECT;
+  if (flags) {
+    /* An empty message carries no scatter element: some providers (verbs)
+     * would look up a descriptor for it. */
+    struct fi_msg msg = {.msg_iov = iov, .desc = desc, .iov_count = req->len ? cnt : 0,
+                         .context = &req->fictx, .data = data};
+    return fi_sendmsg(conn->ep, &msg, flags);
+  }
+  if (cnt == 1)
+    return fi_send(conn->ep, iov[0].iov_base, iov[0].iov_len, desc[0], 0, &req->fictx);
+  return fi_sendv(conn->ep, iov, desc, cnt, 0, &req->fictx);
+}
+
+static ssize_t msg_inject(xport_conn_t *conn, const void *buf, size_t len, int with_imm,
+                          uint32_t imm)
+{
+  if (with_imm)
+    return fi_injectdata(conn->ep, buf, len, imm, 0);
+  return fi_inject(conn->ep, buf, len, 0);
+}
+
+static ssize_t msg_recv(xport_conn_t *conn, struct xport__req *req, struct iovec *iov,
+                        void **desc, size_t cnt)
+{
+  if (cnt == 1)
+    return fi_recv(conn->ep, iov[0].iov_base, iov[0].iov_len, desc[0], 0, &req->fictx);
+  return fi_recvv(conn->ep, iov, desc, cnt, 0, &req->fictx);
+}
+
+/* The marker rides the upper half of 8-byte CQ data. */
+static ssize_t msg_marker(xport_conn_t *conn, struct xport__req *req, uint64_t flags)
+{
+  struct fi_msg msg = {.msg_iov = NULL, .desc = NULL, .iov_count = 0, .context = &req->fictx,
+                       .data = XPORT__WIMM_MARK << 32 | req->imm};
+  return fi_sendmsg(conn->ep, &msg, FI_REMOTE_CQ_DATA | flags);
+}
+
+static int msg_is_marker(const struct fi_cq_data_entry *e)
+{
+  return (e->data >> 32) == XPORT__WIMM_MARK;
+}
+
+static const struct xport__data_ops msg_data = {
+    .send = msg_send,
+    .inject = msg_inject,
+    .recv = msg_recv,
+    .marker = msg_marker,
+    .is_marker = msg_is_marker,
+};
 
 const struct xport__transport xport__transport_msg = {
     .name = "msg",
     .ep_type = FI_EP_MSG,
+    .ctx_size = sizeof(struct msg_ctx),
+    .conn_size = sizeof(struct msg_conn),
     .listen = msg_listen,
     .listener_close = msg_listener_close,
     .connect = msg_connect,
@@ -1360,4 +1427,5 @@ const struct xport__transport xport__transport_msg = {
     .background = msg_progress,
     .op_failed = msg_op_failed,
     .atomic = msg_atomic,
+    .data = &msg_data,
 };

@@ -17,7 +17,7 @@
  *   in a bounded backlog; beyond it, and at listener close, it is refused.
  * A listener's endpoint is named after its host:port where the provider
  * names endpoints (shm), or bound to it (rxm). */
-#include "xport_int.h"
+#include "rdm.h"
 #include "rdm_wire.h"
 
 #include <arpa/inet.h>
@@ -36,6 +36,9 @@ static void rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
                          const struct fi_cq_data_entry *e, fi_addr_t src);
 static void orphan_all(xport_conn_t *conn, int status);
 static void rdm_drop(xport_conn_t *conn);
+/* A connection's data path, with and without messages it claimed. */
+static void data_plain(xport_conn_t *conn);
+static void data_claimed(xport_conn_t *conn);
 static void shake_discard(xport_listener_t *lst, xport_conn_t *c, const char *why);
 
 #define CTL_MAGIC XPORT__CTL_MAGIC
@@ -187,7 +190,7 @@ static void peer_reached(struct xport__rep *rep, fi_addr_t dest, int reached)
 static int ctl_post_recv(struct xport__rep *rep, struct xport__req *req)
 {
   ssize_t ret;
-  if (rep->ctx->multi_recv) {
+  if (rctx(rep->ctx)->multi_recv) {
     struct iovec iov = {req->uiov[0].base, CTL_MRECV_SIZE};
     void *desc = req->ntmp ? fi_mr_desc(req->tmp[0]) : NULL;
     struct fi_msg msg = {.msg_iov = &iov, .desc = &desc, .iov_count = 1,
@@ -249,7 +252,7 @@ static void ctl_req_free(xport_ctx_t *ctx, struct xport__req *req)
 static struct xport__req *ctl_recv_req(struct xport__rep *rep)
 {
   xport_ctx_t *ctx = rep->ctx;
-  if (!ctx->multi_recv)
+  if (!rctx(ctx)->multi_recv)
     return ctl_req(rep, XPORT__OP_CTL_RECV);
   struct xport__req *req = ctl_req_blank(rep, XPORT__OP_CTL_RECV);
   if (!req)
@@ -270,7 +273,7 @@ static void ctl_recv_free(xport_ctx_t *ctx, struct xport__req *req)
 {
   void *mbuf = req->uiov[0].base;
   ctl_req_free(ctx, req);
-  if (ctx->multi_recv)
+  if (rctx(ctx)->multi_recv)
     free(mbuf);
 }
 
@@ -356,18 +359,21 @@ static int ctl_send(struct xport__rep *rep, fi_addr_t dest, uint32_t type,
 /* A control message of conn's, to its peer; once as in struct ctl_args. */
 static int ctl_send_conn(xport_conn_t *conn, uint32_t type, int once)
 {
-  struct ctl_args a = {.src_id = conn->id, .dst_id = conn->peer_id, .cookie = conn->tag,
-                       .once = once, .to = conn->peer};
-  return ctl_send(conn->rep, conn->dest, type, &a);
+  struct ctl_args a = {.src_id = conn->id,
+                       .dst_id = rconn(conn)->peer_id,
+                       .cookie = rconn(conn)->tag,
+                       .once = once,
+                       .to = rconn(conn)->peer};
+  return ctl_send(rconn(conn)->rep, conn->dest, type, &a);
 }
 
 /* Counts and drops a control message that failed a check. Logged at
  * debug level only: a stranger must not be able to flood the log. */
 static void ctl_drop(xport_ctx_t *ctx, const char *why, uint32_t type, size_t len)
 {
-  ctx->ctl_dropped++;
+  rctx(ctx)->ctl_dropped++;
   XPORT__DEBUG("dropped a control message: %s (type %u, %zu bytes; %zu dropped so far)", why,
-               type, len, ctx->ctl_dropped);
+               type, len, rctx(ctx)->ctl_dropped);
 }
 
 /* ---- goodbyes ---------------------------------------------------------- */
@@ -396,7 +402,7 @@ struct xport__bye {
 
 static void bye_end(xport_ctx_t *ctx, struct xport__bye *b)
 {
-  struct xport__bye **pp = &ctx->byes;
+  struct xport__bye **pp = &rctx(ctx)->byes;
   while (*pp != b)
     pp = &(*pp)->next;
   *pp = b->next;
@@ -414,13 +420,18 @@ static int bye_start(xport_conn_t *conn)
   struct xport__bye *b;
   if (!ctx->prof || !ctx->prof->close_needs_quiet || !(b = malloc(sizeof *b)))
     return 0;
-  *b = (struct xport__bye){.next = ctx->byes, .rep = conn->rep, .peer = conn->peer,
-                           .peer_ctx_id = conn->peer_ctx_id, .rx_tag = conn->rx_tag,
-                           .tag = conn->tag, .id = conn->id,
-                           .peer_id = conn->peer_id, .pidfd = conn->pidfd,
+  *b = (struct xport__bye){.next = rctx(ctx)->byes,
+                           .rep = rconn(conn)->rep,
+                           .peer = rconn(conn)->peer,
+                           .peer_ctx_id = conn->peer_ctx_id,
+                           .rx_tag = rconn(conn)->rx_tag,
+                           .tag = rconn(conn)->tag,
+                           .id = conn->id,
+                           .peer_id = rconn(conn)->peer_id,
+                           .pidfd = conn->pidfd,
                            .deadline = xport__now_ms() + ctx->peer_check_ms};
   conn->pidfd = -1;
-  ctx->byes = b;
+  rctx(ctx)->byes = b;
   return 1;
 }
 
@@ -438,19 +449,19 @@ static void bye_resent(xport_conn_t *conn)
   xport_ctx_t *ctx = conn->ctx;
   if (!bye_start(conn))
     return;
-  struct xport__bye *b = ctx->byes;
+  struct xport__bye *b = rctx(ctx)->byes;
   conn->pidfd = b->pidfd;
   b->pidfd = -1;
   b->resend = 1;
   b->again = xport__now_ms() + ctx->peer_check_ms / 4;
   b->deadline = xport__now_ms() + 16 * ctx->peer_check_ms;
-  conn->peer->refs++;
+  rconn(conn)->peer->refs++;
 }
 
 /* 1 if m answered one of our goodbyes (and so ended it). */
 static int bye_answered(struct xport__rep *rep, const struct xport__ctl *m, fi_addr_t src)
 {
-  for (struct xport__bye *b = rep->ctx->byes; b; b = b->next)
+  for (struct xport__bye *b = rctx(rep->ctx)->byes; b; b = b->next)
     if (b->rep == rep && !b->withdrawn && b->id == m->dst_id && b->peer_id == m->src_id &&
         b->peer_ctx_id == m->ctx_id && b->rx_tag == m->cookie &&
         (!rep->ctx->source || src == b->peer->fi_addr)) {
@@ -468,12 +479,12 @@ static int probe_ctl(xport_ctx_t *ctx, const struct xport__peer *to, uint32_t ty
 static void byes_expire(xport_ctx_t *ctx)
 {
   long now = xport__now_ms();
-  for (struct xport__bye *b = ctx->byes, *next; b; b = next) {
+  for (struct xport__bye *b = rctx(ctx)->byes, *next; b; b = next) {
     next = b->next;
     struct pollfd p = {.fd = b->pidfd, .events = POLLIN};
     if (now >= b->deadline || (b->pidfd >= 0 && poll(&p, 1, 0) > 0)) {
       bye_end(ctx, b);
-    } else if (b->resend && now >= b->again && !ctx->rdm_closing) {
+    } else if (b->resend && now >= b->again && !rctx(ctx)->rdm_closing) {
       struct ctl_args a = {.src_id = b->id, .dst_id = b->peer_id, .cookie = b->tag, .once = 1};
       probe_ctl(ctx, b->peer, CTL_DISC, &a);
       b->again = now + ctx->peer_check_ms / 4;
@@ -483,7 +494,7 @@ static void byes_expire(xport_ctx_t *ctx)
 
 static int byes_on(const struct xport__rep *rep)
 {
-  for (const struct xport__bye *b = rep->ctx->byes; b; b = b->next)
+  for (const struct xport__bye *b = rctx(rep->ctx)->byes; b; b = b->next)
     if (b->rep == rep && !b->withdrawn && !b->resend)
       return 1;
   return 0;
@@ -492,7 +503,7 @@ static int byes_on(const struct xport__rep *rep)
 /* An endpoint closing: the withdrawn requests sent from it end with it. */
 static void byes_drop(xport_ctx_t *ctx, struct xport__rep *rep)
 {
-  for (struct xport__bye *b = ctx->byes, *next; b; b = next) {
+  for (struct xport__bye *b = rctx(ctx)->byes, *next; b; b = next) {
     next = b->next;
     if (b->rep == rep)
       bye_end(ctx, b);
@@ -508,23 +519,28 @@ static void byes_drop(xport_ctx_t *ctx, struct xport__rep *rep)
 static void withdraw(xport_conn_t *conn)
 {
   xport_ctx_t *ctx = conn->ctx;
-  struct ctl_args a = {.src_id = conn->id, .cookie = conn->rx_tag, .once = 1};
+  struct ctl_args a = {.src_id = conn->id, .cookie = rconn(conn)->rx_tag, .once = 1};
   struct xport__bye *b = malloc(sizeof *b);
-  ctl_send(conn->rep, conn->dest, CTL_DISC, &a);
+  ctl_send(rconn(conn)->rep, conn->dest, CTL_DISC, &a);
   if (!b)
     return;
-  *b = (struct xport__bye){.next = ctx->byes, .rep = conn->rep, .peer = conn->peer,
-                           .rx_tag = conn->rx_tag, .id = conn->id, .pidfd = -1,
-                           .withdrawn = 1, .deadline = xport__now_ms() + ctx->peer_check_ms};
-  conn->peer->refs++;
-  ctx->byes = b;
+  *b = (struct xport__bye){.next = rctx(ctx)->byes,
+                           .rep = rconn(conn)->rep,
+                           .peer = rconn(conn)->peer,
+                           .rx_tag = rconn(conn)->rx_tag,
+                           .id = conn->id,
+                           .pidfd = -1,
+                           .withdrawn = 1,
+                           .deadline = xport__now_ms() + ctx->peer_check_ms};
+  rconn(conn)->peer->refs++;
+  rctx(ctx)->byes = b;
 }
 
 /* 1 if m accepted a request we withdrew: the new connection is ended at
  * once with a goodbye, which the send carries with the peer reference. */
 static int withdrawn_accepted(struct xport__rep *rep, const struct xport__ctl *m, fi_addr_t src)
 {
-  for (struct xport__bye *b = rep->ctx->byes; b; b = b->next)
+  for (struct xport__bye *b = rctx(rep->ctx)->byes; b; b = b->next)
     if (b->rep == rep && b->withdrawn && b->id == m->dst_id && b->rx_tag == m->cookie &&
         (!rep->ctx->source || src == b->peer->fi_addr)) {
       struct ctl_args a = {.src_id = b->id, .dst_id = m->src_id, .cookie = m->tag, .once = 1,
@@ -574,11 +590,11 @@ static int sink_post(struct xport__sink *k)
 
 static void sink_free(xport_ctx_t *ctx, struct xport__sink *k)
 {
-  struct xport__sink **pp = &ctx->sinks;
+  struct xport__sink **pp = &rctx(ctx)->sinks;
   while (*pp != k)
     pp = &(*pp)->next;
   *pp = k->next;
-  ctx->nsinks--;
+  rctx(ctx)->nsinks--;
   ctl_req_free(ctx, k->req);
   free(k);
 }
@@ -593,13 +609,13 @@ static void sink_start(xport_conn_t *conn)
    * reads it from the peer, which may be gone (rxm crashed doing so). */
   if (ctx->prof && ctx->prof->peek_discard)
     return;
-  if (ctx->nsinks >= SINK_MAX || !conn->rep->ep || !(k = calloc(1, sizeof *k)))
+  if (rctx(ctx)->nsinks >= SINK_MAX || !rconn(conn)->rep->ep || !(k = calloc(1, sizeof *k)))
     return;
-  *k = (struct xport__sink){.rep = conn->rep, .tag = conn->rx_tag,
+  *k = (struct xport__sink){.rep = rconn(conn)->rep, .tag = rconn(conn)->rx_tag,
                             .peer_ctx_id = conn->peer_ctx_id, .id = conn->id,
-                            .peer_id = conn->peer_id,
+                            .peer_id = rconn(conn)->peer_id,
                             .deadline = xport__now_ms() + 4 * ctx->peer_check_ms};
-  k->req = ctl_req(conn->rep, XPORT__OP_SINK);
+  k->req = ctl_req(rconn(conn)->rep, XPORT__OP_SINK);
   if (!k->req) {
     free(k);
     return;
@@ -610,9 +626,9 @@ static void sink_start(xport_conn_t *conn)
     free(k);
     return;
   }
-  k->next = ctx->sinks;
-  ctx->sinks = k;
-  ctx->nsinks++;
+  k->next = rctx(ctx)->sinks;
+  rctx(ctx)->sinks = k;
+  rctx(ctx)->nsinks++;
 }
 
 /* A stale message landed (or the sink was taken back). */
@@ -622,10 +638,10 @@ static void sink_done(xport_ctx_t *ctx, struct xport__sink *k, int status)
     sink_free(ctx, k);
     return;
   }
-  ctx->stale_dropped++;
+  rctx(ctx)->stale_dropped++;
   k->hits++;
   XPORT__DEBUG("dropped a message for closed connection %u (%zu so far)", k->id,
-               ctx->stale_dropped);
+               rctx(ctx)->stale_dropped);
   if (k->ending || sink_post(k))
     sink_free(ctx, k);
 }
@@ -633,7 +649,7 @@ static void sink_done(xport_ctx_t *ctx, struct xport__sink *k, int status)
 /* 1 if m answered the goodbye of a drained connection. */
 static int sink_answered(struct xport__rep *rep, const struct xport__ctl *m)
 {
-  for (struct xport__sink *k = rep->ctx->sinks; k; k = k->next)
+  for (struct xport__sink *k = rctx(rep->ctx)->sinks; k; k = k->next)
     if (k->rep == rep && k->id == m->dst_id && k->peer_id == m->src_id &&
         k->peer_ctx_id == m->ctx_id && k->tag == m->cookie) {
       k->answered = 1;
@@ -647,7 +663,7 @@ static int sink_answered(struct xport__rep *rep, const struct xport__ctl *m)
 static void sinks_expire(xport_ctx_t *ctx)
 {
   long now = xport__now_ms();
-  for (struct xport__sink *k = ctx->sinks; k; k = k->next) {
+  for (struct xport__sink *k = rctx(ctx)->sinks; k; k = k->next) {
     if (!k->ending && ((k->answered && !k->hits) || now >= k->deadline)) {
       k->ending = 1;
       fi_cancel(&k->rep->ep->fid, &k->req->fictx);
@@ -659,7 +675,7 @@ static void sinks_expire(xport_ctx_t *ctx)
 /* An endpoint closing: its sinks went with it. */
 static void sinks_drop(xport_ctx_t *ctx, struct xport__rep *rep)
 {
-  for (struct xport__sink *k = ctx->sinks, *next; k; k = next) {
+  for (struct xport__sink *k = rctx(ctx)->sinks, *next; k; k = next) {
     next = k->next;
     if (k->rep == rep)
       sink_free(ctx, k);
@@ -726,7 +742,7 @@ static xport_conn_t *tag_conn(struct xport__rep *rep, uint64_t tag)
 {
   tag &= ~XPORT__WIMM_TAG;
   for (xport_conn_t *c = rep->ctx->conns; c; c = c->next)
-    if (c->rep == rep && c->rx_tag == tag)
+    if (rconn(c)->rep == rep && rconn(c)->rx_tag == tag)
       return c;
   return NULL;
 }
@@ -738,16 +754,17 @@ static xport_conn_t *tag_conn(struct xport__rep *rep, uint64_t tag)
 static int claim(struct xport__rep *rep, xport_conn_t *conn, uint64_t tag)
 {
   struct xport__req *req;
-  int found = peek_from(rep, conn->rx_src, tag, 0, FI_CLAIM, NULL, &req);
+  int found = peek_from(rep, rconn(conn)->rx_src, tag, 0, FI_CLAIM, NULL, &req);
   if (found != 1)
     return found ? 1 : -1;
   req->cnext = NULL;
-  if (conn->claimed_tail)
-    conn->claimed_tail->cnext = req;
+  if (rconn(conn)->claimed_tail)
+    rconn(conn)->claimed_tail->cnext = req;
   else
-    conn->claimed = req;
-  conn->claimed_tail = req;
-  conn->nclaimed++;
+    rconn(conn)->claimed = req;
+  rconn(conn)->claimed_tail = req;
+  rconn(conn)->nclaimed++;
+  data_claimed(conn);
   return 0;
 }
 
@@ -755,34 +772,40 @@ static int claim(struct xport__rep *rep, xport_conn_t *conn, uint64_t tag)
 static void claims_drop(xport_conn_t *conn)
 {
   xport_ctx_t *ctx = conn->ctx;
-  while (conn->claimed) {
-    struct xport__req *c = conn->claimed;
-    conn->claimed = c->cnext;
+  while (rconn(conn)->claimed) {
+    struct xport__req *c = rconn(conn)->claimed;
+    rconn(conn)->claimed = c->cnext;
     c->flags = 1; /* the discard's completion releases it */
-    struct fi_msg_tagged msg = {.addr = FI_ADDR_UNSPEC, .tag = conn->rx_tag, .context = &c->fictx};
+    struct fi_msg_tagged msg = {
+        .addr = FI_ADDR_UNSPEC, .tag = rconn(conn)->rx_tag, .context = &c->fictx};
     if (!conn->ep || fi_trecvmsg(conn->ep, &msg, FI_CLAIM | FI_DISCARD))
       xport__req_release(ctx, c);
-    ctx->stale_dropped++;
+    rctx(ctx)->stale_dropped++;
   }
-  conn->claimed_tail = NULL;
-  conn->nclaimed = 0;
+  rconn(conn)->claimed_tail = NULL;
+  rconn(conn)->nclaimed = 0;
+  data_plain(conn);
 }
 
+/* The data path's receive while conn holds messages its peer sent ahead
+ * of the receives: the oldest it sent first. */
 static ssize_t rdm_recv_claimed(xport_conn_t *conn, struct xport__req *req, struct iovec *iov,
                                 void **desc, size_t cnt)
 {
-  struct xport__req *c = conn->claimed;
+  struct xport__req *c = rconn(conn)->claimed;
   req->fictx.internal[0] = c->fictx.internal[0]; /* the claim's mark */
   struct fi_msg_tagged msg = {.msg_iov = iov, .desc = desc, .iov_count = cnt,
-                              .addr = conn->rx_src, .tag = conn->rx_tag,
+                              .addr = rconn(conn)->rx_src, .tag = rconn(conn)->rx_tag,
                               .ignore = XPORT__WIMM_TAG, .context = &req->fictx};
   ssize_t ret = fi_trecvmsg(conn->ep, &msg, FI_CLAIM);
   if (ret)
     return ret;
-  conn->claimed = c->cnext;
-  if (!conn->claimed)
-    conn->claimed_tail = NULL;
-  conn->nclaimed--;
+  rconn(conn)->claimed = c->cnext;
+  if (!rconn(conn)->claimed) {
+    rconn(conn)->claimed_tail = NULL;
+    data_plain(conn);
+  }
+  rconn(conn)->nclaimed--;
   xport__req_release(conn->ctx, c);
   return 0;
 }
@@ -794,15 +817,15 @@ static ssize_t rdm_recv_claimed(xport_conn_t *conn, struct xport__req *req, stru
 static int ahead(struct xport__rep *rep, xport_conn_t *conn, uint64_t tag)
 {
   xport_ctx_t *ctx = rep->ctx;
-  if (!ctx->recv_ahead)
+  if (!rctx(ctx)->recv_ahead)
     return 1;
   int ret = claim(rep, conn, tag);
-  if (ret || conn->nclaimed <= ctx->recv_ahead)
+  if (ret || rconn(conn)->nclaimed <= rctx(ctx)->recv_ahead)
     return ret;
   /* Logged once per connection, which a peer had to be let make. */
   XPORT__WARN("connection %u: the peer sent more than %zu messages ahead of the receives "
               "posted for them (XPORT_RECV_AHEAD): the connection ends",
-              conn->id, ctx->recv_ahead);
+              conn->id, rctx(ctx)->recv_ahead);
   rdm_drop(conn); /* as the peer's death would end it, and the peer told */
   return 0;
 }
@@ -827,7 +850,7 @@ static void discard_unused(struct xport__rep *rep)
         continue;
       /* None of the peer's: the oldest under its tag is a stranger's. */
     }
-    rep->ctx->stale_dropped++;
+    rctx(rep->ctx)->stale_dropped++;
     peek(rep, tag, 0, FI_DISCARD, &tag);
   }
 }
@@ -859,17 +882,18 @@ static void watch_peer(xport_conn_t *conn, const struct xport__ctl *m)
 {
   xport_ctx_t *ctx = conn->ctx;
   conn->pidfd = -1;
-  conn->last_heard = conn->last_sent = xport__now_ms();
+  rconn(conn)->last_heard = rconn(conn)->last_sent = xport__now_ms();
   if (same_node(m)) {
 #ifdef SYS_pidfd_open
     conn->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)m->pid, 0);
 #endif
     if (ctx->prof && ctx->prof->peer_watch)
-      ctx->prof->peer_watch(conn->peer->addr, conn->peer->addrlen, m->pid);
+      ctx->prof->peer_watch(rconn(conn)->peer->addr, rconn(conn)->peer->addrlen, m->pid);
     if (conn->pidfd < 0)
       XPORT__INFO("cannot watch peer process %u: %s", m->pid, strerror(errno));
   }
-  conn->keepalive = ctx->keepalive_mode == 1 || (ctx->keepalive_mode == -1 && conn->pidfd < 0);
+  rconn(conn)->keepalive =
+      rctx(ctx)->keepalive_mode == 1 || (rctx(ctx)->keepalive_mode == -1 && conn->pidfd < 0);
 }
 
 /* Takes a shared endpoint out of service for new connections: those
@@ -881,8 +905,8 @@ static void rep_withdraw(struct xport__rep *rep)
   if (rep->withdrawn)
     return;
   rep->withdrawn = 1;
-  if (ctx->cep == rep)
-    ctx->cep = NULL;
+  if (rctx(ctx)->cep == rep)
+    rctx(ctx)->cep = NULL;
   XPORT__INFO("retiring an endpoint: operations to a dead peer end only when it closes");
   ctx->reap = 1;
 }
@@ -893,10 +917,10 @@ static void rep_withdraw(struct xport__rep *rep)
 static void conn_dead(xport_conn_t *conn)
 {
   xport_ctx_t *ctx = conn->ctx;
-  if (conn->dead || !conn->rep)
+  if (rconn(conn)->dead || !rconn(conn)->rep)
     return;
-  conn->dead = 1;
-  conn->rep->ndead++;
+  rconn(conn)->dead = 1;
+  rconn(conn)->rep->ndead++;
   /* A process known gone has nothing more to tell, and a closed
    * connection whose operation the provider keeps for ever (a rendezvous
    * send to the dead peer, on a listener's endpoint that stays open) must
@@ -906,12 +930,12 @@ static void conn_dead(xport_conn_t *conn)
     close(conn->pidfd);
     conn->pidfd = -1;
   }
-  if (conn->rep->dest_len)
-    rep_withdraw(conn->rep); /* its one target is gone: it closes (dest_rep) */
+  if (rconn(conn)->rep->dest_len)
+    rep_withdraw(rconn(conn)->rep); /* its one target is gone: it closes (dest_rep) */
   if (conn->nzombies && ctx->prof && ctx->prof->dead_peer_lets_go)
     xport__zombie_show(ctx, conn);
   else if (conn->nzombies)
-    rep_withdraw(conn->rep);
+    rep_withdraw(rconn(conn)->rep);
   ctx->reap = 1;
 }
 
@@ -940,8 +964,8 @@ static void conn_lost(xport_conn_t *conn, int status, int dead)
  * after xport last looked for answers. */
 static void rma_probe_answered(xport_conn_t *conn)
 {
-  if (conn->ping_at)
-    conn->ponged = 1;
+  if (rconn(conn)->ping_at)
+    rconn(conn)->ponged = 1;
 }
 
 /* ---- answers to requests --------------------------------------------- */
@@ -1222,8 +1246,8 @@ static void auth_proof(const xport_ctx_t *ctx, int by_listener, const struct aut
  * proof in mac if the listener's proof in m holds, else -XPORT_EACCES. */
 static int auth_client(xport_conn_t *conn, const struct xport__ctl *m, uint8_t mac[XPORT__AUTH_MAC])
 {
-  struct xport__rep *rep = conn->rep;
-  struct auth_end c = {conn->auth, conn->ctx->id, conn->rx_tag, conn->id, rep->addr,
+  struct xport__rep *rep = rconn(conn)->rep;
+  struct auth_end c = {conn->auth, conn->ctx->id, rconn(conn)->rx_tag, conn->id, rep->addr,
                        rep->addrlen};
   struct auth_end l = {m->nonce, m->ctx_id, m->tag, m->src_id, m->addr, m->addrlen};
   uint8_t want[XPORT__AUTH_MAC];
@@ -1247,8 +1271,9 @@ static void on_auth(struct xport__rep *rep, const struct xport__ctl *m, size_t l
   xport_ctx_t *ctx = rep->ctx;
   xport_listener_t *lst = rep->lst;
   xport_conn_t *c = lst ? lst->shaking : NULL;
-  while (c && (c->id != m->dst_id || c->rx_tag != m->cookie || c->peer_id != m->src_id ||
-               c->peer_ctx_id != m->ctx_id || (ctx->source && src != c->dest)))
+  while (c &&
+         (c->id != m->dst_id || rconn(c)->rx_tag != m->cookie || rconn(c)->peer_id != m->src_id ||
+          c->peer_ctx_id != m->ctx_id || (ctx->source && src != c->dest)))
     c = c->shake_next;
   if (!c || c->state != XPORT__CONN_CONNECTING) {
     ctl_drop(ctx, "proof for no handshake", m->type, len);
@@ -1276,7 +1301,8 @@ static int on_withdraw(struct xport__rep *rep, const struct xport__ctl *m, fi_ad
   xport_listener_t *lst = rep->lst;
   if (!lst || m->dst_id)
     return 0;
-  for (struct xport__connreq **pp = &lst->pending, *prev = NULL; *pp; prev = *pp, pp = &prev->next) {
+  for (struct xport__connreq **pp = &lst->pending, *prev = NULL; *pp;
+       prev = *pp, pp = &prev->next) {
     struct xport__connreq *cr = *pp;
     if (cr->ctl->ctx_id != m->ctx_id || cr->ctl->src_id != m->src_id ||
         cr->ctl->tag != m->cookie || (rep->ctx->source && !from_named(rep, cr->ctl, src)))
@@ -1292,7 +1318,7 @@ static int on_withdraw(struct xport__rep *rep, const struct xport__ctl *m, fi_ad
   /* Under a key, its proof not yet come: the handshake ends. */
   for (xport_conn_t *c = lst->shaking; c; c = c->shake_next)
     if (c->state == XPORT__CONN_CONNECTING && c->peer_ctx_id == m->ctx_id &&
-        c->peer_id == m->src_id && c->tag == m->cookie &&
+        rconn(c)->peer_id == m->src_id && rconn(c)->tag == m->cookie &&
         (!rep->ctx->source || src == c->dest)) {
       c->state = XPORT__CONN_FAILED;
       c->fail_code = -XPORT_ECONNRESET;
@@ -1302,9 +1328,9 @@ static int on_withdraw(struct xport__rep *rep, const struct xport__ctl *m, fi_ad
    * here too, though the client no longer answers the acceptance (its
    * withdrawal lasts one XPORT_PEER_TIMEOUT, withdrawn_accepted). */
   for (xport_conn_t *c = rep->ctx->conns; c; c = c->next)
-    if (c->rep == rep && c->state == XPORT__CONN_CONNECTED && c->peer_ctx_id == m->ctx_id &&
-        c->peer_id == m->src_id && c->tag == m->cookie &&
-        (!rep->ctx->source || src == c->peer->fi_addr)) {
+    if (rconn(c)->rep == rep && c->state == XPORT__CONN_CONNECTED && c->peer_ctx_id == m->ctx_id &&
+        rconn(c)->peer_id == m->src_id && rconn(c)->tag == m->cookie &&
+        (!rep->ctx->source || src == rconn(c)->peer->fi_addr)) {
       conn_lost(c, -XPORT_ECONNRESET, 0);
       return 1;
     }
@@ -1324,10 +1350,10 @@ static xport_conn_t *ctl_conn(struct xport__rep *rep, const struct xport__ctl *m
     if (c->id == m->dst_id && c->state != XPORT__CONN_CONNECTING)
       conn = c;
   *why = "no such connection";
-  if (!conn || conn->rep != rep)
+  if (!conn || rconn(conn)->rep != rep)
     return NULL;
   *why = "wrong cookie";
-  if (m->cookie != conn->rx_tag)
+  if (m->cookie != rconn(conn)->rx_tag)
     return NULL;
   *why = "wrong sender";
   /* A probe's ping, and the goodbye after a refusal, come from the
@@ -1340,7 +1366,7 @@ static xport_conn_t *ctl_conn(struct xport__rep *rep, const struct xport__ctl *m
     return conn->state == XPORT__CONN_CONNECTING ? conn : NULL;
   }
   *why = "wrong peer";
-  if (conn->peer_id != m->src_id || conn->peer_ctx_id != m->ctx_id)
+  if (rconn(conn)->peer_id != m->src_id || conn->peer_ctx_id != m->ctx_id)
     return NULL;
   *why = "connection not established";
   return conn->state == XPORT__CONN_CONNECTED ? conn : NULL;
@@ -1419,8 +1445,8 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
         return;
       }
     }
-    conn->peer_id = m->src_id;
-    conn->tag = m->tag;
+    rconn(conn)->peer_id = m->src_id;
+    rconn(conn)->tag = m->tag;
     conn->peer_ctx_id = m->ctx_id;
     watch_peer(conn, m);
     conn->state = XPORT__CONN_CONNECTED;
@@ -1444,12 +1470,12 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
   case CTL_CHALLENGE: {
     /* Only the first is answered: a second request with a token could be
      * queued twice, after the first was accepted. */
-    if (conn->challenged) {
+    if (rconn(conn)->challenged) {
       ctl_drop(ctx, "repeated challenge", m->type, len);
       return;
     }
-    conn->challenged = 1;
-    struct ctl_args a = {.src_id = conn->id, .tag = conn->rx_tag, .cookie = m->tag};
+    rconn(conn)->challenged = 1;
+    struct ctl_args a = {.src_id = conn->id, .tag = rconn(conn)->rx_tag, .cookie = m->tag};
     if (ctx->auth_on) {
       a.flags = CTL_F_AUTH;
       a.nonce = conn->auth;
@@ -1507,7 +1533,7 @@ static void rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
     }
     if (status) {
       xport_conn_t *conn = find_conn(ctx, req->imm);
-      if (conn && conn->rep == rep && conn->state == XPORT__CONN_CONNECTING)
+      if (conn && rconn(conn)->rep == rep && conn->state == XPORT__CONN_CONNECTING)
         conn_lost(conn, status == -XPORT_ECANCELED ? -XPORT_ECONNREFUSED : status, 0);
     }
     if (req->peer)
@@ -1520,7 +1546,7 @@ static void rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
    * len bytes, whatever the buffer held before; a multi-receive buffer is
    * posted again once the provider is done with it (FI_MULTI_RECV, on its
    * last message or an entry of its own). */
-  const void *msg = ctx->multi_recv ? (e ? e->buf : NULL) : req->bounce->buf;
+  const void *msg = rctx(ctx)->multi_recv ? (e ? e->buf : NULL) : req->bounce->buf;
   if (!status && len && msg) {
     struct xport__ctl m;
     const char *why = xport__ctl_parse(msg, len, &m);
@@ -1539,7 +1565,7 @@ static void rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
    * truncates into it, and then the provider has let go of the whole
    * buffer, though the error entry does not say FI_MULTI_RECV (rxm): it is
    * posted again, or a stranger's long messages would take both away. */
-  if (ctx->multi_recv && !(e && (e->flags & FI_MULTI_RECV)) && status != -XPORT_ETRUNC)
+  if (rctx(ctx)->multi_recv && !(e && (e->flags & FI_MULTI_RECV)) && status != -XPORT_ETRUNC)
     return;
   if (!rep->ep || status == -XPORT_ECANCELED || ctl_post_recv(rep, req))
     XPORT__DEBUG("control receive not reposted (%s)", xport_strerror(status));
@@ -1555,8 +1581,9 @@ static void conn_unhook(xport_conn_t *conn)
   if (conn->pidfd >= 0)
     close(conn->pidfd);
   conn->pidfd = -1;
-  conn->peer = NULL;
-  conn->rep = NULL;
+  rconn(conn)->peer = NULL;
+  rconn(conn)->rep = NULL;
+  conn->attached = 0;
   conn->ep = NULL;
   if (conn->state == XPORT__CONN_CLOSED) {
     XPORT__LIST_UNLINK(ctx->draining, conn, dnext, dprev);
@@ -1611,10 +1638,10 @@ static void rep_close(struct xport__rep *rep)
     return;
   xport_ctx_t *ctx = rep->ctx;
   rep->closing = 1;
-  if (ctx->cep == rep)
-    ctx->cep = NULL;
-  if (ctx->probe == rep)
-    ctx->probe = NULL;
+  if (rctx(ctx)->cep == rep)
+    rctx(ctx)->cep = NULL;
+  if (rctx(ctx)->probe == rep)
+    rctx(ctx)->probe = NULL;
   /* Let control messages still in flight (a goodbye) finish first: some
    * providers (rxm over verbs) do not survive closing under them; and
    * where the provider needs quiet, wait for the answers to goodbyes.
@@ -1640,12 +1667,12 @@ static void rep_close(struct xport__rep *rep)
    * the whole wait); it looks once, and the endpoint waits for the end. */
   int leave_open = rep->parked ||
                    (rep->unreached && rep->ep &&
-                    settle_names(rep, ctx->rdm_closing ? 4 * ctx->peer_check_ms : 0));
+                    settle_names(rep, rctx(ctx)->rdm_closing ? 4 * ctx->peer_check_ms : 0));
   if (leave_open && !rep->parked) {
     if (!rep->lingering)
       XPORT__INFO("an endpoint stays open: a peer has yet to take its first message");
-    rep->parked = ctx->rdm_closing;
-    rep->lingering = ctx->rdm_closing ? 0 : LINGER_OPEN;
+    rep->parked = rctx(ctx)->rdm_closing;
+    rep->lingering = rctx(ctx)->rdm_closing ? 0 : LINGER_OPEN;
     rep->closing = 0; /* closed by a later look, or the context's end */
     return;
   }
@@ -1659,16 +1686,17 @@ static void rep_close(struct xport__rep *rep)
       ctx->prof->keep_name(rep->name, rep->lock, 1);
     rep->name[0] = '\0'; /* the name's lock is held until the process ends */
   }
-  if (rep->enabled && ctx->prof && ctx->prof->retire_eps && ctx->cq_fd >= 0 && !ctx->rdm_closing) {
+  if (rep->enabled && ctx->prof && ctx->prof->retire_eps && ctx->cq_fd >= 0 &&
+      !rctx(ctx)->rdm_closing) {
     /* Closing it would leave it in the CQ's wait set (retire_eps): it
      * stays open, serving nobody, until the context goes. Its port stays
      * bound until then; a client that connects to it times out. */
     XPORT__DEBUG("endpoint retired until the context is destroyed");
-    rep->next_retired = ctx->retired;
-    ctx->retired = rep;
+    rep->next_retired = rctx(ctx)->retired;
+    rctx(ctx)->retired = rep;
     return;
   }
-  if (rep->ep && rep->rma_failed && ctx->rdm_closing && ctx->prof &&
+  if (rep->ep && rep->rma_failed && rctx(ctx)->rdm_closing && ctx->prof &&
       ctx->prof->close_after_refusal_crashes) {
     XPORT__INFO("an endpoint whose one-sided operation failed is left open: the provider "
                 "crashes closing it (close_after_refusal_crashes)");
@@ -1695,11 +1723,11 @@ static void rep_close(struct xport__rep *rep)
   /* Connections still attached (lost, or closed and draining) have
    * nothing in flight now. */
   for (xport_conn_t *c = ctx->conns; c; c = c->next)
-    if (c->rep == rep)
+    if (rconn(c)->rep == rep)
       conn_unhook(c);
   for (xport_conn_t *c = ctx->draining, *next; c; c = next) {
     next = c->dnext;
-    if (c->rep == rep)
+    if (rconn(c)->rep == rep)
       conn_unhook(c);
   }
   while (rep->peers) {
@@ -1713,7 +1741,7 @@ static void rep_close(struct xport__rep *rep)
     ctx->prof->release_name(rep->name, rep->lock);
   if (rep->port_fd >= 0)
     close(rep->port_fd);
-  XPORT__LIST_UNLINK(ctx->reps, rep, next, prev);
+  XPORT__LIST_UNLINK(rctx(ctx)->reps, rep, next, prev);
   free(rep);
 }
 
@@ -1724,7 +1752,7 @@ static int rep_maybe_close(struct xport__rep *rep)
 {
   xport_ctx_t *ctx = rep->ctx;
   if (rep->closing || (rep->lingering && rep->lingering != LINGER_LOOK) || rep->lst ||
-      rep == ctx->cep || rep == ctx->probe ||
+      rep == rctx(ctx)->cep || rep == rctx(ctx)->probe ||
       (rep->dest_len && !rep->withdrawn) || rep->nconns != rep->ndead)
     return 0;
   /* Control messages still in flight (a goodbye) and goodbyes awaiting
@@ -1732,7 +1760,7 @@ static int rep_maybe_close(struct xport__rep *rep)
    * which never waits on a peer (a hung one would hold every call):
    * later passes of housekeeping look again, up to CLOSE_QUIET_MS for
    * messages in flight, until they expire for goodbyes. */
-  if (!ctx->rdm_closing && !rep->parked && rep->ep && (rep->ctl_out || byes_on(rep))) {
+  if (!rctx(ctx)->rdm_closing && !rep->parked && rep->ep && (rep->ctl_out || byes_on(rep))) {
     long now = xport__now_ms();
     if (!rep->quiet_by)
       rep->quiet_by = now + CLOSE_QUIET_MS;
@@ -1760,7 +1788,7 @@ static int rep_open(xport_ctx_t *ctx, struct fi_info *info, const char *name,
   rep->port_fd = -1;
   rep->secret[0] = xport__random_key(8);
   rep->secret[1] = xport__random_key(8);
-  XPORT__LIST_PUSH(ctx->reps, rep, next, prev);
+  XPORT__LIST_PUSH(rctx(ctx)->reps, rep, next, prev);
   const char *step = "fi_endpoint";
   ret = fi_endpoint(ctx->domain, info ? info : ctx->info, &rep->ep, rep);
   if (!ret && (step = "fi_av_open"))
@@ -1793,9 +1821,9 @@ static int rep_open(xport_ctx_t *ctx, struct fi_info *info, const char *name,
   /* Room for one control message is enough to keep a multi-receive
    * buffer posted (set after fi_enable: shm faults before). */
   size_t min = XPORT__CTL_SLOT;
-  if (ctx->multi_recv)
+  if (rctx(ctx)->multi_recv)
     fi_setopt(&rep->ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, sizeof min);
-  for (int i = 0; i < (ctx->multi_recv ? 2 : XPORT__CTL_RX) && !ret; i++) {
+  for (int i = 0; i < (rctx(ctx)->multi_recv ? 2 : XPORT__CTL_RX) && !ret; i++) {
     rep->ctl_rx[i] = ctl_recv_req(rep);
     ret = rep->ctl_rx[i] ? ctl_post_recv(rep, rep->ctl_rx[i]) : -XPORT_ENOMEM;
   }
@@ -1835,7 +1863,7 @@ static int anon_rep_open(xport_ctx_t *ctx, struct xport__rep **rep_p)
 
 static int cep_open(xport_ctx_t *ctx)
 {
-  return anon_rep_open(ctx, &ctx->cep);
+  return anon_rep_open(ctx, &rctx(ctx)->cep);
 }
 
 /* The endpoint outgoing connections to addr go through: the context's
@@ -1851,12 +1879,12 @@ static int dest_rep(xport_ctx_t *ctx, const uint8_t *addr, size_t alen,
 {
   int ret;
   if (!ctx->prof || !ctx->prof->answers_in_order) {
-    if (!ctx->cep && (ret = cep_open(ctx)))
+    if (!rctx(ctx)->cep && (ret = cep_open(ctx)))
       return ret;
-    *rep_p = ctx->cep;
+    *rep_p = rctx(ctx)->cep;
     return 0;
   }
-  for (struct xport__rep *r = ctx->reps; r; r = r->next)
+  for (struct xport__rep *r = rctx(ctx)->reps; r; r = r->next)
     if (r->dest_len == alen && !memcmp(r->dest_addr, addr, alen) && !r->withdrawn &&
         !r->closing && !r->lingering && r->ep) {
       *rep_p = r;
@@ -2023,31 +2051,30 @@ static void rdm_listener_close(xport_listener_t *lst)
 static xport_conn_t *conn_new(struct xport__rep *rep, struct xport__peer *peer, int link)
 {
   xport_ctx_t *ctx = rep->ctx;
-  xport_conn_t *conn = calloc(1, sizeof *conn);
+  xport_conn_t *conn = xport__conn_new(ctx);
   if (!conn)
     return NULL;
-  conn->ctx = ctx;
   conn->ep = rep->ep;
-  conn->rep = rep;
-  conn->peer = peer;
+  rconn(conn)->rep = rep;
+  conn->attached = 1;
+  rconn(conn)->peer = peer;
   conn->dest = peer->fi_addr;
-  conn->rx_src = ctx->directed ? peer->fi_addr : FI_ADDR_UNSPEC;
-  conn->pidfd = -1;
-  conn->state = XPORT__CONN_CONNECTING;
+  rconn(conn)->rx_src = rctx(ctx)->directed ? peer->fi_addr : FI_ADDR_UNSPEC;
+  data_plain(conn);
   /* The receive tag is the connection's secret: random, and unique on its
    * endpoint (its data receives match it exactly). */
   for (int unique = 0; !unique;) {
-    conn->rx_tag = xport__random_key(8) & XPORT__TAG_MASK;
-    unique = tag_ok(conn->rx_tag);
+    rconn(conn)->rx_tag = xport__random_key(8) & XPORT__TAG_MASK;
+    unique = tag_ok(rconn(conn)->rx_tag);
     for (xport_conn_t *c = ctx->conns; c && unique; c = c->next)
-      unique = c->rep != rep || c->rx_tag != conn->rx_tag;
-    for (struct xport__sink *k = ctx->sinks; k && unique; k = k->next)
-      unique = k->rep != rep || k->tag != conn->rx_tag;
+      unique = rconn(c)->rep != rep || rconn(c)->rx_tag != rconn(conn)->rx_tag;
+    for (struct xport__sink *k = rctx(ctx)->sinks; k && unique; k = k->next)
+      unique = k->rep != rep || k->tag != rconn(conn)->rx_tag;
   }
   rep->nconns++;
   /* Ids start at 1 and are not reused within a context, so that a late
    * message for a closed connection matches nothing. */
-  conn->id = ++ctx->next_conn_id;
+  conn->id = ++rctx(ctx)->next_conn_id;
   if (link)
     xport__conn_link(conn);
   return conn;
@@ -2059,17 +2086,18 @@ static xport_conn_t *conn_new(struct xport__rep *rep, struct xport__peer *peer, 
  * answer (struct xport__bye). */
 static void conn_detach(xport_conn_t *conn, int said_bye)
 {
-  struct xport__rep *rep = conn->rep;
+  struct xport__rep *rep = rconn(conn)->rep;
   if (!said_bye || !bye_start(conn)) {
     if (conn->pidfd >= 0)
       close(conn->pidfd);
-    peer_put(rep, conn->peer);
+    peer_put(rep, rconn(conn)->peer);
   }
   conn->pidfd = -1;
-  conn->peer = NULL;
-  conn->rep = NULL;
+  rconn(conn)->peer = NULL;
+  rconn(conn)->rep = NULL;
+  conn->attached = 0;
   rep->nconns--;
-  rep->ndead -= conn->dead;
+  rep->ndead -= rconn(conn)->dead;
   rep_maybe_close(rep);
 }
 
@@ -2159,7 +2187,7 @@ static int rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
    * request goes again, after 1, 2, 4 ... up to REQUEST_AGAIN_MS, until the
    * listener answers (on_connreq: it may want a request from where the
    * request says; its challenge, which on_ctl answers, may be lost). */
-  struct ctl_args a = {.src_id = conn->id, .tag = conn->rx_tag};
+  struct ctl_args a = {.src_id = conn->id, .tag = rconn(conn)->rx_tag};
   if (ctx->auth_on) {
     xport__auth_nonce(conn->auth); /* fresh: the listener's proof covers it */
     a.flags = CTL_F_AUTH;
@@ -2172,7 +2200,7 @@ static int rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
     for (long gap = 1, again = xport__now_ms() + gap;
          !ret && conn->state == XPORT__CONN_CONNECTING;) {
       ret = wait_progress(ctx, deadline);
-      if (!ret && !conn->challenged && conn->state == XPORT__CONN_CONNECTING &&
+      if (!ret && !rconn(conn)->challenged && conn->state == XPORT__CONN_CONNECTING &&
           xport__now_ms() >= again) {
         gap = gap * 2 < REQUEST_AGAIN_MS ? gap * 2 : REQUEST_AGAIN_MS;
         again = xport__now_ms() + gap;
@@ -2192,7 +2220,7 @@ static int rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
       break;
     conn->state = XPORT__CONN_CONNECTING;
     conn->fail_code = 0;
-    conn->challenged = 0;
+    rconn(conn)->challenged = 0;
   }
   /* Connected and already lost is still a connection: its disconnect
    * event is queued for the application. */
@@ -2271,11 +2299,16 @@ static int shake_start(xport_listener_t *lst, const struct xport__ctl *req, xpor
   uint8_t nonce[XPORT__AUTH_NONCE], mac[XPORT__AUTH_MAC];
   xport__auth_nonce(nonce);
   struct auth_end c = {req->nonce, req->ctx_id, req->tag, req->src_id, req->addr, req->addrlen};
-  struct auth_end l = {nonce, ctx->id, conn->rx_tag, conn->id, rep->addr, rep->addrlen};
+  struct auth_end l = {nonce, ctx->id, rconn(conn)->rx_tag, conn->id, rep->addr, rep->addrlen};
   auth_proof(ctx, 1, &c, &l, mac);
   auth_proof(ctx, 0, &c, &l, conn->auth); /* what the client owes */
-  struct ctl_args a = {.src_id = conn->id, .dst_id = conn->peer_id, .cookie = conn->tag,
-                       .tag = conn->rx_tag, .flags = CTL_F_AUTH, .nonce = nonce, .mac = mac};
+  struct ctl_args a = {.src_id = conn->id,
+                       .dst_id = rconn(conn)->peer_id,
+                       .cookie = rconn(conn)->tag,
+                       .tag = rconn(conn)->rx_tag,
+                       .flags = CTL_F_AUTH,
+                       .nonce = nonce,
+                       .mac = mac};
   int ret = ctl_send(rep, conn->dest, CTL_CONNACK, &a);
   if (ret)
     return ret;
@@ -2332,12 +2365,14 @@ static int rdm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
     struct xport__peer *peer = peer_get(rep, cr->ctl->addr, cr->ctl->addrlen, &ret);
     xport_conn_t *conn = peer ? conn_new(rep, peer, !ctx->auth_on) : NULL;
     if (conn) {
-      conn->peer_id = cr->ctl->src_id;
-      conn->tag = cr->ctl->tag;
+      rconn(conn)->peer_id = cr->ctl->src_id;
+      rconn(conn)->tag = cr->ctl->tag;
       conn->peer_ctx_id = cr->ctl->ctx_id;
       watch_peer(conn, cr->ctl);
-      struct ctl_args a = {.src_id = conn->id, .dst_id = conn->peer_id, .cookie = conn->tag,
-                           .tag = conn->rx_tag};
+      struct ctl_args a = {.src_id = conn->id,
+                           .dst_id = rconn(conn)->peer_id,
+                           .cookie = rconn(conn)->tag,
+                           .tag = rconn(conn)->rx_tag};
       ret = ctx->auth_on ? shake_start(lst, cr->ctl, conn)
                          : ctl_send(rep, peer->fi_addr, CTL_CONNACK, &a);
     } else if (peer) {
@@ -2378,7 +2413,7 @@ static void orphan_all(xport_conn_t *conn, int status)
      * never finish, if the peer is dead) and are reclaimed then. */
     if (req->op == XPORT_OP_RECV)
       fi_cancel(&conn->ep->fid, &req->fictx);
-    req->rep = conn->rep;
+    req->rep = rconn(conn)->rep;
     xport__req_orphan(ctx, req, status);
   }
 }
@@ -2391,12 +2426,13 @@ static void orphan_all(xport_conn_t *conn, int status)
 static void rma_failed(xport_conn_t *conn, int status)
 {
   xport_ctx_t *ctx = conn->ctx;
-  if (conn->rep)
-    conn->rep->rma_failed = 1;
+  if (rconn(conn)->rep)
+    rconn(conn)->rep->rma_failed = 1;
   /* Nor can that endpoint reach the peer again (close_after_refusal_crashes):
    * later connections go out through a fresh one. */
-  if (conn->rep && conn->rep == ctx->cep && ctx->prof && ctx->prof->close_after_refusal_crashes)
-    rep_withdraw(conn->rep);
+  if (rconn(conn)->rep && rconn(conn)->rep == rctx(ctx)->cep && ctx->prof &&
+      ctx->prof->close_after_refusal_crashes)
+    rep_withdraw(rconn(conn)->rep);
   if (conn->state != XPORT__CONN_CONNECTED)
     return;
   XPORT__INFO("connection %u: a one-sided operation failed (%s); the target may have "
@@ -2406,7 +2442,8 @@ static void rma_failed(xport_conn_t *conn, int status)
    * which the refusal broke (rxm): what they had in flight is lost, and
    * the target would never hear of it. */
   for (xport_conn_t *o = ctx->conns; o; o = o->next)
-    if (o->rep == conn->rep && o->peer == conn->peer && o->state == XPORT__CONN_CONNECTED) {
+    if (rconn(o)->rep == rconn(conn)->rep && rconn(o)->peer == rconn(conn)->peer &&
+        o->state == XPORT__CONN_CONNECTED) {
       ctl_send_conn(o, CTL_DISC, 1);
       bye_resent(o);
       conn_lost(o, -XPORT_ECONNRESET, 0);
@@ -2416,7 +2453,7 @@ static void rma_failed(xport_conn_t *conn, int status)
 static void rdm_close(xport_conn_t *conn)
 {
   xport_ctx_t *ctx = conn->ctx;
-  if (!conn->rep)
+  if (!rconn(conn)->rep)
     return; /* lost, and its endpoint closed since */
   int connected = conn->state == XPORT__CONN_CONNECTED;
   orphan_all(conn, -XPORT_ECANCELED);
@@ -2441,7 +2478,7 @@ static void rdm_close(xport_conn_t *conn)
    * endpoint open, until they end (rdm_reap). The goodbye goes out then:
    * a send the peer has not taken yet keeps the connection open at the
    * peer until it takes it, as a tcp stream does. */
-  conn->said_bye = said_bye ? 1 : connected ? -1 : 0;
+  rconn(conn)->said_bye = said_bye ? 1 : connected ? -1 : 0;
   XPORT__LIST_PUSH(ctx->draining, conn, dnext, dprev);
 }
 
@@ -2452,29 +2489,29 @@ static void rdm_close(xport_conn_t *conn)
 static void pay_bye(xport_conn_t *c, int final)
 {
   xport_ctx_t *ctx = c->ctx;
-  if (c->said_bye >= 0)
+  if (rconn(c)->said_bye >= 0)
     return;
   int ret = -XPORT_ECONNRESET;
-  if (!c->dead) {
-    struct ctl_args a = {.src_id = c->id, .dst_id = c->peer_id, .cookie = c->tag,
+  if (!rconn(c)->dead) {
+    struct ctl_args a = {.src_id = c->id, .dst_id = rconn(c)->peer_id, .cookie = rconn(c)->tag,
                          .once = !final};
-    ret = ctl_send(c->rep, c->dest, CTL_DISC, &a);
+    ret = ctl_send(rconn(c)->rep, c->dest, CTL_DISC, &a);
   }
   long now = xport__now_ms();
   if (ret == -XPORT_EAGAIN && !final) {
-    if (!c->bye_owed) {
-      c->bye_owed = 1;
-      c->bye_until = now + 4 * ctx->peer_check_ms;
+    if (!rconn(c)->bye_owed) {
+      rconn(c)->bye_owed = 1;
+      rconn(c)->bye_until = now + 4 * ctx->peer_check_ms;
       ctx->ctl_owed++;
     }
-    if (now < c->bye_until)
+    if (now < rconn(c)->bye_until)
       return;
     XPORT__WARN("connection %u: its peer took no goodbye for %ld ms: its side stays open "
                 "until its process ends", c->id, 4 * ctx->peer_check_ms);
   }
-  c->said_bye = ret == 0;
-  if (c->bye_owed) {
-    c->bye_owed = 0;
+  rconn(c)->said_bye = ret == 0;
+  if (rconn(c)->bye_owed) {
+    rconn(c)->bye_owed = 0;
     ctx->ctl_owed--;
   }
 }
@@ -2490,19 +2527,19 @@ static void rdm_reap(xport_ctx_t *ctx)
     if (c->nzombies)
       continue;
     pay_bye(c, 0);
-    if (c->said_bye < 0) {
+    if (rconn(c)->said_bye < 0) {
       ctx->reap = 1; /* owed still: again at the next housekeeping */
       continue;
     }
     XPORT__LIST_UNLINK(ctx->draining, c, dnext, dprev);
-    conn_detach(c, c->said_bye);
+    conn_detach(c, rconn(c)->said_bye);
     xport__conn_free_if_done(c);
     next = ctx->draining; /* a closed endpoint may have taken others along */
   }
-  for (struct xport__rep *r = ctx->reps, *next; r; r = next) {
+  for (struct xport__rep *r = rctx(ctx)->reps, *next; r; r = next) {
     next = r->next;
     if (rep_maybe_close(r))
-      next = ctx->reps;
+      next = rctx(ctx)->reps;
   }
 }
 
@@ -2522,21 +2559,22 @@ static int probe_ctl(xport_ctx_t *ctx, const struct xport__peer *to, uint32_t ty
                      const struct ctl_args *a)
 {
   int ret = 0;
-  if (!ctx->probe && (ret = anon_rep_open(ctx, &ctx->probe)))
+  if (!rctx(ctx)->probe && (ret = anon_rep_open(ctx, &rctx(ctx)->probe)))
     return ret;
-  struct xport__peer *p = peer_get(ctx->probe, to->addr, to->addrlen, &ret);
+  struct xport__peer *p = peer_get(rctx(ctx)->probe, to->addr, to->addrlen, &ret);
   if (!p)
     return ret;
   p->refs = 1; /* the probe endpoint holds each peer once, until it closes */
   struct ctl_args b = *a;
   b.to = to;
-  return ctl_send(ctx->probe, p->fi_addr, type, &b);
+  return ctl_send(rctx(ctx)->probe, p->fi_addr, type, &b);
 }
 
 static int probe_send(xport_ctx_t *ctx, xport_conn_t *c, uint32_t type)
 {
-  struct ctl_args a = {.src_id = c->id, .dst_id = c->peer_id, .cookie = c->tag, .once = 1};
-  return probe_ctl(ctx, c->peer, type, &a);
+  struct ctl_args a = {
+      .src_id = c->id, .dst_id = rconn(c)->peer_id, .cookie = rconn(c)->tag, .once = 1};
+  return probe_ctl(ctx, rconn(c)->peer, type, &a);
 }
 
 /* The RMA probe, where a refused one-sided operation neither completes
@@ -2555,7 +2593,8 @@ static xport_conn_t *oldest_rma(xport_ctx_t *ctx, xport_conn_t *c)
   xport_conn_t *best = c;
   uint64_t best_seq = 0;
   for (xport_conn_t *o = ctx->conns; o; o = o->next) {
-    if (o->rep != c->rep || o->peer != c->peer || o->state != XPORT__CONN_CONNECTED)
+    if (rconn(o)->rep != rconn(c)->rep || rconn(o)->peer != rconn(c)->peer ||
+        o->state != XPORT__CONN_CONNECTED)
       continue;
     for (struct xport__req *r = o->out; r; r = r->cnext)
       if (r->posted_seq && (!best_seq || r->posted_seq < best_seq)) {
@@ -2569,15 +2608,15 @@ static xport_conn_t *oldest_rma(xport_ctx_t *ctx, xport_conn_t *c)
 static int rma_check(xport_ctx_t *ctx, xport_conn_t *c, long now, int *drained)
 {
   struct xport__req *r = c->out;
-  if (c->ponged) {
+  if (rconn(c)->ponged) {
     if (!*drained) {
       xport__cq_drain(ctx); /* answers the target gave before its pong */
       *drained = 1;
     }
-    while (r && !(r->posted_ms && r->posted_ms < c->ping_at))
+    while (r && !(r->posted_ms && r->posted_ms < rconn(c)->ping_at))
       r = r->cnext;
-    c->ponged = 0;
-    c->ping_at = 0;
+    rconn(c)->ponged = 0;
+    rconn(c)->ping_at = 0;
     if (!r || c->state != XPORT__CONN_CONNECTED)
       return 0;
     /* The refused operation holds up everything after it to that peer,
@@ -2590,7 +2629,7 @@ static int rma_check(xport_ctx_t *ctx, xport_conn_t *c, long now, int *drained)
     /* Their peers are told, the way the ping went: over this endpoint a
      * goodbye would wait behind the refused operation for ever. */
     for (xport_conn_t *o = ctx->conns; o; o = o->next)
-      if (o != c && o->rep == c->rep && o->state == XPORT__CONN_CONNECTED) {
+      if (o != c && rconn(o)->rep == rconn(c)->rep && o->state == XPORT__CONN_CONNECTED) {
         probe_send(ctx, o, CTL_DISC);
         conn_lost(o, -XPORT_ECONNRESET, 1);
       }
@@ -2598,12 +2637,12 @@ static int rma_check(xport_ctx_t *ctx, xport_conn_t *c, long now, int *drained)
     conn_lost(c, -XPORT_EACCES, 1);
     return 1;
   }
-  if (c->ping_at)
+  if (rconn(c)->ping_at)
     return 0; /* asked; the target has not been inside libfabric since */
   while (r && !(r->posted_ms && now - r->posted_ms > ctx->rma_timeout_ms))
     r = r->cnext;
   if (r && probe_send(ctx, c, CTL_PING) == 0)
-    c->ping_at = now;
+    rconn(c)->ping_at = now;
   return 0;
 }
 
@@ -2611,7 +2650,7 @@ static int rma_check(xport_ctx_t *ctx, xport_conn_t *c, long now, int *drained)
  * one after, until it goes or the connection ends): see ctx->ka_owed. */
 static void ka_owe(xport_conn_t *c)
 {
-  c->ka_owed = 1;
+  rconn(c)->ka_owed = 1;
   c->ctx->ka_owed++;
 }
 
@@ -2619,20 +2658,23 @@ static void rdm_pay_owed(xport_ctx_t *ctx)
 {
   size_t left = 0;
   for (xport_conn_t *c = ctx->conns; c; c = c->next) {
-    if (!c->ka_owed)
+    if (!rconn(c)->ka_owed)
       continue;
-    if (c->state == XPORT__CONN_CONNECTED && !c->dead) {
-      struct ctl_args a = {.src_id = c->id, .dst_id = c->peer_id, .cookie = c->tag, .once = 2,
-                           .to = c->peer};
-      int ret = ctl_send(c->rep, c->dest, CTL_KEEPALIVE, &a);
+    if (c->state == XPORT__CONN_CONNECTED && !rconn(c)->dead) {
+      struct ctl_args a = {.src_id = c->id,
+                           .dst_id = rconn(c)->peer_id,
+                           .cookie = rconn(c)->tag,
+                           .once = 2,
+                           .to = rconn(c)->peer};
+      int ret = ctl_send(rconn(c)->rep, c->dest, CTL_KEEPALIVE, &a);
       if (ret == -XPORT_EAGAIN) {
         left++;
         continue;
       }
       if (!ret)
-        c->last_sent = xport__now_ms();
+        rconn(c)->last_sent = xport__now_ms();
     }
-    c->ka_owed = 0;
+    rconn(c)->ka_owed = 0;
   }
   /* Counted afresh: a connection freed while it owed one is gone from
    * the list. */
@@ -2653,8 +2695,8 @@ static void rdm_progress(xport_ctx_t *ctx)
   /* Every time (every XPORT__EQ_EVERY polls, busy or idle): a flood
    * grows the provider's memory at the rate it arrives. */
   if (ctx->prof && ctx->prof->peek_discard) {
-    if (ctx->cep)
-      discard_unused(ctx->cep);
+    if (rctx(ctx)->cep)
+      discard_unused(rctx(ctx)->cep);
     for (xport_listener_t *l = ctx->listeners; l; l = l->next)
       if (l->rep)
         discard_unused(l->rep);
@@ -2670,10 +2712,10 @@ static void rdm_progress(xport_ctx_t *ctx)
   /* Endpoints left open for a peer yet to take their first message: once
    * it has, or has died, they close, and what their dead peers' operations
    * held ends with them. */
-  for (struct xport__rep *r = ctx->reps; r; r = r->next)
+  for (struct xport__rep *r = rctx(ctx)->reps; r; r = r->next)
     r->lingering = r->lingering ? LINGER_DUE : 0;
   for (;;) { /* once each: a close may take other endpoints along */
-    struct xport__rep *r = ctx->reps;
+    struct xport__rep *r = rctx(ctx)->reps;
     while (r && r->lingering != LINGER_DUE)
       r = r->next;
     if (!r)
@@ -2682,18 +2724,18 @@ static void rdm_progress(xport_ctx_t *ctx)
     if (!rep_maybe_close(r) && r->lingering == LINGER_LOOK)
       r->lingering = LINGER_OPEN;
   }
-  if (ctx->byes)
+  if (rctx(ctx)->byes)
     byes_expire(ctx);
-  if (ctx->sinks)
+  if (rctx(ctx)->sinks)
     sinks_expire(ctx);
   int drained = 0;
   for (xport_conn_t *c = ctx->conns, *next; c; c = next) {
     next = c->next;
     if (c->heard) {
       c->heard = 0;
-      c->last_heard = now;
+      rconn(c)->last_heard = now;
     }
-    if (c->state == XPORT__CONN_DISCONNECTED && c->nzombies && !c->dead &&
+    if (c->state == XPORT__CONN_DISCONNECTED && c->nzombies && !rconn(c)->dead &&
         pid_gone(c->pidfd)) {
       c->peer_gone = 1;
       conn_dead(c); /* lost, and now gone: its operations will never end */
@@ -2703,25 +2745,25 @@ static void rdm_progress(xport_ctx_t *ctx)
       continue;
     if (ctx->rma_timeout_ms && rma_check(ctx, c, now, &drained))
       continue;
-    if (c->keepalive) {
-      if (now - c->last_sent >= ctx->keepalive_ms / 3 && !c->ka_owed) {
+    if (rconn(c)->keepalive) {
+      if (now - rconn(c)->last_sent >= rctx(ctx)->keepalive_ms / 3 && !rconn(c)->ka_owed) {
         int ret = ctl_send_conn(c, CTL_KEEPALIVE, 1);
         if (!ret)
-          c->last_sent = now;
+          rconn(c)->last_sent = now;
         else if (ret == -XPORT_EAGAIN)
           ka_owe(c);
       }
-      if (now - c->last_heard > ctx->keepalive_ms && !drained) {
+      if (now - rconn(c)->last_heard > rctx(ctx)->keepalive_ms && !drained) {
         xport__cq_drain(ctx); /* heartbeats may be waiting unread */
         drained = 1;
       }
       if (c->heard) {
         c->heard = 0;
-        c->last_heard = now;
+        rconn(c)->last_heard = now;
       }
-      if (now - c->last_heard > ctx->keepalive_ms) {
+      if (now - rconn(c)->last_heard > rctx(ctx)->keepalive_ms) {
         XPORT__INFO("connection %u: nothing heard from the peer in %ld ms", c->id,
-                    now - c->last_heard);
+                    now - rconn(c)->last_heard);
         c->peer_gone = 1;
         conn_lost(c, -XPORT_ECONNRESET, 1);
         continue;
@@ -2739,13 +2781,13 @@ static void rdm_progress(xport_ctx_t *ctx)
     XPORT__INFO("connection %u: the peer process is gone", c->id);
     c->peer_gone = 1;
     if (ctx->prof && ctx->prof->peer_gone)
-      ctx->prof->peer_gone(c->peer->addr, c->peer->addrlen);
+      ctx->prof->peer_gone(rconn(c)->peer->addr, rconn(c)->peer->addrlen);
     conn_lost(c, -XPORT_ECONNRESET, 1);
   }
   /* Closed connections waiting for their operations: a peer that dies
    * will never finish them. */
   for (xport_conn_t *c = ctx->draining; c; c = c->dnext)
-    if (!c->dead && pid_gone(c->pidfd)) {
+    if (!rconn(c)->dead && pid_gone(c->pidfd)) {
       c->peer_gone = 1;
       conn_dead(c);
     }
@@ -2764,24 +2806,24 @@ static void rdm_fini(xport_ctx_t *ctx)
    * still going out), by a goodbye holding a reference of its own: the
    * peer's address must stay while the operations are the provider's. */
   for (xport_conn_t *c = ctx->draining; c; c = c->dnext)
-    if (c->said_bye < 0 && c->rep && c->rep->ep && c->peer) {
+    if (rconn(c)->said_bye < 0 && rconn(c)->rep && rconn(c)->rep->ep && rconn(c)->peer) {
       pay_bye(c, 1);
-      if (c->said_bye && bye_start(c))
-        c->peer->refs++;
+      if (rconn(c)->said_bye && bye_start(c))
+        rconn(c)->peer->refs++;
     }
-  ctx->rdm_closing = 1; /* nobody waits on the CQ any more */
+  rctx(ctx)->rdm_closing = 1; /* nobody waits on the CQ any more */
   for (;;) { /* the retired (retire_eps) ones included */
-    struct xport__rep *r = ctx->reps;
+    struct xport__rep *r = rctx(ctx)->reps;
     while (r && r->parked)
       r = r->next;
     if (!r)
       break;
     rep_close(r);
   }
-  while (ctx->reps) /* parked: nothing reads the CQ after them */
-    rep_close(ctx->reps);
-  ctx->cep = NULL;
-  ctx->retired = NULL;
+  while (rctx(ctx)->reps) /* parked: nothing reads the CQ after them */
+    rep_close(rctx(ctx)->reps);
+  rctx(ctx)->cep = NULL;
+  rctx(ctx)->retired = NULL;
 }
 
 /* One-sided operations end their connection where they fail (rma_failed);
@@ -2809,16 +2851,141 @@ static void rdm_drop(xport_conn_t *conn)
   conn_lost(conn, -XPORT_ECONNRESET, 0);
 }
 
+/* ---- the data path -------------------------------------------------------
+ * One endpoint for many connections: the tag picks the connection, the
+ * peer's receive tag on sends, ours on receives, which only the two ends
+ * know. */
+
+static ssize_t rdm_send(xport_conn_t *conn, struct xport__req *req, struct iovec *iov,
+                        void **desc, size_t cnt, uint64_t flags, uint64_t data)
+{
+  if (XPORT__UNLIKELY(flags)) {
+    /* An empty message carries no scatter element. */
+    struct fi_msg_tagged msg = {.msg_iov = iov, .desc = desc, .iov_count = req->len ? cnt : 0,
+                                .addr = conn->dest, .tag = rconn(conn)->tag,
+                                .context = &req->fictx, .data = data};
+    return fi_tsendmsg(conn->ep, &msg, flags);
+  }
+  if (cnt == 1)
+    return fi_tsend(conn->ep, iov[0].iov_base, iov[0].iov_len, desc[0], conn->dest,
+                    rconn(conn)->tag, &req->fictx);
+  return fi_tsendv(conn->ep, iov, desc, cnt, conn->dest, rconn(conn)->tag, &req->fictx);
+}
+
+static ssize_t rdm_inject(xport_conn_t *conn, const void *buf, size_t len, int with_imm,
+                          uint32_t imm)
+{
+  if (with_imm)
+    return fi_tinjectdata(conn->ep, buf, len, imm, conn->dest, rconn(conn)->tag);
+  return fi_tinject(conn->ep, buf, len, conn->dest, rconn(conn)->tag);
+}
+
+/* Ignoring the write_imm bit lets an emulated write_imm's message
+ * consume a receive like any other (the portable rule). */
+static ssize_t rdm_recv(xport_conn_t *conn, struct xport__req *req, struct iovec *iov,
+                        void **desc, size_t cnt)
+{
+  if (cnt == 1)
+    return fi_trecv(conn->ep, iov[0].iov_base, iov[0].iov_len, desc[0], rconn(conn)->rx_src,
+                    rconn(conn)->rx_tag, XPORT__WIMM_TAG, &req->fictx);
+  return fi_trecvv(conn->ep, iov, desc, cnt, rconn(conn)->rx_src, rconn(conn)->rx_tag,
+                   XPORT__WIMM_TAG, &req->fictx);
+}
+
+/* truncation_hangs: room behind the caller's buffer for the rest of a
+ * longer message; the completion then says ETRUNC. */
+static ssize_t rdm_recv_sunk(xport_conn_t *conn, struct xport__req *req, struct iovec *iov,
+                             void **desc, size_t cnt)
+{
+  iov[cnt].iov_base = conn->ctx->sink;
+  iov[cnt].iov_len = conn->ctx->sink_len;
+  desc[cnt] = NULL;
+  return fi_trecvv(conn->ep, iov, desc, cnt + 1, rconn(conn)->rx_src, rconn(conn)->rx_tag,
+                   XPORT__WIMM_TAG, &req->fictx);
+}
+
+/* The marker rides a tag bit, not the CQ data: some RDM providers carry
+ * only 4 bytes of it (verbs;ofi_rxm). */
+static ssize_t rdm_marker(xport_conn_t *conn, struct xport__req *req, uint64_t flags)
+{
+  struct fi_msg_tagged tm = {.msg_iov = NULL, .desc = NULL, .iov_count = 0,
+                             .addr = conn->dest, .tag = rconn(conn)->tag | XPORT__WIMM_TAG,
+                             .context = &req->fictx, .data = req->imm};
+  return fi_tsendmsg(conn->ep, &tm, FI_REMOTE_CQ_DATA | flags);
+}
+
+static int rdm_is_marker(const struct fi_cq_data_entry *e)
+{
+  return !!(((const struct fi_cq_tagged_entry *)(const void *)e)->tag & XPORT__WIMM_TAG);
+}
+
+static int rdm_open(xport_ctx_t *ctx)
+{
+  struct rdm_ctx *x = rctx(ctx);
+  /* A bound asked for but malformed fails closed: it is meant for peers
+   * not trusted. */
+  x->recv_ahead = xport__env_str(XPORT__ENV_RECV_AHEAD)
+                      ? xport__env_size(XPORT__ENV_RECV_AHEAD, XPORT__RECV_AHEAD_BAD)
+                      : 0;
+  x->keepalive_ms = (long)xport__env_size(XPORT__ENV_KEEPALIVE_TIMEOUT, 30000);
+  if (x->keepalive_ms < 4)
+    x->keepalive_ms = 4;
+  const char *ka = xport__env_str(XPORT__ENV_KEEPALIVE);
+  x->keepalive_mode = !ka || !strcmp(ka, "auto") ? -1 : xport__env_bool(XPORT__ENV_KEEPALIVE, -1);
+  x->directed = !!(ctx->info->caps & FI_DIRECTED_RECV);
+  x->multi_recv = (ctx->info->caps & FI_MULTI_RECV) && ctx->prof &&
+                  ctx->prof->unexpected_unbounded;
+  XPORT__INFO("shared endpoints: receives %s their source, completions %s their sender",
+              x->directed ? "name" : "cannot name", ctx->source ? "name" : "do not name");
+  return 0;
+}
+
+static const struct xport__data_ops rdm_data = {
+    .send = rdm_send,
+    .inject = rdm_inject,
+    .recv = rdm_recv,
+    .marker = rdm_marker,
+    .is_marker = rdm_is_marker,
+};
+static const struct xport__data_ops rdm_data_sunk = {
+    .send = rdm_send,
+    .inject = rdm_inject,
+    .recv = rdm_recv_sunk,
+    .marker = rdm_marker,
+    .is_marker = rdm_is_marker,
+};
+static const struct xport__data_ops rdm_data_claimed = {
+    .send = rdm_send,
+    .inject = rdm_inject,
+    .recv = rdm_recv_claimed,
+    .marker = rdm_marker,
+    .is_marker = rdm_is_marker,
+};
+
+static void data_plain(xport_conn_t *conn)
+{
+  conn->ops = conn->ctx->sink ? &rdm_data_sunk : &rdm_data;
+}
+
+static void data_claimed(xport_conn_t *conn)
+{
+  conn->ops = &rdm_data_claimed;
+}
+
 const struct xport__transport xport__transport_rdm = {
     .name = "rdm",
     .ep_type = FI_EP_RDM,
+    .ctx_size = sizeof(struct rdm_ctx),
+    .conn_size = sizeof(struct rdm_conn),
+    .rx_reserved = XPORT__CTL_RX,
+    .open = rdm_open,
     .listen = rdm_listen,
     .listener_close = rdm_listener_close,
     .connect = rdm_connect,
     .accept = rdm_accept,
     .close_conn = rdm_close,
     .drop = rdm_drop,
-    .recv_claimed = rdm_recv_claimed,
+    .data = &rdm_data,
     .progress = rdm_progress,
     .pay_owed = rdm_pay_owed,
     .op_failed = rdm_op_failed,

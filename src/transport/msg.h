@@ -1,0 +1,51 @@
+/* The MSG transport's private state (transport/msg.c): what it keeps in
+ * a context and a connection. Only the transport's own files include it
+ * (and white-box tests). */
+#ifndef XPORT_TRANSPORT_MSG_H
+#define XPORT_TRANSPORT_MSG_H
+
+#include "../xport_int.h"
+
+/* Its part of a connection (conn->tpd). */
+struct msg_conn {
+  /* Under a key: where the handshake's messages stand (AUTH_*), and
+   * xport's sends and receives on the endpoint. */
+  int auth_state;
+  struct xport__req *auth_out;
+  /* With emulated atomics (atomic.c): the service channel, a second
+   * endpoint to the same peer that carries the requests and answers, so
+   * that they never take the user's receives. */
+  struct fid_ep *svc;
+  int svc_state;              /* 0 none, 1 connecting, 2 connected, -1 failed */
+  int svc_accepted;           /* passive side: the client's channel was accepted */
+  uint64_t svc_cookie;        /* pairs it with this connection at the listener */
+  struct xport__req *svc_out; /* its receives and messages posted */
+  uint32_t atom_seq;          /* numbers requests; answers name theirs */
+  size_t natom;               /* emulated atomics awaiting their answer */
+  /* The peer shut the service channel down at this time (0: not): the
+   * connection ends with its own endpoint, or once nothing on it has
+   * completed for XPORT_PEER_TIMEOUT (svc_gone_check). */
+  long svc_gone_at;
+  /* An operation failed on its endpoint, which the provider then takes
+   * down without a word on the EQ (verbs: the QP is in error): it is lost
+   * at the next EQ dispatch. */
+  int broken;
+};
+
+/* Its part of a context (ctx->tpd). */
+struct msg_ctx {
+  int nbroken;      /* connections marked broken since the last dispatch */
+  size_t nsvc_gone; /* connections with svc_gone_at set */
+};
+
+static inline struct msg_conn *mconn(const xport_conn_t *conn)
+{
+  return (struct msg_conn *)(void *)conn->tpd;
+}
+
+static inline struct msg_ctx *mctx(const xport_ctx_t *ctx)
+{
+  return (struct msg_ctx *)ctx->tpd;
+}
+
+#endif /* XPORT_TRANSPORT_MSG_H */

@@ -1,0 +1,132 @@
+/* The RDM transport's private state (transport/rdm.c): what it keeps in a
+ * context, a connection, and its shared endpoints. Only the transport's
+ * own files include it. */
+#ifndef XPORT_TRANSPORT_RDM_H
+#define XPORT_TRANSPORT_RDM_H
+
+#include "../xport_int.h"
+
+/* A peer endpoint in an RDM endpoint's address vector. */
+struct xport__peer {
+  struct xport__peer *next;
+  fi_addr_t fi_addr;
+  size_t refs;
+  long quiet_until;   /* an answer to it failed: answer none before (ms) */
+  int unreached;      /* our first message waits there, untaken (peer_may_map) */
+  /* It took a message of ours: it has mapped us, and a push-back now
+   * means its queue is full (a peer busy or hung), never an unmapped one. */
+  int taken;
+  size_t addrlen;
+  uint8_t addr[XPORT__ADDR_MAX];
+};
+
+/* An RDM endpoint shared by many connections: the context's one for
+ * outgoing connections, or a listener's. */
+#define XPORT__CTL_RX 8
+#define XPORT__REFUSED_KEEP 16
+#define XPORT__SEEN_KEEP 256
+struct xport__rep {
+  xport_ctx_t *ctx;
+  struct fid_ep *ep;
+  struct fid_av *av;
+  xport_listener_t *lst;          /* NULL for the context's own */
+  size_t nconns;                  /* connections attached to this endpoint */
+  size_t ndead;                   /* of which the peer is known dead */
+  /* Withdrawn: no new connection uses it; it closes once every
+   * connection still attached is closed or dead, which releases what its
+   * dead peers' operations hold (shm never completes them). */
+  int withdrawn;
+  int closing;
+  /* Housekeeping's close waits, pass after pass, for control messages in
+   * flight and goodbyes until then (rep_maybe_close); 0: not asked yet. */
+  long quiet_by;
+  /* Its close found a live peer yet to take its first message: open,
+   * serving nobody, and looked at again by the peer checks (rdm_progress)
+   * until that peer takes it or dies, which ends what it still holds. */
+  int lingering;
+  int rma_failed;                 /* a one-sided operation on it failed */
+  size_t unreached;               /* peers with unreached set */
+  int parked;                     /* left open at the context's end (settle_names) */
+  struct xport__rep *next, *prev; /* ctx->reps */
+  struct xport__peer *peers;
+  struct xport__req *ctl_out;     /* control messages in flight */
+  struct xport__req *ctl_rx[XPORT__CTL_RX];
+  /* Requesters lately refused or challenged, kept in the AV (transport/rdm.c). */
+  struct xport__peer *refused[XPORT__REFUSED_KEEP];
+  long refused_ms[XPORT__REFUSED_KEEP];             /* when each was last refused */
+  unsigned refused_next;
+  size_t answering;               /* refusals and challenges in flight */
+  /* The last requests queued, by (context id, connection id): a client
+   * asks again until answered, and a copy that comes after its request
+   * was accepted must not be queued again (transport/rdm.c, on_connreq). */
+  struct { uint64_t ctx_id; uint32_t src_id; } seen[XPORT__SEEN_KEEP];
+  unsigned seen_next;
+  uint64_t secret[2];             /* keys the challenge tokens (listeners) */
+  char name[XPORT__ADDR_MAX];     /* claimed name (named providers) */
+  int lock;
+  int port_fd;                    /* holds the listener's port number (rdm.c hold_port) */
+  size_t addrlen;
+  uint8_t addr[XPORT__ADDR_MAX];  /* fi_getname */
+  int enabled;                    /* fi_enable succeeded */
+  /* Serves outgoing connections to this address only (answers_in_order):
+   * a target that dies stalls no other target's answers. */
+  size_t dest_len;
+  uint8_t dest_addr[XPORT__ADDR_MAX];
+  struct xport__rep *next_retired; /* ctx->retired (profile retire_eps) */
+};
+
+/* Its part of a connection (conn->tpd). */
+struct rdm_conn {
+  struct xport__rep *rep;
+  struct xport__peer *peer;
+  uint64_t tag;                   /* tag of messages to the peer: its receive tag */
+  uint64_t rx_tag;                /* tag of messages from the peer: random, ours */
+  fi_addr_t rx_src;               /* receives match only this source (or any) */
+  /* Messages the peer sent ahead of our receives, taken off the
+   * provider's unexpected queue and counted (peek_discard: claim),
+   * oldest first: the next receives take them. */
+  struct xport__req *claimed, *claimed_tail;
+  size_t nclaimed;
+  uint32_t peer_id;
+  int keepalive;                  /* heartbeats: the peer's process cannot be watched */
+  long last_heard, last_sent;     /* heartbeats, xport__now_ms() */
+  int ka_owed;                    /* the provider pushed the last heartbeat back */
+  long ping_at;                   /* RMA probe sent, or 0 */
+  int ponged;                     /* ... and answered */
+  int dead;                       /* the peer cannot complete anything */
+  int said_bye;                   /* closed, a goodbye went out (-1: owed) */
+  int bye_owed;                   /* ... and the provider pushed it back, */
+  long bye_until;                 /* ... tried until then (pay_bye) */
+  int challenged;                 /* connect: answered the listener's challenge */
+};
+
+/* Its part of a context (ctx->tpd). */
+struct rdm_ctx {
+  struct xport__rep *cep;    /* the endpoint outgoing connections use */
+  struct xport__bye *byes;   /* goodbyes waiting for the peer's answer */
+  struct xport__sink *sinks; /* closed connections' tags, still drained */
+  size_t nsinks, stale_dropped;
+  struct xport__rep *retired; /* closed endpoints kept open (retire_eps) */
+  int rdm_closing;            /* the context goes: endpoints close for real */
+  uint32_t next_conn_id;
+  size_t recv_ahead;  /* XPORT_RECV_AHEAD: claimed messages a connection may hold, or 0 */
+  int keepalive_mode; /* XPORT_KEEPALIVE: -1 auto, 0 never, 1 always */
+  long keepalive_ms;  /* XPORT_KEEPALIVE_TIMEOUT: silence that means a dead peer */
+  struct xport__rep *reps;   /* every endpoint open */
+  struct xport__rep *probe;  /* sends the RMA probe's pings */
+  int directed;       /* FI_DIRECTED_RECV: receives name their source */
+  int multi_recv;     /* FI_MULTI_RECV, for control receives */
+  size_t ctl_dropped; /* control messages that failed validation */
+};
+
+static inline struct rdm_conn *rconn(const xport_conn_t *conn)
+{
+  return (struct rdm_conn *)(void *)conn->tpd;
+}
+
+static inline struct rdm_ctx *rctx(const xport_ctx_t *ctx)
+{
+  return (struct rdm_ctx *)ctx->tpd;
+}
+
+#endif /* XPORT_TRANSPORT_RDM_H */
