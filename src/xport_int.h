@@ -27,13 +27,29 @@
 #define XPORT__BACKLOG_DEFAULT 128 /* listen backlog (XPORT_LISTEN_BACKLOG) */
 #define XPORT__RECV_AHEAD_BAD 1024 /* XPORT_RECV_AHEAD set, but not to a count */
 /* How long a socket on a listener's port may take to deliver its
- * connection request (src/halfopen.c): a client sends it as it connects. */
+ * connection request (src/core/halfopen.c): a client sends it as it connects. */
 #define XPORT__GREET_MS 5000
 #define XPORT__EAGER_MAX (UINT64_C(1) << 20) /* XPORT_EAGER_SIZE is clamped to it */
 #define XPORT__CTL_SLOT 512 /* the least bounce slot: one RDM control message */
+#define XPORT__LANES_MAX 2  /* transport instances in a context: a fabric, shm beside */
 
 #define XPORT__UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define XPORT__LIKELY(x) __builtin_expect(!!(x), 1)
+
+/* An invariant the code relies on (and a comment states), checked where
+ * the library was configured with --enable-asserts (the sanitizer
+ * builds): a broken one aborts with where and what. Free otherwise. */
+#ifdef XPORT_ASSERTS
+void xport__assert_fail(const char *what, const char *file, int line)
+    __attribute__((noreturn));
+#define XPORT__ASSERT(cond)                                                  \
+  do {                                                                       \
+    if (XPORT__UNLIKELY(!(cond)))                                            \
+      xport__assert_fail(#cond, __FILE__, __LINE__);                         \
+  } while (0)
+#else
+#define XPORT__ASSERT(cond) ((void)0)
+#endif
 
 /* Intrusive doubly linked lists (requests, connections, listeners,
  * registrations): push at the head, and unlink, through the fields named. */
@@ -168,7 +184,7 @@ struct xport__profile {
    * on each, without a deadline, for the connection request: the bytes of
    * its own header before the transport's greeting (tcp: struct
    * ofi_ctrl_hdr, 32; rxm over it: that and rxm's 24 of its own). xport
-   * then shuts such sockets that stay unfinished (src/halfopen.c). */
+   * then shuts such sockets that stay unfinished (src/core/halfopen.c). */
   size_t cm_header;
   /* 1: a delivery-complete operation holds the peer's channel, and
    * nothing else to that peer can be posted until it completes (shm: up
@@ -381,6 +397,7 @@ struct xport__span {
 
 struct xport_mr {
   xport_ctx_t *ctx;
+  struct xport__lane *lane;     /* the transport instance it is registered with */
   struct fid_mr *mr;
   void *desc;
   char *base;
@@ -388,10 +405,10 @@ struct xport_mr {
   unsigned access;
   struct xport__span *spans;    /* packed sub-ranges */
   size_t nspans;
-  /* The same memory registered with the context's node-local
-   * sub-context (ctx->shm), which owns it; NULL where there is none. */
+  /* The same memory registered with the context's second lane (shm
+   * beside the fabric), owned by this one; NULL where there is none. */
   struct xport_mr *sub;
-  struct xport_mr *next, *prev; /* ctx->mrs */
+  struct xport_mr *next, *prev; /* ctx->mrs (the application's, not subs) */
 };
 
 /* A pre-registered copy buffer, for providers that need FI_MR_LOCAL. */
@@ -462,7 +479,7 @@ struct xport__req {
    * does with their completion (e its entry, a data entry made of the
    * error entry where status is not 0; src its sender where the CQ says,
    * else FI_ADDR_NOTAVAIL). The completion code names no owner. */
-  void (*on_done)(xport_ctx_t *ctx, struct xport__req *req, int status,
+  void (*on_done)(struct xport__lane *lane, struct xport__req *req, int status,
                   const struct fi_cq_data_entry *e, fi_addr_t src);
 };
 
@@ -484,8 +501,8 @@ struct xport__held {
 #define XPORT__ORDERED 2u
 #define XPORT__H_SEND 1  /* the transport's send */
 #define XPORT__H_MARK 2  /* the transport's marker (an emulated write_imm's) */
-#define XPORT__H_READ 3  /* fi_readmsg */
-#define XPORT__H_WRITE 4 /* fi_writemsg */
+#define XPORT__H_READ 3  /* the transport's read */
+#define XPORT__H_WRITE 4 /* the transport's write */
 
 /* The provider's text of one failed completion. It belongs to its request
  * until delivered, then to ctx->shown until the next xport_poll, so that
@@ -518,79 +535,123 @@ enum xport__conn_state {
   XPORT__CONN_CLOSED        /* the user closed it; freed with its last req */
 };
 
+/* The parts of a connection that one module of the core keeps. */
+
+/* The peer's process, where it can be watched (same node only). */
+struct xport__proc {
+  int pidfd; /* else -1 (MSG too) */
+  /* It is known to have ended (its pidfd, or its heartbeats stopped): a
+   * one-sided operation that failed with the connection says so in its
+   * hint instead of blaming the key. */
+  int gone;
+  int waited; /* ... and xport__conn_check_gone waited for it once */
+};
+
+/* What the peer did lately, for the transports' liveness checks. */
+struct xport__heard {
+  unsigned msg;           /* a message arrived since the transport last looked */
+  size_t done, done_seen; /* operations ended, and at the transport's last look */
+};
+
+/* Requests orphaned by the connection's close or loss that the provider
+ * still owns (cq.c xport__req_orphan). */
+struct xport__orphans {
+  size_t n;
+  /* ... of which receives not yet queued for the user: cancelled, they
+   * come back at once, and the disconnect event waits for them. */
+  size_t recvs;
+};
+
+/* Unsignaled sends whose end the user has not seen (cq.c unsig_*): the
+ * provider's still (posted, held or orphaned), or failed and not yet
+ * delivered (failing of them); and the numbering of sends while there
+ * are any. fail_seq: 1 + the number of the first one whose failure was
+ * delivered (0: none), with its status, which every signaled send
+ * numbered after it takes (cq.c unsig_vouch). */
+struct xport__unsig {
+  size_t out, failing;
+  uint64_t seq, fail_seq;
+  int fail_status;
+};
+
+/* Posts waiting for the provider's room (cq.c held_*), oldest first
+ * (through next), and the connection's place on ctx->holding while there
+ * are any. */
+struct xport__holdq {
+  struct xport__req *head, *tail;
+  struct xport_conn *next, *prev;
+};
+
+/* Its disconnect event (link.c evq_*). */
+struct xport__event {
+  int queued;              /* waiting in ctx->evq */
+  int status;
+  uint64_t after;          /* done-list entries before the event (ctx->done_in) */
+  struct xport_conn *next;
+};
+
+/* XPORT_FAULT drop_conn (src/core/fault.c): posts counted, and the count
+ * reached (it is lost at the context's next call). */
+struct xport__fault_conn {
+  unsigned long posts;
+  int drop;
+};
+
+/* A listener's handshake under way (lst->shaking, until accept returns
+ * the connection), and its deadline. */
+struct xport__shake {
+  struct xport_conn *next;
+  long deadline;
+};
+
+/* Its place on lane->draining: closed, while the provider still owns
+ * some of its operations (RDM). */
+struct xport__drain {
+  struct xport_conn *next, *prev;
+};
+
 struct xport_conn {
   xport_ctx_t *ctx;
+  struct xport__lane *lane;       /* the transport instance it runs on */
   /* Its data path: the posts reach the provider only through it. */
   const struct xport__data_ops *ops;
   struct fid_ep *ep;              /* MSG: its own; RDM: its rep's */
-  uint64_t peer_ctx_id;          /* the peer context's id, from the hello */
-  fi_addr_t dest;                 /* the peer's address (RDM), else 0 */
+  uint64_t peer_ctx_id;           /* the peer context's id, from the hello */
   uint32_t id;
-  int pidfd;                      /* the peer's process, same node only, else -1 (MSG too) */
-  /* The peer's process is known to have ended (its pidfd, or its
-   * heartbeats stopped): a one-sided operation that failed with the
-   * connection says so in its hint instead of blaming the key. */
-  int peer_gone;
-  int gone_waited;                /* ... and xport__conn_check_gone waited for it once */
-  unsigned heard;                 /* a message arrived since the transport last looked */
-  size_t nzombies;                /* orphaned, still owned by the provider */
-  /* ... of which receives not yet queued for the user: cancelled, they
-   * come back at once, and the disconnect event waits for them. */
-  size_t nrecv_orphans;
-  /* The transport still refers to it (RDM: attached to its endpoint):
-   * closed, it is freed only once the transport lets go. */
-  int attached;
-  struct xport_conn *dnext, *dprev; /* ctx->draining */
   enum xport__conn_state state;
-  int fail_code;                 /* why FAILED */
-  /* Under a key (ctx->auth_on): the client's nonce until the listener's
-   * answer; on the listener's side, the proof the client owes, until it
-   * comes (then the connection is accepted). Wiped once used. */
-  uint8_t auth[XPORT__AUTH_MAC];
+  int fail_code;                  /* why FAILED */
   /* The user closed it: what the provider cancels from now on is
    * ECANCELED; before, a cancellation means the connection broke. */
   int closing;
-  size_t nreqs;                  /* posted and not yet delivered */
-  /* Posted and not yet reported by the provider, against caps.tx_depth
-   * (sends, writes, reads) and caps.rx_depth (receives). */
-  size_t ntx, nrx;
-  /* Emulated write_imms whose marker waits for their write (PAIR_DEFER):
-   * sends on the connection wait too (EAGAIN), to stay behind them. */
-  size_t wimm_deferred;
-  struct xport__req *out;        /* outstanding (posted) requests */
-  /* Unsignaled sends whose end the user has not seen: the provider's
-   * still (posted, held or orphaned), or failed and not yet delivered
-   * (unsig_failing of them); and the numbering of sends while there are
-   * any. unsig_fail_seq: 1 + the number of the first one whose failure was
-   * delivered (0: none), with its status, which every signaled send
-   * numbered after it takes (cq.c unsig_vouch). */
-  size_t unsig_out, unsig_failing;
-  uint64_t tx_seq, unsig_fail_seq;
-  int unsig_fail_status;
-  /* Posts waiting for the provider's room, oldest first (through next),
-   * and this connection's place on ctx->holding while there are any. */
-  struct xport__req *held, *held_tail;
-  struct xport_conn *hnext, *hprev;
-  size_t ndone, ndone_seen;      /* operations ended, and at the last look */
-  struct xport_conn *shake_next; /* MSG: lst->shaking, until accept returns it */
-  long shake_deadline;
-  int handed;                    /* returned to the application (xport__conn_link) */
-  int ev_queued;                 /* disconnect event waiting in ctx->evq */
-  int owned;                     /* a layer above (a job) closes it, not the application */
+  int handed;                     /* returned to the application (xport__conn_link) */
+  int owned;                      /* a layer above (a job) closes it, not the application */
   /* The peer has shown that it holds the connection: the client, by
    * completing its connect (the acceptance reached it); the listener's
    * side, by a message the client sent once it had connected. Until then
    * an accepted connection may be one its client gave up on (a connect
    * that timed out) and will hear of only later (a goodbye, a shutdown). */
   int peer_holds;
-  int ev_status;
-  uint64_t ev_after;             /* done-list entries before the event (ctx->done_in) */
-  struct xport_conn *ev_next;
-  /* XPORT_FAULT drop_conn: posts counted, and the count reached (it is
-   * lost at the context's next call, src/fault.c). */
-  unsigned long fault_posts;
-  int fault_drop;
-  struct xport_conn *next, *prev; /* ctx->conns */
+  /* The transport still refers to it (RDM: attached to its endpoint):
+   * closed, it is freed only once the transport lets go. */
+  int attached;
+  size_t nreqs;                   /* posted and not yet delivered */
+  /* Posted and not yet reported by the provider, against caps.tx_depth
+   * (sends, writes, reads) and caps.rx_depth (receives). */
+  size_t ntx, nrx;
+  /* Emulated write_imms whose marker waits for their write (PAIR_DEFER):
+   * sends on the connection wait too (EAGAIN), to stay behind them. */
+  size_t wimm_deferred;
+  struct xport__req *out;         /* outstanding (posted) requests */
+  struct xport__unsig unsig;
+  struct xport__holdq hq;
+  struct xport__orphans orphans;
+  struct xport__proc proc;
+  struct xport__heard heard;
+  struct xport__event ev;
+  struct xport__fault_conn fault;
+  struct xport__shake shake;
+  struct xport__drain drain;
+  struct xport_conn *next, *prev; /* lane->conns */
   /* Its transport's part (struct xport__transport conn_size bytes). */
   _Alignas(16) unsigned char tpd[];
 };
@@ -609,6 +670,7 @@ struct xport__connreq {
 /* An unpacked remote key, bound to the connection it was unpacked on. */
 struct xport_rkey {
   xport_ctx_t *ctx;
+  struct xport__lane *lane; /* its connection's: it may outlive the connection */
   const xport_conn_t *conn;
   uint64_t addr;   /* remote address of the packed range's start */
   uint64_t len;
@@ -619,6 +681,7 @@ struct xport_rkey {
 
 struct xport_listener {
   xport_ctx_t *ctx;
+  struct xport__lane *lane;       /* the transport instance it listens on */
   struct fid_pep *pep;            /* MSG */
   struct xport__rep *rep;         /* RDM */
   struct xport__connreq *pending, *pending_tail;
@@ -636,46 +699,30 @@ struct xport_listener {
   void (*accepted)(void *arg, xport_conn_t *conn);
   void *hook_arg;
   char addr[96];
-  /* The same host:port on the context's node-local sub-context (ctx->shm),
-   * which owns it; NULL where there is none. */
+  /* The same host:port on the context's second lane (shm beside the
+   * fabric), owned by this one; NULL where there is none. */
   struct xport_listener *sub;
-  struct xport_listener *next, *prev; /* ctx->listeners */
+  struct xport_listener *next, *prev; /* lane->listeners */
 };
 
-struct xport_ctx {
+/*
+ * A transport instance of a context: one provider's fabric, domain, CQ
+ * and EQ, the transport that makes connections over it (and its private
+ * state), and what is kept per CQ and per domain (the posted count,
+ * registered copy buffers). A connection belongs to one lane.
+ */
+struct xport__lane {
+  xport_ctx_t *ctx; /* the context it belongs to */
+  unsigned index;   /* in ctx->lanes */
+  struct xport_conn *conns;          /* its connections (the application's) */
+  struct xport_listener *listeners;  /* and listeners, subs included */
   struct fi_info *info; /* the chosen candidate, as opened */
-  /* Several transports (XPORT_SHM: ctx.c opens it, the public calls
-   * serve both): the fabric's context
-   * holds a complete second one on the node-local provider for peers on
-   * this node, which it owns; connections, regions and listeners of
-   * that one point at it. is_sub marks it; poll_turn says which of the
-   * two xport_poll reads first. */
-  struct xport_ctx *shm;
-  struct xport_ctx *parent; /* the sub-context's fabric context */
-  int is_sub;
-  unsigned poll_turn;
-  /* Set on both where there are two (ctx.c): the other transport's
-   * progress, accepts of listeners a layer above owns included, which a
-   * transport runs while it waits in a connect or an accept, so that a
-   * peer waiting on the other transport is not left waiting for this one
-   * (two ranks of a job that connect to each other over different
-   * transports). Never blocks; skips a context another thread holds. */
-  void (*beside)(xport_ctx_t *ctx);
-  int in_beside;
   struct fid_fabric *fabric;
   struct fid_domain *domain;
   struct fid_eq *eq;
   struct fid_cq *cq;
   const struct xport__profile *prof;
   xport_caps_t caps;
-  xport_candidate_t *cands;
-  int ncands;
-
-  uint64_t id;        /* random; names this context in hellos and keys */
-  /* Connections prove this key both ways (xport(7), AUTHENTICATION);
-   * auth_on 0: none, connections are not authenticated. Never logged. */
-  int auth_on;
-  uint8_t auth_key[XPORT__AUTH_KEY];
   int need_local_mr;  /* FI_MR_LOCAL, or strict mode */
   int prov_key;       /* the provider chooses keys */
   int virt_addr;      /* RMA addresses are virtual addresses */
@@ -695,17 +742,9 @@ struct xport_ctx {
    * it only through this table. */
   const struct xport__transport *tp;
   void *tpd; /* its part of the context (ctx_size bytes) */
-  /* The ways back up that lower layers call, set by the layers above:
-   * accepting for listeners a layer above owns (conn.c, once one is
-   * hooked), and a deferred write_imm's marker (rma.c, at creation). */
-  void (*auto_accept)(xport_ctx_t *ctx);
-  void (*wimm_write_done)(xport_ctx_t *ctx, struct xport__req *p, int status);
-  void (*wimm_retry)(xport_ctx_t *ctx, int fail);
   int keep_fids;      /* an endpoint was left open (close_after_refusal_crashes,
                          settle_names) */
-  long peer_check_ms; /* XPORT_PEER_TIMEOUT: a dead peer is noticed within it */
   long rma_timeout_ms; /* 0, or the deadline of one-sided operations */
-  uint64_t rma_seq;    /* the last one's posted_seq */
   /* FI_DELIVERY_COMPLETE where delivery-complete is on and the provider
    * needs the flag for it, else 0: the flags of every write. */
   uint64_t write_flags;
@@ -717,7 +756,6 @@ struct xport_ctx {
   /* RDM: closed connections whose operations the provider still owns;
    * they keep their peer in the address vector until those finish. */
   struct xport_conn *draining;
-  size_t eager_size;  /* copy through bounce buffers up to this size */
   size_t bounce_size; /* a bounce slot: eager_size, or a control message if larger */
   int source;         /* RDM: FI_SOURCE, completions name their sender */
   /* Operations the provider holds, each owing one CQ entry, and the most
@@ -728,10 +766,62 @@ struct xport_ctx {
    * what does not fit a receive; never read. */
   void *sink;
   size_t sink_len;
-
-  int epfd;           /* joins the CQ and EQ wait fds; -1 without */
-  int cq_fd, eq_fd;   /* their wait fds, or -1 */
+  int cq_fd, eq_fd;   /* the CQ's and EQ's wait fds, or -1 */
+  /* 1: the provider gives it no wait object in ctx->epfd (shm), and
+   * waits go in steps; 2: the application turned wait objects off
+   * (XPORT_WAIT_FD=0). tick_fd: with 1, a timer in ctx->epfd that makes
+   * the context's descriptor readable every millisecond, once the
+   * application asked for it (xport_ctx_fd), or -1. */
+  int no_wait;
+  int tick_fd;
   unsigned eq_skip;   /* empty polls since the EQ was last read */
+  /* Control messages the provider pushed back and that go again (RDM
+   * goodbyes): held posts wait while there are any, so that a stream of
+   * data cannot take every slot the peer frees. */
+  size_t ctl_owed;
+  /* Connections whose heartbeat the provider pushed back: it goes again
+   * at every poll, right after the CQ read that may have freed the
+   * channel, before the caller can post again and take it (shm: a stream
+   * of reads to a peer holds its channel nearly all the time, and the
+   * peer, hearing nothing, would take the caller for dead). */
+  size_t ka_owed;
+
+  struct xport__bounce *free_bounce;
+  struct xport__bounce_chunk *bounce_chunks;
+  struct xport__bounce *free_small;   /* service channels' messages */
+  struct xport__bounce_chunk *small_chunks;
+};
+
+struct xport_ctx {
+  /* Its transport instances: the fabric's first, then, with XPORT_SHM,
+   * the node-local provider's for peers on this node. A connection runs
+   * on one (conn->lane); a listener and a registration hold a part on
+   * each (their sub). poll_turn says which xport_poll reads first;
+   * in_beside, that the lanes beside a blocked one are being served
+   * (xport__progress_beside). */
+  struct xport__lane *lanes[XPORT__LANES_MAX];
+  unsigned nlanes;
+  unsigned poll_turn;
+  int in_beside;
+  xport_candidate_t *cands;
+  int ncands;
+
+  uint64_t id;        /* random; names this context in hellos and keys */
+  /* Connections prove this key both ways (xport(7), AUTHENTICATION);
+   * auth_on 0: none, connections are not authenticated. Never logged. */
+  int auth_on;
+  uint8_t auth_key[XPORT__AUTH_KEY];
+  /* The ways back up that lower layers call, set by the layers above:
+   * accepting for listeners a layer above owns (conn.c, once one is
+   * hooked), and a deferred write_imm's marker (rma.c, at creation). */
+  void (*auto_accept)(xport_ctx_t *ctx);
+  void (*wimm_write_done)(xport_ctx_t *ctx, struct xport__req *p, int status);
+  void (*wimm_retry)(xport_ctx_t *ctx, int fail);
+  long peer_check_ms; /* XPORT_PEER_TIMEOUT: a dead peer is noticed within it */
+  uint64_t rma_seq;    /* the last one's posted_seq */
+  size_t eager_size;  /* copy through bounce buffers up to this size */
+
+  int epfd;           /* joins the lanes' CQ and EQ wait fds; -1 without */
   int nhooked;        /* listeners that accept in the background (admit set) */
   int accept_due;     /* a request reached such a listener */
   int in_auto;        /* xport__auto_accept is running: no recursion */
@@ -751,24 +841,7 @@ struct xport_ctx {
   struct xport__req *wimm_wait, *wimm_wait_tail;
   struct xport_conn *evq, *evq_tail;   /* disconnect events to deliver */
   struct xport_conn *holding;          /* connections with held posts */
-  /* Control messages the provider pushed back and that go again (RDM
-   * goodbyes): held posts wait while there are any, so that a stream of
-   * data cannot take every slot the peer frees. */
-  size_t ctl_owed;
-  /* Connections whose heartbeat the provider pushed back: it goes again
-   * at every poll, right after the CQ read that may have freed the
-   * channel, before the caller can post again and take it (shm: a stream
-   * of reads to a peer holds its channel nearly all the time, and the
-   * peer, hearing nothing, would take the caller for dead). */
-  size_t ka_owed;
 
-  struct xport__bounce *free_bounce;
-  struct xport__bounce_chunk *bounce_chunks;
-  struct xport__bounce *free_small;   /* service channels' messages */
-  struct xport__bounce_chunk *small_chunks;
-
-  struct xport_conn *conns;
-  struct xport_listener *listeners;
   struct xport_mr *mrs;
 
   pthread_t progress_tid;
@@ -787,7 +860,7 @@ struct xport_ctx {
   int sig_set;
 
   struct xport__detail *shown; /* details delivered by the last xport_poll */
-  /* XPORT_FAULT (src/fault.c): its rules and what it holds, the fabric
+  /* XPORT_FAULT (src/core/fault.c): its rules and what it holds, the fabric
    * context's and shared with its sub-context; NULL when off, which is
    * all that the posts and xport_poll test. */
   struct xport__fault *fault;
@@ -824,6 +897,19 @@ struct xport__data_ops {
   /* 1 if e, a receive's entry with FI_REMOTE_CQ_DATA, is such a marker:
    * it completes an XPORT_OP_REMOTE_WRITE_IMM. */
   int (*is_marker)(const struct fi_cq_data_entry *e);
+  /* Reads the peer's [addr, addr + req->len) under key into iov[0, cnt). */
+  ssize_t (*read)(xport_conn_t *conn, struct xport__req *req, struct iovec *iov, void **desc,
+                  size_t cnt, uint64_t addr, uint64_t key);
+  /* Writes iov[0, cnt) (req->len bytes; 0 with an immediate alone) to the
+   * peer's addr under key, with flags FI_DELIVERY_COMPLETE and
+   * FI_REMOTE_CQ_DATA (data goes with it) as asked. */
+  ssize_t (*write)(xport_conn_t *conn, struct xport__req *req, struct iovec *iov, void **desc,
+                   size_t cnt, uint64_t addr, uint64_t key, uint64_t flags, uint64_t data);
+  /* A native 64-bit atomic of kind XPORT__ATOM_* on the peer's word at
+   * addr under key: operand v[0], compare value v[1], the old value to
+   * v[2]; desc their registration, or NULL. */
+  ssize_t (*atomic)(xport_conn_t *conn, struct xport__req *req, unsigned kind, uint64_t *v,
+                    void *desc, uint64_t addr, uint64_t key);
 };
 
 /* ---- transports (src/transport/) -------------------------------------- */
@@ -854,7 +940,7 @@ struct xport__transport {
   size_t rx_reserved;
   /* Fills its part of ctx, once the provider is open, the CQ and the
    * settings read (may be NULL); 0, or a code, logged. Does not block. */
-  int (*open)(xport_ctx_t *ctx);
+  int (*open)(struct xport__lane *lane);
   /* Opens lst at host:port (addr the caller's string): lst->ctx and
    * backlog are set; on success lst->addr names it (a port 0 resolved).
    * 0, or a code with nothing of lst's left open. Does not block. */
@@ -867,7 +953,7 @@ struct xport__transport {
    * for none). May block. On success *conn_p is linked (xport__conn_link),
    * perhaps lost already with its event queued; on failure nothing is
    * left. */
-  int (*connect)(xport_ctx_t *ctx, const char *host, const char *port, long deadline,
+  int (*connect)(struct xport__lane *lane, const char *host, const char *port, long deadline,
                  xport_conn_t **conn_p);
   /* The next connection lst has made, waiting until deadline for one (0:
    * never waits). May block. As connect on success; -XPORT_ETIMEDOUT when
@@ -883,25 +969,25 @@ struct xport__transport {
    * heartbeats, what closed connections still hold. Runs every
    * XPORT__EQ_EVERY polls and in waits; cheap when there is nothing to
    * do. Does not block. */
-  void (*progress)(xport_ctx_t *ctx);
+  void (*progress)(struct xport__lane *lane);
   /* Sends the heartbeats owed (ctx->ka_owed), one try each; run by every
    * poll while there are any. NULL where none are ever owed. */
-  void (*pay_owed)(xport_ctx_t *ctx);
+  void (*pay_owed)(struct xport__lane *lane);
   /* What the progress thread runs while listeners accept in the
    * background, besides draining the CQ (may be NULL: the CQ brings
    * their requests). Does not block. */
-  void (*background)(xport_ctx_t *ctx);
+  void (*background)(struct xport__lane *lane);
   /* A user operation failed (req finished with status, not yet
    * delivered): what that says of its connection (an endpoint the
    * provider took down, a target that refused a key). */
-  void (*op_failed)(xport_ctx_t *ctx, struct xport__req *req, int status);
+  void (*op_failed)(struct xport__lane *lane, struct xport__req *req, int status);
   /* Carries an atomic the provider cannot do (caps.atomics EMULATED;
    * may be NULL where the transport cannot): req is the user's, its
    * operands in req->atom; kind XPORT__ATOM_*. 0 once it is out (its
    * answer completes req), or a code with nothing posted. */
   int (*atomic)(xport_conn_t *conn, struct xport__req *req, unsigned kind, uint64_t key,
                 uint64_t addr);
-  /* Fault injection (XPORT_FAULT drop_conn, src/fault.c): conn, CONNECTED,
+  /* Fault injection (XPORT_FAULT drop_conn, src/core/fault.c): conn, CONNECTED,
    * is lost as if its peer had died, by the path a real loss takes (its
    * operations end with -XPORT_ECONNRESET, or 0 where the provider had
    * finished them; its disconnect event is queued), and its end reaches
@@ -912,7 +998,7 @@ struct xport__transport {
   const struct xport__data_ops *data;
   /* Ends every endpoint the transport opened, after the last connection
    * and listener closed and before the CQ closes; may be NULL. */
-  void (*fini)(xport_ctx_t *ctx);
+  void (*fini)(struct xport__lane *lane);
   /* 1: peers are watched by the clock (process checks, heartbeats): a
    * wait never sleeps past a quarter of XPORT_PEER_TIMEOUT while there
    * are connections, and runs progress when it wakes with nothing. */
@@ -923,11 +1009,12 @@ const struct xport__transport *xport__transport_for(enum fi_ep_type t);
 
 /* The registration of mr that ctx's endpoints take (its own, or its
  * node-local half), or NULL where mr belongs to another context. */
-static inline const xport_mr_t *xport__mr_for(const xport_mr_t *mr, const xport_ctx_t *ctx)
+static inline const xport_mr_t *xport__mr_for(const xport_mr_t *mr,
+                                              const struct xport__lane *lane)
 {
-  if (XPORT__LIKELY(mr->ctx == ctx))
+  if (XPORT__LIKELY(mr->lane == lane))
     return mr;
-  return mr->sub && mr->sub->ctx == ctx ? mr->sub : NULL;
+  return mr->sub && mr->sub->lane == lane ? mr->sub : NULL;
 }
 
 #define XPORT__ACCESS_REMOTE                                                  \
@@ -946,7 +1033,7 @@ struct xport__rkey_wire {
   const uint8_t *key;
   size_t klen;
 };
-int xport__rkey_parse(const xport_ctx_t *ctx, uint64_t peer_ctx_id, const void *buf, size_t len,
+int xport__rkey_parse(const struct xport__lane *lane, uint64_t peer_ctx_id, const void *buf, size_t len,
                       struct xport__rkey_wire *k);
 /* An RDM control message (rdm_wire.h): NULL with it in *m if it is well
  * formed, or why it is not. */
@@ -964,7 +1051,7 @@ int xport__svc_kind(const void *buf, size_t len);
  * xport__svc_kind) asks for to ctx's memory: 0 with the word's old value
  * in *old_p, or why it is refused; nothing outside a registration whose
  * key the request names, with the atomic right, is touched. */
-int xport__svc_apply(xport_ctx_t *ctx, const uint8_t *m, uint64_t *old_p);
+int xport__svc_apply(struct xport__lane *lane, const uint8_t *m, uint64_t *old_p);
 
 /* Checks the remote side of an operation against the unpacked key. */
 static inline int xport__check_remote(const xport_conn_t *conn, const xport_rkey_t *rk,
@@ -982,13 +1069,13 @@ static inline int xport__check_remote(const xport_conn_t *conn, const xport_rkey
 /* ---- internal entry points between core files ------------------------ */
 
 /* mem.c */
-int xport__reg(xport_ctx_t *ctx, void *buf, size_t len, uint64_t fi_access,
+int xport__reg(struct xport__lane *lane, void *buf, size_t len, uint64_t fi_access,
                struct fid_mr **mr_p);
-struct xport__bounce *xport__bounce_get(xport_ctx_t *ctx);
+struct xport__bounce *xport__bounce_get(struct xport__lane *lane);
 /* A registered slot of XPORT__SMALL_SLOT bytes; given back by bounce_put. */
-struct xport__bounce *xport__small_get(xport_ctx_t *ctx);
-void xport__bounce_put(xport_ctx_t *ctx, struct xport__bounce *b);
-void xport__bounce_fini(xport_ctx_t *ctx);
+struct xport__bounce *xport__small_get(struct xport__lane *lane);
+void xport__bounce_put(struct xport__lane *lane, struct xport__bounce *b);
+void xport__bounce_fini(struct xport__lane *lane);
 uint64_t xport__random_key(size_t key_size);
 /* The registration that covers exactly [offset, offset + len) of mr:
  * the region's own for the whole of it, else one made for that range
@@ -1064,10 +1151,14 @@ void xport__req_complete(xport_ctx_t *ctx, struct xport__req *req, int status);
 void xport__req_done_now(xport_ctx_t *ctx, struct xport__req *req);
 /* Orphans a request the provider still owns (RDM): it completes with
  * status once the provider lets go of it. */
-void xport__req_orphan(xport_ctx_t *ctx, struct xport__req *req, int status);
+void xport__req_orphan(struct xport__req *req, int status);
 /* Queues a finished request for delivery. */
 void xport__done_push(xport_ctx_t *ctx, struct xport__req *req);
-/* rma.c: the write of a deferred write_imm (p, its user half) finished
+/* wimm.c: posts an emulated write_imm of iov (len bytes) to the peer's
+ * addr under key (rma.c, once checked): both halves, or neither. */
+int xport__wimm_post(xport_conn_t *conn, const xport_iov_t *iov, size_t iovcnt, size_t len,
+                     uint64_t addr, uint64_t key, uint32_t imm, void *user_ctx);
+/* wimm.c: the write of a deferred write_imm (p, its user half) finished
  * with status: its marker goes now, or p fails with that status. Lower
  * layers reach it through ctx->wimm_write_done. */
 void xport__wimm_write_done(xport_ctx_t *ctx, struct xport__req *p, int status);
@@ -1078,15 +1169,15 @@ void xport__wimm_retry(xport_ctx_t *ctx, int fail);
  * context is going). */
 void xport__done_discard(xport_ctx_t *ctx);
 /* Releases a request's library-owned memory (bounce, registrations). */
-void xport__req_free_mem(xport_ctx_t *ctx, struct xport__req *req);
+void xport__req_free_mem(struct xport__lane *lane, struct xport__req *req);
 /* The peer of conn is dead and the provider can no longer touch what its
  * orphaned requests hold (dead_peer_lets_go): the user sees them now;
  * the requests themselves wait for the provider or the endpoint. */
 void xport__zombie_show(xport_ctx_t *ctx, xport_conn_t *conn);
 /* After an endpoint closed: its zombies will never be reported. */
-void xport__zombie_reclaim(xport_ctx_t *ctx, struct xport__rep *rep);
+void xport__zombie_reclaim(struct xport__lane *lane, struct xport__rep *rep);
 /* Reads the CQ until it is empty, queueing what the user must see. */
-void xport__cq_drain(xport_ctx_t *ctx);
+void xport__cq_drain(struct xport__lane *lane);
 void xport__req_release(xport_ctx_t *ctx, struct xport__req *req);
 void xport__req_fini(xport_ctx_t *ctx);
 int xport__progress_start(xport_ctx_t *ctx);
@@ -1109,7 +1200,7 @@ int xport__close_fid(xport_ctx_t *ctx, struct fid *fid);
 /* Leaves a fid open for the rest of the process (keep_fids), remembered
  * where a leak checker finds it: memory kept on purpose, not lost. */
 void xport__fid_keep(struct fid *fid);
-int xport__wait_fds(xport_ctx_t *ctx);
+int xport__wait_fds(struct xport__lane *lane);
 
 /* conn.c (the public calls) */
 /* Hands lst to a layer above: see struct xport_listener (admit NULL
@@ -1118,10 +1209,17 @@ void xport__listener_hook(xport_listener_t *lst, int (*admit)(void *, uint64_t),
                           void (*accepted)(void *, xport_conn_t *), void *arg);
 /* Accepts what the listeners a layer above owns have ready (the jobs). */
 void xport__auto_accept(xport_ctx_t *ctx);
+/* cq.c: one step of progress on every lane of lane's context but lane,
+ * accepts for a layer above included: what a transport runs while it
+ * waits in a connect or an accept, so that a peer waiting on another
+ * lane is not left waiting for this one (two ranks of a job that connect
+ * to each other over different transports). Never blocks; does nothing
+ * when called from inside itself. With the lock held. */
+void xport__progress_beside(struct xport__lane *lane);
 
 /* link.c: connections and listeners as the context holds them */
 /* A connection being made (CONNECTING), in no list yet: NULL, no memory. */
-xport_conn_t *xport__conn_new(xport_ctx_t *ctx);
+xport_conn_t *xport__conn_new(struct xport__lane *lane);
 /* The connection is the application's now: on ctx->conns, handed. */
 void xport__conn_link(xport_conn_t *conn);
 void xport__conn_unlink(xport_conn_t *conn);
@@ -1131,7 +1229,7 @@ void xport__connreq_push(xport_listener_t *lst, struct xport__connreq *cr);
  * bytes) within XPORT__GREET_MS, or sooner where descriptors run short;
  * looks at most twice a second. Called with the ctx lock held, from the
  * transport's progress. */
-void xport__halfopen_watch(xport_ctx_t *ctx, size_t greeting);
+void xport__halfopen_watch(struct xport__lane *lane, size_t greeting);
 /* 1 if a handshake with the context peer_ctx_id is under way at lst. */
 int xport__listener_shaking_from(const xport_listener_t *lst, uint64_t peer_ctx_id);
 /* Queues conn's disconnect event (once): it is delivered after the
@@ -1184,7 +1282,7 @@ int xport__addr_split(const char *addr, char *host, size_t hlen, char *port,
                       size_t plen);
 /* fi_getinfo for host:port on the context's provider (flags FI_SOURCE:
  * to listen there); 0, or why not, logged. */
-int xport__resolve(xport_ctx_t *ctx, const char *host, const char *port, uint64_t flags,
+int xport__resolve(struct xport__lane *lane, const char *host, const char *port, uint64_t flags,
                    struct fi_info **info_p);
 
 static inline long xport__now_ms(void)

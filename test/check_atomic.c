@@ -95,7 +95,7 @@ static xport_rkey_t *import_key(xport_ctx_t *ctx, xport_conn_t *conn, uint8_t *r
   return rk;
 }
 
-/* Recomputes the trailing FNV-1a of a packed key (layout: top of src/rma.c). */
+/* Recomputes the trailing FNV-1a of a packed key (layout: top of src/api/rma.c). */
 static void reseal(uint8_t *k, size_t len)
 {
   uint32_t h = 2166136261u;

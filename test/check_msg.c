@@ -1547,7 +1547,7 @@ END_TEST
  * A raw libfabric process that sends xport's greeting but does not play
  * by it: asks for a service channel (emulated atomics) and never makes
  * it, or makes one for a connection that is not its own. The hello's
- * layout is src/conn.c's. */
+ * layout is src/api/conn.c's. */
 struct st_hello {
   uint64_t magic;
   uint32_t version, flags;

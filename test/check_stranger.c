@@ -1964,7 +1964,7 @@ END_TEST
 /* ---- a replayed handshake under a key (xport(7), AUTHENTICATION) ------- */
 
 /* The shared key, as the server's file holds it and as a key holder
- * makes its MAC key of it (src/auth.c): written here from the documented
+ * makes its MAC key of it (src/util/auth.c): written here from the documented
  * format, the way any implementation of the wire would. */
 static const char replay_key[] = "the job's shared key: 32 bytes..";
 
@@ -2780,12 +2780,12 @@ static int ch_open_conns(const struct ch_server *S)
   return n;
 }
 
-/* Connections of the context's, not closed; the sub-context's too. */
+/* Connections of the context's, not closed, on every lane. */
 static int ch_ctx_conns(const xport_ctx_t *ctx)
 {
   int n = 0;
-  for (const xport_ctx_t *x = ctx; x; x = x->shm)
-    for (const xport_conn_t *c = x->conns; c; c = c->next)
+  for (unsigned l = 0; l < ctx->nlanes; l++)
+    for (const xport_conn_t *c = ctx->lanes[l]->conns; c; c = c->next)
       n++;
   return n;
 }

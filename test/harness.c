@@ -203,10 +203,12 @@ static int available(const struct xt_cfg *c, char *why, size_t len)
     if (rc == 0 && c->shm_auto) {
       /* Both transports must be there, and the test's connections take
        * the shm one: its capabilities are what they see. */
-      xport_caps_t fc;
       xport_ctx_attr_t sa = {.provider = "shm", .strict = a.strict};
-      xport_ctx_query(ctx, &fc);
-      if (xport_ctx_create(&sa, &sctx) == 0 && fc.wait_fd == 0)
+      const xport_candidate_t *cands;
+      int nc = xport_ctx_candidates(ctx, &cands), beside = 0;
+      for (int k = 0; k < nc; k++)
+        beside += !strcmp(cands[k].provider, "shm") && cands[k].verdict == XPORT_VERDICT_CHOSEN;
+      if (xport_ctx_create(&sa, &sctx) == 0 && beside)
         ;
       else {
         xport_ctx_destroy(ctx);

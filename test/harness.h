@@ -19,7 +19,7 @@ void xt_shm_name(const char *port, char *buf, size_t len);
  * "shm", or the fabric's where the servers run on another node
  * (shm+tcp@2nodes: a network namespace of their own). */
 int xt_mixed(void);
-/* A packed key holds one part per transport of its context (src/rma.c):
+/* A packed key holds one part per transport of its context (src/api/rma.c):
  * moves the part for conn's transport to the front of raw and returns its
  * length, for tests that forge a key's fields. */
 size_t xt_key_part(xport_conn_t *conn, uint8_t *raw, size_t len);

@@ -5,26 +5,25 @@
 # each other. Calls through an ops table or a request's handler are not
 # names and are not seen here: that is how a lower layer reaches a higher.
 #
-# Layers, top first (a file not listed fails the check, so that a new
-# file is placed on purpose):
-#   5 jobs         src/job.c
-#   4 API          src/ctx.c src/conn.c src/msg.c src/rma.c src/atomic.c
-#   3 transports   src/transport/msg.c src/transport/rdm.c, and the
-#                  registry that lists them (transport/registry.c)
-#   2 core         src/cq.c src/link.c src/mem.c src/halfopen.c src/fault.c
-#   1 profiles     providers/*.c
-#   0 utilities    src/env.c src/log.c src/error.c src/addr.c src/random.c src/auth.c
+# Layers, top first, one folder each (a file in none fails the check, so
+# that a new file is placed on purpose):
+#   5 jobs         src/jobs/
+#   4 API          src/api/ (the public calls, and the emulated write-with-immediate)
+#   3 transports   src/transport/ (one file each, and the registry that lists them)
+#   2 core         src/core/
+#   1 profiles     providers/
+#   0 utilities    src/util/
 set -u
 top=${top_builddir:-.}
 srcdir=${top_srcdir:-$top}
 layer() {
   case $1 in
-  src/job.c) echo 5 ;;
-  src/ctx.c | src/conn.c | src/msg.c | src/rma.c | src/atomic.c) echo 4 ;;
+  src/jobs/*.c) echo 5 ;;
+  src/api/*.c) echo 4 ;;
   src/transport/*.c) echo 3 ;;
-  src/cq.c | src/link.c | src/mem.c | src/halfopen.c | src/fault.c) echo 2 ;;
+  src/core/*.c) echo 2 ;;
   providers/*.c) echo 1 ;;
-  src/env.c | src/log.c | src/error.c | src/addr.c | src/random.c | src/auth.c) echo 0 ;;
+  src/util/*.c) echo 0 ;;
   *) echo x ;;
   esac
 }

@@ -15,6 +15,7 @@
  */
 #include "msg.h"
 #include "msg_wire.h"
+#include "fi_rma.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -76,8 +77,8 @@ static uint32_t hello_local_pid(const struct xport__hello *h)
 static void watch_pid(xport_conn_t *conn, uint32_t pid)
 {
 #ifdef SYS_pidfd_open
-  if (pid && conn->pidfd < 0)
-    conn->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+  if (pid && conn->proc.pidfd < 0)
+    conn->proc.pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
 #else
   (void)conn;
   (void)pid;
@@ -115,73 +116,73 @@ int xport__hello_parse(const void *buf, size_t len, struct xport__hello *h)
 static void conn_discard(xport_conn_t *conn);
 static void svc_close(xport_conn_t *conn);
 static void auth_end_reqs(xport_conn_t *conn);
-static void msg_progress(xport_ctx_t *ctx);
-static void svc_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
+static void msg_progress(struct xport__lane *lane);
+static void svc_internal(struct xport__lane *lane, struct xport__req *req, int status,
                          const struct fi_cq_data_entry *e, fi_addr_t src);
 
 /* ---- the service channel --------------------------------------------- */
 
 static struct xport__req *svc_req(xport_conn_t *conn, xport_op_t op)
 {
-  xport_ctx_t *ctx = conn->ctx;
-  struct xport__req *req = xport__req_new(ctx, conn, op, NULL);
+  struct xport__lane *lane = conn->lane;
+  struct xport__req *req = xport__req_new(lane->ctx, conn, op, NULL);
   if (!req)
     return NULL;
   req->on_done = svc_internal;
-  req->bounce = xport__small_get(ctx);
+  req->bounce = xport__small_get(lane);
   if (!req->bounce) {
     req->conn = NULL;
-    xport__req_release(ctx, req);
+    xport__req_release(lane->ctx, req);
     return NULL;
   }
   return req;
 }
 
 /* Gives a service request back; it had left conn->svc_out, or never joined. */
-static void svc_req_free(xport_ctx_t *ctx, struct xport__req *req)
+static void svc_req_free(struct xport__lane *lane, struct xport__req *req)
 {
-  xport__req_free_mem(ctx, req);
+  xport__req_free_mem(lane, req);
   req->conn = NULL; /* never counted in the connection's nreqs */
-  xport__req_release(ctx, req);
+  xport__req_release(lane->ctx, req);
 }
 
 static int svc_post_recv(xport_conn_t *conn, struct xport__req *req)
 {
-  xport_ctx_t *ctx = conn->ctx;
+  struct xport__lane *lane = conn->lane;
   ssize_t ret = fi_recv(mconn(conn)->svc, req->bounce->buf, XPORT__SMALL_SLOT, req->bounce->desc, 0,
                         &req->fictx);
   if (ret)
     return xport__err_from_fi((int)ret);
   XPORT__LIST_PUSH(mconn(conn)->svc_out, req, cnext, cprev);
-  ctx->nposted++;
+  lane->nposted++;
   return 0;
 }
 
 /* Sends len bytes the caller wrote into the returned buffer's request. */
 static int svc_send(xport_conn_t *conn, struct xport__req *req, size_t len)
 {
-  xport_ctx_t *ctx = conn->ctx;
+  struct xport__lane *lane = conn->lane;
   ssize_t ret = fi_send(mconn(conn)->svc, req->bounce->buf, len, req->bounce->desc, 0, &req->fictx);
   if (ret) {
-    svc_req_free(ctx, req);
+    svc_req_free(lane, req);
     /* A full queue: EAGAIN, or ENOMEM where the provider's entry pool ran out. */
     return xport__pushed_back(ret) ? -XPORT_EAGAIN : xport__err_from_fi((int)ret);
   }
   XPORT__LIST_PUSH(mconn(conn)->svc_out, req, cnext, cprev);
-  ctx->nposted++;
+  lane->nposted++;
   return 0;
 }
 
 static int svc_open(xport_conn_t *conn, struct fi_info *info)
 {
-  xport_ctx_t *ctx = conn->ctx;
-  if (ctx->nposted + SVC_RX > ctx->max_posted)
+  struct xport__lane *lane = conn->lane;
+  if (lane->nposted + SVC_RX > lane->max_posted)
     return -XPORT_EAGAIN; /* the CQ has no room for another channel */
-  int ret = fi_endpoint(ctx->domain, info, &mconn(conn)->svc, conn);
+  int ret = fi_endpoint(lane->domain, info, &mconn(conn)->svc, conn);
   if (!ret)
-    ret = fi_ep_bind(mconn(conn)->svc, &ctx->eq->fid, 0);
+    ret = fi_ep_bind(mconn(conn)->svc, &lane->eq->fid, 0);
   if (!ret)
-    ret = fi_ep_bind(mconn(conn)->svc, &ctx->cq->fid, FI_TRANSMIT | FI_RECV);
+    ret = fi_ep_bind(mconn(conn)->svc, &lane->cq->fid, FI_TRANSMIT | FI_RECV);
   if (!ret)
     ret = fi_enable(mconn(conn)->svc);
   if (ret) {
@@ -195,7 +196,7 @@ static int svc_open(xport_conn_t *conn, struct fi_info *info)
     struct xport__req *req = svc_req(conn, XPORT__OP_SVC_RECV);
     ret = req ? svc_post_recv(conn, req) : -XPORT_ENOMEM;
     if (ret && req)
-      svc_req_free(ctx, req);
+      svc_req_free(lane, req);
   }
   if (ret)
     svc_close(conn);
@@ -205,40 +206,40 @@ static int svc_open(xport_conn_t *conn, struct fi_info *info)
 
 static void svc_lost(xport_conn_t *conn, int status)
 {
-  xport_ctx_t *ctx = conn->ctx;
+  struct xport__lane *lane = conn->lane;
   svc_close(conn);
   /* Their answers would have come over it. */
   for (struct xport__req *r = conn->out, *next; r; r = next) {
     next = r->cnext;
     if (r->op == XPORT_OP_ATOMIC) {
       mconn(conn)->natom--;
-      xport__req_complete(ctx, r, status);
+      xport__req_complete(lane->ctx, r, status);
     }
   }
 }
 
 static void svc_close(xport_conn_t *conn)
 {
-  xport_ctx_t *ctx = conn->ctx;
+  struct xport__lane *lane = conn->lane;
   if (!mconn(conn)->svc)
     return;
-  xport__close_fid(ctx, &mconn(conn)->svc->fid);
+  xport__close_fid(lane->ctx, &mconn(conn)->svc->fid);
   mconn(conn)->svc = NULL;
   mconn(conn)->svc_state = -1;
   /* What the close flushed comes through here too (svc_internal). */
-  xport__cq_drain(ctx);
+  xport__cq_drain(lane);
   while (mconn(conn)->svc_out) {
     struct xport__req *req = mconn(conn)->svc_out;
     XPORT__LIST_UNLINK(mconn(conn)->svc_out, req, cnext, cprev);
-    ctx->nposted--;
-    svc_req_free(ctx, req);
+    lane->nposted--;
+    svc_req_free(lane, req);
   }
 }
 
 /* Applies a request to this context's memory: the old value, or an error
  * for a key that names no region of ours with the atomic right, or a word
  * outside it or misaligned. */
-int xport__svc_apply(xport_ctx_t *ctx, const uint8_t *m, uint64_t *old_p)
+int xport__svc_apply(struct xport__lane *lane, const uint8_t *m, uint64_t *old_p)
 {
   char *base;
   size_t len;
@@ -248,13 +249,13 @@ int xport__svc_apply(xport_ctx_t *ctx, const uint8_t *m, uint64_t *old_p)
   uint64_t operand = xport__get64(m + 32), compare = xport__get64(m + 40);
   if (kind < XPORT__ATOM_FADD || kind > XPORT__ATOM_ADD)
     return -XPORT_EPROTO;
-  if (xport__mr_by_key(ctx, key, &base, &len, &access) ||
+  if (xport__mr_by_key(lane->ctx, key, &base, &len, &access) ||
       !(access & XPORT_ACCESS_REMOTE_ATOMIC))
     return -XPORT_EACCES;
   /* Outside the key's registration, or misaligned: the initiator checks
    * both against the key it holds, so only a forged key gets here, and is
    * refused as any key the target does not honour. */
-  uint64_t off = ctx->virt_addr ? addr - (uint64_t)(uintptr_t)base : addr;
+  uint64_t off = lane->virt_addr ? addr - (uint64_t)(uintptr_t)base : addr;
   if (off > len || len - off < 8)
     return -XPORT_EACCES;
   uint64_t *word = (uint64_t *)(void *)(base + off);
@@ -281,7 +282,7 @@ static void on_request(xport_conn_t *conn, struct xport__req *req)
 {
   uint8_t *m = (uint8_t *)req->bounce->buf;
   uint64_t old = 0;
-  int status = xport__svc_apply(conn->ctx, m, &old);
+  int status = xport__svc_apply(conn->lane, m, &old);
   uint32_t seq = xport__get32(m + 8);
   memset(m, 0, ATOM_ANS_LEN);
   xport__put32(m, ATOM_ANS_MAGIC);
@@ -315,7 +316,7 @@ static void on_answer(xport_conn_t *conn, const uint8_t *m)
         status = -XPORT_EPROTO;
       r->atom[2] = xport__get64(m + 16);
       mconn(conn)->natom--;
-      xport__req_complete(conn->ctx, r, status);
+      xport__req_complete(conn->lane->ctx, r, status);
       r->len = status ? 0 : 8;
       r->imm = 0;
       return;
@@ -323,22 +324,22 @@ static void on_answer(xport_conn_t *conn, const uint8_t *m)
   XPORT__INFO("an atomic's answer names no operation of ours; dropped");
 }
 
-static void svc_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
+static void svc_internal(struct xport__lane *lane, struct xport__req *req, int status,
                          const struct fi_cq_data_entry *e, fi_addr_t src)
 {
   (void)src;
   xport_conn_t *conn = req->conn;
   XPORT__LIST_UNLINK(mconn(conn)->svc_out, req, cnext, cprev);
-  ctx->nposted--;
+  lane->nposted--;
   if (req->op == XPORT__OP_SVC_SEND && req->pair && !status && mconn(conn)->svc) {
     req->op = XPORT__OP_SVC_RECV; /* an answer went out: its receive again */
     req->pair = 0;
     if (svc_post_recv(conn, req))
-      svc_req_free(ctx, req);
+      svc_req_free(lane, req);
     return;
   }
   if (req->op == XPORT__OP_SVC_SEND || status || !mconn(conn)->svc) {
-    svc_req_free(ctx, req);
+    svc_req_free(lane, req);
     return;
   }
   /* Data from the peer: checked before it is trusted. */
@@ -353,7 +354,7 @@ static void svc_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
   else
     XPORT__INFO("dropped a malformed message on a service channel (%zu bytes)", e->len);
   if (svc_post_recv(conn, req))
-    svc_req_free(ctx, req);
+    svc_req_free(lane, req);
 }
 
 /* ---- authentication (msg_wire.h, xport(7) AUTHENTICATION) ------------- */
@@ -367,52 +368,52 @@ enum {
   AS_FAILED       /* it did not, or the handshake broke */
 };
 
-static void auth_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
+static void auth_internal(struct xport__lane *lane, struct xport__req *req, int status,
                           const struct fi_cq_data_entry *e, fi_addr_t src);
 
 static struct xport__req *auth_req(xport_conn_t *conn, xport_op_t op)
 {
-  xport_ctx_t *ctx = conn->ctx;
-  struct xport__req *req = xport__req_new(ctx, conn, op, NULL);
+  struct xport__lane *lane = conn->lane;
+  struct xport__req *req = xport__req_new(lane->ctx, conn, op, NULL);
   if (!req)
     return NULL;
   req->on_done = auth_internal;
-  req->bounce = xport__bounce_get(ctx);
+  req->bounce = xport__bounce_get(lane);
   if (!req->bounce) {
     req->conn = NULL;
-    xport__req_release(ctx, req);
+    xport__req_release(lane->ctx, req);
     return NULL;
   }
   return req;
 }
 
-static void auth_req_free(xport_ctx_t *ctx, struct xport__req *req)
+static void auth_req_free(struct xport__lane *lane, struct xport__req *req)
 {
-  xport__req_free_mem(ctx, req);
+  xport__req_free_mem(lane, req);
   req->conn = NULL; /* never counted in the connection's nreqs */
-  xport__req_release(ctx, req);
+  xport__req_release(lane->ctx, req);
 }
 
 /* A receive of xport's own on the connection's endpoint, posted before
  * the peer may send what it takes. */
 static int auth_post_recv(xport_conn_t *conn, struct xport__req *req)
 {
-  xport_ctx_t *ctx = conn->ctx;
+  struct xport__lane *lane = conn->lane;
   if (!req && !(req = auth_req(conn, XPORT__OP_SVC_RECV)))
     return -XPORT_ENOMEM;
   ssize_t ret = fi_recv(conn->ep, req->bounce->buf, AUTH_LEN, req->bounce->desc, 0, &req->fictx);
   if (ret) {
-    auth_req_free(ctx, req);
+    auth_req_free(lane, req);
     return xport__err_from_fi((int)ret);
   }
   XPORT__LIST_PUSH(mconn(conn)->auth_out, req, cnext, cprev);
-  ctx->nposted++;
+  lane->nposted++;
   return 0;
 }
 
 static int auth_send(xport_conn_t *conn, unsigned kind, const uint8_t *nonce, const uint8_t *mac)
 {
-  xport_ctx_t *ctx = conn->ctx;
+  struct xport__lane *lane = conn->lane;
   struct xport__req *req = auth_req(conn, XPORT__OP_SVC_SEND);
   if (!req)
     return -XPORT_ENOMEM;
@@ -426,18 +427,18 @@ static int auth_send(xport_conn_t *conn, unsigned kind, const uint8_t *nonce, co
     memcpy(m + 40, mac, XPORT__AUTH_MAC);
   ssize_t ret = fi_send(conn->ep, m, AUTH_LEN, req->bounce->desc, 0, &req->fictx);
   if (ret) {
-    auth_req_free(ctx, req);
+    auth_req_free(lane, req);
     return xport__pushed_back(ret) ? -XPORT_EAGAIN : xport__err_from_fi((int)ret);
   }
   XPORT__LIST_PUSH(mconn(conn)->auth_out, req, cnext, cprev);
-  ctx->nposted++;
+  lane->nposted++;
   return 0;
 }
 
 /* A proof: the MAC, keyed with the context's key, over the direction's
  * label, both nonces, both context ids and the service channel's cookie
  * (which the acceptance carried unauthenticated). */
-static void auth_proof(const xport_ctx_t *ctx, int by_listener, const uint8_t *client_nonce,
+static void auth_proof(const struct xport__lane *lane, int by_listener, const uint8_t *client_nonce,
                        const uint8_t *listener_nonce, uint64_t client_id, uint64_t listener_id,
                        uint64_t cookie, uint8_t mac[XPORT__AUTH_MAC])
 {
@@ -450,22 +451,22 @@ static void auth_proof(const xport_ctx_t *ctx, int by_listener, const uint8_t *c
   xport__put64(t + 32 + 2 * XPORT__AUTH_NONCE, client_id);
   xport__put64(t + 40 + 2 * XPORT__AUTH_NONCE, listener_id);
   xport__put64(t + 48 + 2 * XPORT__AUTH_NONCE, cookie);
-  xport__auth_mac(ctx->auth_key, t, sizeof t, mac);
+  xport__auth_mac(lane->ctx->auth_key, t, sizeof t, mac);
 }
 
 /* Acts on a message of the handshake (m, AUTH_LEN bytes checked), as the
  * connection's side and state say; anything out of turn fails it. */
 static void auth_step(xport_conn_t *conn, struct xport__req *req, const uint8_t *m)
 {
-  xport_ctx_t *ctx = conn->ctx;
+  struct xport__lane *lane = conn->lane;
   unsigned kind = xport__get32(m + 4);
   uint8_t nonce[XPORT__AUTH_NONCE], mac[XPORT__AUTH_MAC];
   int ret = -XPORT_EACCES;
   if (mconn(conn)->auth_state == AS_WAIT_HELLO && kind == AUTH_HELLO) {
     xport__auth_nonce(nonce);
-    auth_proof(ctx, 1, m + 8, nonce, conn->peer_ctx_id, ctx->id, mconn(conn)->svc_cookie, mac);
-    auth_proof(ctx, 0, m + 8, nonce, conn->peer_ctx_id, ctx->id, mconn(conn)->svc_cookie,
-               conn->auth);
+    auth_proof(lane, 1, m + 8, nonce, conn->peer_ctx_id, lane->ctx->id, mconn(conn)->svc_cookie, mac);
+    auth_proof(lane, 0, m + 8, nonce, conn->peer_ctx_id, lane->ctx->id, mconn(conn)->svc_cookie,
+               mconn(conn)->auth);
     ret = auth_post_recv(conn, req);
     req = NULL;
     if (!ret)
@@ -475,13 +476,13 @@ static void auth_step(xport_conn_t *conn, struct xport__req *req, const uint8_t 
       return;
     }
   } else if (mconn(conn)->auth_state == AS_WAIT_PROOF && kind == AUTH_PROOF &&
-             xport__auth_same(m + 40, conn->auth)) {
+             xport__auth_same(m + 40, mconn(conn)->auth)) {
     mconn(conn)->auth_state = AS_DONE;
   } else if (mconn(conn)->auth_state == AS_WAIT_ANSWER && kind == AUTH_ANSWER) {
-    auth_proof(ctx, 1, conn->auth, m + 8, ctx->id, conn->peer_ctx_id, mconn(conn)->svc_cookie, mac);
+    auth_proof(lane, 1, mconn(conn)->auth, m + 8, lane->ctx->id, conn->peer_ctx_id, mconn(conn)->svc_cookie, mac);
     int ok = xport__auth_same(mac, m + 40);
     if (ok)
-      auth_proof(ctx, 0, conn->auth, m + 8, ctx->id, conn->peer_ctx_id, mconn(conn)->svc_cookie,
+      auth_proof(lane, 0, mconn(conn)->auth, m + 8, lane->ctx->id, conn->peer_ctx_id, mconn(conn)->svc_cookie,
                  mac);
     ret = auth_send(conn, ok ? AUTH_PROOF : AUTH_REFUSE, NULL, ok ? mac : NULL);
     if (!ok) {
@@ -492,9 +493,9 @@ static void auth_step(xport_conn_t *conn, struct xport__req *req, const uint8_t 
     conn->fail_code = ret;
   }
   if (req)
-    auth_req_free(ctx, req);
+    auth_req_free(lane, req);
   if (mconn(conn)->auth_state == AS_DONE || mconn(conn)->auth_state == AS_FAILED) {
-    xport__auth_wipe(conn->auth, sizeof conn->auth);
+    xport__auth_wipe(mconn(conn)->auth, sizeof mconn(conn)->auth);
     return;
   }
   if (mconn(conn)->auth_state == AS_WAIT_HELLO || mconn(conn)->auth_state == AS_WAIT_PROOF)
@@ -503,16 +504,16 @@ static void auth_step(xport_conn_t *conn, struct xport__req *req, const uint8_t 
                 kind == AUTH_REFUSE ? " (it refused ours)" : "");
   mconn(conn)->auth_state = AS_FAILED;
   conn->fail_code = ret ? ret : -XPORT_EACCES;
-  xport__auth_wipe(conn->auth, sizeof conn->auth);
+  xport__auth_wipe(mconn(conn)->auth, sizeof mconn(conn)->auth);
 }
 
-static void auth_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
+static void auth_internal(struct xport__lane *lane, struct xport__req *req, int status,
                           const struct fi_cq_data_entry *e, fi_addr_t src)
 {
   (void)src;
   xport_conn_t *conn = req->conn;
   XPORT__LIST_UNLINK(mconn(conn)->auth_out, req, cnext, cprev);
-  ctx->nposted--;
+  lane->nposted--;
   int waiting = mconn(conn)->auth_state != AS_DONE && mconn(conn)->auth_state != AS_FAILED;
   if (req->op == XPORT__OP_SVC_SEND || status || !conn->ep) {
     /* A message of the handshake that did not go, or a receive that broke
@@ -525,12 +526,12 @@ static void auth_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
       if (conn->state != XPORT__CONN_CONNECTING && conn->state != XPORT__CONN_FAILED)
         conn->fail_code = status == -XPORT_ECANCELED ? -XPORT_ECONNRESET : status;
     }
-    auth_req_free(ctx, req);
+    auth_req_free(lane, req);
     return;
   }
   const uint8_t *m = (const uint8_t *)req->bounce->buf;
   if (e->len != AUTH_LEN || xport__get32(m) != AUTH_MAGIC) {
-    auth_req_free(ctx, req);
+    auth_req_free(lane, req);
     mconn(conn)->auth_state = AS_FAILED;
     conn->fail_code = -XPORT_EACCES;
     return;
@@ -545,31 +546,31 @@ static void auth_end_reqs(xport_conn_t *conn)
   while (mconn(conn)->auth_out) {
     struct xport__req *req = mconn(conn)->auth_out;
     XPORT__LIST_UNLINK(mconn(conn)->auth_out, req, cnext, cprev);
-    conn->ctx->nposted--;
-    auth_req_free(conn->ctx, req);
+    conn->lane->nposted--;
+    auth_req_free(conn->lane, req);
   }
 }
 
 /* Waits for conn's handshake under a key to end: 0 when both proved it. */
 static int wait_auth(xport_conn_t *conn, long deadline)
 {
-  xport_ctx_t *ctx = conn->ctx;
+  struct xport__lane *lane = conn->lane;
   for (;;) {
-    xport__cq_drain(ctx);
+    xport__cq_drain(lane);
     if (mconn(conn)->auth_state == AS_DONE)
       return 0;
     if (mconn(conn)->auth_state == AS_FAILED)
       return conn->fail_code ? conn->fail_code : -XPORT_EACCES;
-    msg_progress(ctx);
+    msg_progress(lane);
     if (conn->state != XPORT__CONN_CONNECTED)
       return -XPORT_ECONNRESET;
     long left = deadline < 0 ? 1 : deadline - xport__now_ms();
     if (left <= 0)
       return -XPORT_ETIMEDOUT;
     struct timespec ts = {0, 200 * 1000};
-    XPORT__UNLOCK(ctx);
+    XPORT__UNLOCK(lane->ctx);
     nanosleep(&ts, NULL);
-    XPORT__LOCK(ctx);
+    XPORT__LOCK(lane->ctx);
   }
 }
 
@@ -579,24 +580,24 @@ static int wait_auth(xport_conn_t *conn, long deadline)
  * went away) for whatever it did not report. */
 static void conn_release_ep(xport_conn_t *conn, int status)
 {
-  xport_ctx_t *ctx = conn->ctx;
+  struct xport__lane *lane = conn->lane;
   if (!conn->ep)
     return;
-  xport__close_fid(ctx, &conn->ep->fid);
+  xport__close_fid(lane->ctx, &conn->ep->fid);
   conn->ep = NULL;
   if (mconn(conn)->svc_gone_at) {
     mconn(conn)->svc_gone_at = 0;
-    mctx(ctx)->nsvc_gone--;
+    mctx(lane)->nsvc_gone--;
   }
   svc_close(conn);
-  xport__cq_drain(ctx);
+  xport__cq_drain(lane);
   auth_end_reqs(conn);
   while (conn->out)
-    xport__req_complete(ctx, conn->out, status);
+    xport__req_complete(lane->ctx, conn->out, status);
   xport__held_flush(conn, status);
-  if (conn->pidfd >= 0) /* peer_gone is settled: nothing more fails */
-    close(conn->pidfd);
-  conn->pidfd = -1;
+  if (conn->proc.pidfd >= 0) /* peer_gone is settled: nothing more fails */
+    close(conn->proc.pidfd);
+  conn->proc.pidfd = -1;
 }
 
 static void conn_lost(xport_conn_t *conn, int status)
@@ -613,7 +614,7 @@ static void conn_lost(xport_conn_t *conn, int status)
     /* Only a connection the application holds has an event: one lost
      * in its handshake is dropped by the accept or connect making it. */
     if (conn->handed)
-      xport__evq_push(conn->ctx, conn, -XPORT_ECONNRESET);
+      xport__evq_push(conn->lane->ctx, conn, -XPORT_ECONNRESET);
   }
 }
 
@@ -636,8 +637,8 @@ static void ep_lost(struct fid *fid, int status)
      * nothing where no receive is posted): one that stays quiet ends. */
     if (conn->state == XPORT__CONN_CONNECTED && !mconn(conn)->svc_gone_at) {
       mconn(conn)->svc_gone_at = xport__now_ms();
-      conn->ndone_seen = conn->ndone;
-      mctx(conn->ctx)->nsvc_gone++;
+      conn->heard.done_seen = conn->heard.done;
+      mctx(conn->lane)->nsvc_gone++;
     }
     return;
   }
@@ -646,16 +647,16 @@ static void ep_lost(struct fid *fid, int status)
 
 /* Connections whose service channel the peer shut: lost once nothing on
  * them completed for XPORT_PEER_TIMEOUT. */
-static void svc_gone_check(xport_ctx_t *ctx)
+static void svc_gone_check(struct xport__lane *lane)
 {
   long now = xport__now_ms();
-  for (xport_conn_t *c = ctx->conns; c; c = c->next) {
+  for (xport_conn_t *c = lane->conns; c; c = c->next) {
     if (!mconn(c)->svc_gone_at)
       continue;
-    if (c->ndone != c->ndone_seen) {
-      c->ndone_seen = c->ndone;
+    if (c->heard.done != c->heard.done_seen) {
+      c->heard.done_seen = c->heard.done;
       mconn(c)->svc_gone_at = now;
-    } else if (now - mconn(c)->svc_gone_at >= ctx->peer_check_ms) {
+    } else if (now - mconn(c)->svc_gone_at >= lane->ctx->peer_check_ms) {
       conn_lost(c, -XPORT_ECONNRESET);
     }
   }
@@ -667,11 +668,11 @@ static void on_svc_request(xport_listener_t *lst, struct fi_info *info,
                            const struct xport__hello *h) {
   xport_conn_t *conn = lst->shaking;
   while (conn && !(mconn(conn)->svc_cookie && h->cookie == mconn(conn)->svc_cookie))
-    conn = conn->shake_next;
+    conn = conn->shake.next;
   struct xport__hello a = {.magic = HELLO_MAGIC, .version = HELLO_VERSION};
   int ret = -FI_EINVAL;
   if (conn && !mconn(conn)->svc && h->ctx_id == conn->peer_ctx_id) {
-    a.ctx_id = lst->ctx->id;
+    a.ctx_id = lst->lane->ctx->id;
     ret = svc_open(conn, info);
     if (!ret && (ret = fi_accept(mconn(conn)->svc, &a, hello_len(mconn(conn)->svc))))
       svc_close(conn);
@@ -706,11 +707,11 @@ static void on_connreq(xport_listener_t *lst, struct fi_info *info,
   /* A key on one side only: refused, and the rejection says why (logged
    * at info level only: strangers must not decide what a listener writes
    * to stderr). */
-  if (!!(h.flags & HELLO_AUTH) != lst->ctx->auth_on) {
+  if (!!(h.flags & HELLO_AUTH) != lst->lane->ctx->auth_on) {
     struct xport__hello r = {.magic = HELLO_MAGIC, .version = HELLO_VERSION,
-                             .flags = HELLO_AUTH_REJ, .ctx_id = lst->ctx->id};
+                             .flags = HELLO_AUTH_REJ, .ctx_id = lst->lane->ctx->id};
     XPORT__INFO("listener %s: refused a request %s", lst->addr,
-                lst->ctx->auth_on ? "without a key: authentication failed: the peer does not "
+                lst->lane->ctx->auth_on ? "without a key: authentication failed: the peer does not "
                                     "hold this listener's key"
                                   : "that offers a key: this listener has none "
                                     "(XPORT_AUTH_KEY_FILE)");
@@ -749,7 +750,7 @@ static void conn_broken(xport_conn_t *conn)
   if (mconn(conn)->broken || conn->closing || conn->state != XPORT__CONN_CONNECTED)
     return;
   mconn(conn)->broken = 1;
-  mctx(conn->ctx)->nbroken++;
+  mctx(conn->lane)->nbroken++;
 }
 
 /* Connections whose endpoint an operation's failure took down. On tcp
@@ -757,10 +758,10 @@ static void conn_broken(xport_conn_t *conn)
  * failed operation (a refused key, a message longer than the receive)
  * put the QP in error, the rest of its work is flushed, and neither end
  * hears of it from the connection manager. */
-static void lose_broken(xport_ctx_t *ctx)
+static void lose_broken(struct xport__lane *lane)
 {
-  mctx(ctx)->nbroken = 0;
-  for (xport_conn_t *c = ctx->conns, *next; c; c = next) {
+  mctx(lane)->nbroken = 0;
+  for (xport_conn_t *c = lane->conns, *next; c; c = next) {
     next = c->next;
     if (mconn(c)->broken) {
       mconn(c)->broken = 0;
@@ -770,7 +771,7 @@ static void lose_broken(xport_ctx_t *ctx)
   }
 }
 
-static void eq_read_all(xport_ctx_t *ctx)
+static void eq_read_all(struct xport__lane *lane)
 {
   struct cm_buf buf;
   uint32_t event;
@@ -781,13 +782,13 @@ static void eq_read_all(xport_ctx_t *ctx)
      * "more to come": a socket at its end (a stranger's, or one
      * halfopen.c shut) would then stay open, readable for ever. */
     errno = 0;
-    ssize_t r = fi_eq_read(ctx->eq, &event, &buf, sizeof buf, 0);
+    ssize_t r = fi_eq_read(lane->eq, &event, &buf, sizeof buf, 0);
     if (r == -FI_EAGAIN)
       return;
     if (r == -FI_EAVAIL) {
       struct fi_eq_err_entry err;
       memset(&err, 0, sizeof err);
-      if (fi_eq_readerr(ctx->eq, &err, 0) < 0)
+      if (fi_eq_readerr(lane->eq, &err, 0) < 0)
         return;
       int status = xport__err_from_fi(err.err ? err.err : FI_EIO);
       struct xport__hello rh;
@@ -795,7 +796,7 @@ static void eq_read_all(xport_ctx_t *ctx)
       if (err.err == FI_ECONNREFUSED && err.err_data &&
           xport__hello_parse(err.err_data, err.err_data_size, &rh) &&
           (rh.flags & HELLO_AUTH_REJ)) {
-        XPORT__WARN("authentication failed: %s", ctx->auth_on
+        XPORT__WARN("authentication failed: %s", lane->ctx->auth_on
                     ? "the listener refused this context's key: it holds none"
                     : "the listener requires a key (XPORT_AUTH_KEY_FILE), and this context has "
                       "none");
@@ -815,7 +816,7 @@ static void eq_read_all(xport_ctx_t *ctx)
       /* A request the provider noticed only after its listener closed
        * (tcp: a client that connected while nobody polled) names an
        * endpoint that is gone: compared, never followed. */
-      xport_listener_t *l = ctx->listeners;
+      xport_listener_t *l = lane->listeners;
       while (l && (!l->pep || &l->pep->fid != buf.e.fid))
         l = l->next;
       if (l)
@@ -839,8 +840,8 @@ static void eq_read_all(xport_ctx_t *ctx)
       if (conn->peer_ctx_id) {
         conn->state = XPORT__CONN_CONNECTED;
       } else if (xport__hello_parse(buf.data, dlen, &h) &&
-                 !(h.flags & HELLO_AUTH) != !ctx->auth_on) {
-        XPORT__WARN("authentication failed: the listener accepted %s", ctx->auth_on
+                 !(h.flags & HELLO_AUTH) != !lane->ctx->auth_on) {
+        XPORT__WARN("authentication failed: the listener accepted %s", lane->ctx->auth_on
                     ? "without a key" : "under a key, which this context has not");
         conn->state = XPORT__CONN_FAILED;
         conn->fail_code = -XPORT_EACCES;
@@ -865,49 +866,49 @@ static void eq_read_all(xport_ctx_t *ctx)
   }
 }
 
-static void msg_progress(xport_ctx_t *ctx)
+static void msg_progress(struct xport__lane *lane)
 {
-  if (XPORT__UNLIKELY(mctx(ctx)->nbroken))
-    lose_broken(ctx);
-  if (XPORT__UNLIKELY(mctx(ctx)->nsvc_gone))
-    svc_gone_check(ctx);
-  if (!ctx->eq)
+  if (XPORT__UNLIKELY(mctx(lane)->nbroken))
+    lose_broken(lane);
+  if (XPORT__UNLIKELY(mctx(lane)->nsvc_gone))
+    svc_gone_check(lane);
+  if (!lane->eq)
     return;
-  xport__halfopen_watch(ctx, sizeof(struct xport__hello));
-  eq_read_all(ctx);
+  xport__halfopen_watch(lane, sizeof(struct xport__hello));
+  eq_read_all(lane);
   /* Handshakes of a listener that accepts in the background move on
    * with the events just read. */
-  if (XPORT__UNLIKELY(ctx->nhooked))
-    ctx->auto_accept(ctx);
+  if (XPORT__UNLIKELY(lane->ctx->nhooked))
+    lane->ctx->auto_accept(lane->ctx);
 }
 
 /* Waits up to timeout_ms for an EQ event. Called with the progress lock
  * held (connect, accept), it lets go of it while it sleeps: the progress
  * thread must keep serving the other connections meanwhile. */
-static int wait_eq(xport_ctx_t *ctx, int timeout_ms)
+static int wait_eq(struct xport__lane *lane, int timeout_ms)
 {
-  struct fid *fids[1] = {&ctx->eq->fid};
-  if (ctx->beside) {
+  struct fid *fids[1] = {&lane->eq->fid};
+  if (lane->ctx->nlanes > 1) {
     /* The other transport's peers are served between short sleeps. */
-    ctx->beside(ctx);
+    xport__progress_beside(lane);
     if (timeout_ms > 1)
       timeout_ms = 1;
   }
-  if (ctx->eq_fd >= 0) {
-    if (fi_trywait(ctx->fabric, fids, 1) != FI_SUCCESS)
+  if (lane->eq_fd >= 0) {
+    if (fi_trywait(lane->fabric, fids, 1) != FI_SUCCESS)
       return 0;
-    struct pollfd p = {.fd = ctx->eq_fd, .events = POLLIN};
-    XPORT__UNLOCK(ctx);
+    struct pollfd p = {.fd = lane->eq_fd, .events = POLLIN};
+    XPORT__UNLOCK(lane->ctx);
     poll(&p, 1, timeout_ms);
-    XPORT__LOCK(ctx);
+    XPORT__LOCK(lane->ctx);
     return 0;
   }
   struct timespec ts = {0, 1000 * 1000};
   if (timeout_ms == 0)
     return 0;
-  XPORT__UNLOCK(ctx);
+  XPORT__UNLOCK(lane->ctx);
   nanosleep(&ts, NULL);
-  XPORT__LOCK(ctx);
+  XPORT__LOCK(lane->ctx);
   return 0;
 }
 
@@ -929,13 +930,13 @@ static void format_sockaddr(const struct sockaddr *sa, char *buf, size_t len)
 
 static int ep_open(xport_conn_t *conn, struct fi_info *info)
 {
-  xport_ctx_t *ctx = conn->ctx;
-  int ret = fi_endpoint(ctx->domain, info, &conn->ep, conn);
+  struct xport__lane *lane = conn->lane;
+  int ret = fi_endpoint(lane->domain, info, &conn->ep, conn);
   if (ret)
     return ret;
-  ret = fi_ep_bind(conn->ep, &ctx->eq->fid, 0);
+  ret = fi_ep_bind(conn->ep, &lane->eq->fid, 0);
   if (!ret)
-    ret = fi_ep_bind(conn->ep, &ctx->cq->fid, FI_TRANSMIT | FI_RECV);
+    ret = fi_ep_bind(conn->ep, &lane->cq->fid, FI_TRANSMIT | FI_RECV);
   if (!ret)
     ret = fi_enable(conn->ep);
   if (ret) {
@@ -948,9 +949,9 @@ static int ep_open(xport_conn_t *conn, struct fi_info *info)
 /* Waits for a CONNECTING connection to settle; 0 when connected. */
 static int wait_connected(xport_conn_t *conn, long deadline)
 {
-  xport_ctx_t *ctx = conn->ctx;
+  struct xport__lane *lane = conn->lane;
   for (;;) {
-    msg_progress(ctx);
+    msg_progress(lane);
     if (conn->state == XPORT__CONN_CONNECTED || conn->state == XPORT__CONN_DISCONNECTED)
       return 0; /* connected, perhaps lost already: the event is queued */
     if (conn->state != XPORT__CONN_CONNECTING)
@@ -958,35 +959,35 @@ static int wait_connected(xport_conn_t *conn, long deadline)
     long left = deadline < 0 ? 100 : deadline - xport__now_ms();
     if (left <= 0)
       return -XPORT_ETIMEDOUT;
-    wait_eq(ctx, left < 100 ? (int)left : 100);
+    wait_eq(lane, left < 100 ? (int)left : 100);
   }
 }
 
 static void conn_discard(xport_conn_t *conn)
 {
-  xport_ctx_t *ctx = conn->ctx;
+  struct xport__lane *lane = conn->lane;
   if (conn->ep)
     fi_close(&conn->ep->fid);
   conn->ep = NULL;
   if (mconn(conn)->auth_out) {
-    xport__cq_drain(ctx); /* what the close flushed ends here */
+    xport__cq_drain(lane); /* what the close flushed ends here */
     auth_end_reqs(conn);
   }
-  xport__auth_wipe(conn->auth, sizeof conn->auth);
+  xport__auth_wipe(mconn(conn)->auth, sizeof mconn(conn)->auth);
   svc_close(conn);
-  if (conn->pidfd >= 0)
-    close(conn->pidfd);
+  if (conn->proc.pidfd >= 0)
+    close(conn->proc.pidfd);
   /* Lost while it was being made: its event must not outlive it. */
-  xport__evq_remove(ctx, conn);
+  xport__evq_remove(lane->ctx, conn);
   free(conn);
 }
 
 /* Waits for conn's service channel to connect: 0, or why not. */
 static int wait_svc(xport_conn_t *conn, long deadline)
 {
-  xport_ctx_t *ctx = conn->ctx;
+  struct xport__lane *lane = conn->lane;
   for (;;) {
-    msg_progress(ctx);
+    msg_progress(lane);
     if (mconn(conn)->svc_state == 2)
       return 0;
     if (conn->state != XPORT__CONN_CONNECTED)
@@ -996,7 +997,7 @@ static int wait_svc(xport_conn_t *conn, long deadline)
     long left = deadline < 0 ? 100 : deadline - xport__now_ms();
     if (left <= 0)
       return -XPORT_ETIMEDOUT;
-    wait_eq(ctx, left < 100 ? (int)left : 100);
+    wait_eq(lane, left < 100 ? (int)left : 100);
   }
 }
 
@@ -1005,19 +1006,19 @@ static int wait_svc(xport_conn_t *conn, long deadline)
  * the accept (no memory). */
 static int handshake_start(xport_listener_t *lst)
 {
-  xport_ctx_t *ctx = lst->ctx;
-  struct xport__hello h = {.magic = HELLO_MAGIC, .version = HELLO_VERSION, .ctx_id = ctx->id};
+  struct xport__lane *lane = lst->lane;
+  struct xport__hello h = {.magic = HELLO_MAGIC, .version = HELLO_VERSION, .ctx_id = lane->ctx->id};
   hello_whence(&h);
   struct xport__connreq *cr = lst->pending;
   lst->pending = cr->next;
   if (!lst->pending)
     lst->pending_tail = NULL;
   lst->npending--;
-  xport_conn_t *conn = xport__conn_new(ctx);
+  xport_conn_t *conn = xport__conn_new(lane);
   if (conn) {
     conn->peer_ctx_id = cr->peer_ctx_id;
     watch_pid(conn, cr->peer_pid);
-    if (cr->want_svc && ctx->atom_emulated)
+    if (cr->want_svc && lane->atom_emulated)
       mconn(conn)->svc_cookie = xport__random_key(8);
     h.cookie = mconn(conn)->svc_cookie;
   }
@@ -1026,7 +1027,7 @@ static int handshake_start(xport_listener_t *lst)
     ret = -FI_ECONNREFUSED; /* the layer that owns lst said no */
   if (!ret)
     ret = ep_open(conn, cr->info);
-  if (!ret && ctx->auth_on) {
+  if (!ret && lane->ctx->auth_on) {
     /* Before the acceptance: the client's nonce comes as soon as it has it. */
     h.flags |= HELLO_AUTH;
     mconn(conn)->auth_state = AS_WAIT_HELLO;
@@ -1045,8 +1046,8 @@ static int handshake_start(xport_listener_t *lst)
       conn_discard(conn);
     return ret == -FI_ENOMEM ? -XPORT_ENOMEM : 0;
   }
-  conn->shake_deadline = xport__now_ms() + HANDSHAKE_MS;
-  conn->shake_next = lst->shaking;
+  conn->shake.deadline = xport__now_ms() + HANDSHAKE_MS;
+  conn->shake.next = lst->shaking;
   lst->shaking = conn;
   lst->nshaking++;
   return 0;
@@ -1068,15 +1069,15 @@ static xport_conn_t *handshake_done(xport_listener_t *lst)
         c->state == XPORT__CONN_DISCONNECTED ||
         (c->state == XPORT__CONN_CONNECTED && mconn(c)->svc_accepted && mconn(c)->svc_state < 0);
     if (c->state == XPORT__CONN_CONNECTED && mconn(c)->svc_cookie && !mconn(c)->svc &&
-        c->shake_deadline > now + SVC_WAIT_MS)
-      c->shake_deadline = now + SVC_WAIT_MS; /* once: it only moves nearer */
+        c->shake.deadline > now + SVC_WAIT_MS)
+      c->shake.deadline = now + SVC_WAIT_MS; /* once: it only moves nearer */
     int gone = c->state == XPORT__CONN_FAILED || lost || mconn(c)->svc_state < 0 ||
-               mconn(c)->auth_state == AS_FAILED || now > c->shake_deadline;
+               mconn(c)->auth_state == AS_FAILED || now > c->shake.deadline;
     if (!up && !gone) {
-      pp = &c->shake_next;
+      pp = &c->shake.next;
       continue;
     }
-    *pp = c->shake_next;
+    *pp = c->shake.next;
     lst->nshaking--;
     /* The client asks for its service channel only once it has connected:
      * the request says it holds the connection. Without a channel there
@@ -1104,8 +1105,8 @@ static xport_conn_t *handshake_done(xport_listener_t *lst)
 static void handshake_evict(xport_listener_t *lst)
 {
   xport_conn_t **pp = &lst->shaking;
-  while ((*pp)->shake_next) /* newest first: the oldest is last */
-    pp = &(*pp)->shake_next;
+  while ((*pp)->shake.next) /* newest first: the oldest is last */
+    pp = &(*pp)->shake.next;
   xport_conn_t *c = *pp;
   *pp = NULL;
   lst->nshaking--;
@@ -1118,14 +1119,14 @@ static void handshake_evict(xport_listener_t *lst)
 
 static int msg_listen(xport_listener_t *lst, const char *addr, const char *host, const char *port)
 {
-  xport_ctx_t *ctx = lst->ctx;
+  struct xport__lane *lane = lst->lane;
   struct fi_info *info = NULL;
-  int ret = xport__resolve(ctx, host, port, FI_SOURCE, &info);
+  int ret = xport__resolve(lane, host, port, FI_SOURCE, &info);
   if (ret)
     return ret;
-  ret = fi_passive_ep(ctx->fabric, info, &lst->pep, lst);
+  ret = fi_passive_ep(lane->fabric, info, &lst->pep, lst);
   if (!ret)
-    ret = fi_pep_bind(lst->pep, &ctx->eq->fid, 0);
+    ret = fi_pep_bind(lst->pep, &lane->eq->fid, 0);
   if (!ret) {
     /* Connection requests queue while the application accepts others. */
     int fi_backlog = lst->backlog > 65535 ? 65535 : (int)lst->backlog;
@@ -1154,7 +1155,7 @@ static int msg_listen(xport_listener_t *lst, const char *addr, const char *host,
 
 static void msg_listener_close(xport_listener_t *lst)
 {
-  xport_ctx_t *ctx = lst->ctx;
+  struct xport__lane *lane = lst->lane;
   /* Requests still waiting are refused, so that their clients hear it
    * now rather than at their timeout; then the endpoint goes. A client
    * that connected while nobody polled becomes a request only after a few
@@ -1165,7 +1166,7 @@ static void msg_listener_close(xport_listener_t *lst)
       struct timespec ts = {0, 1000 * 1000};
       nanosleep(&ts, NULL);
     }
-    msg_progress(ctx);
+    msg_progress(lane);
   }
   while (lst->pending) {
     struct xport__connreq *cr = lst->pending;
@@ -1176,33 +1177,33 @@ static void msg_listener_close(xport_listener_t *lst)
   }
   while (lst->shaking) { /* handshakes no accept will return */
     xport_conn_t *c = lst->shaking;
-    lst->shaking = c->shake_next;
+    lst->shaking = c->shake.next;
     conn_discard(c);
   }
-  xport__close_fid(ctx, &lst->pep->fid);
+  xport__close_fid(lane->ctx, &lst->pep->fid);
 }
 
-static int msg_connect(xport_ctx_t *ctx, const char *host, const char *port, long deadline,
+static int msg_connect(struct xport__lane *lane, const char *host, const char *port, long deadline,
                        xport_conn_t **conn_p)
 {
-  struct xport__hello h = {.magic = HELLO_MAGIC, .version = HELLO_VERSION, .ctx_id = ctx->id,
-                           .flags = (ctx->atom_emulated ? HELLO_WANT_SVC : 0) |
-                                    (ctx->auth_on ? HELLO_AUTH : 0)};
+  struct xport__hello h = {.magic = HELLO_MAGIC, .version = HELLO_VERSION, .ctx_id = lane->ctx->id,
+                           .flags = (lane->atom_emulated ? HELLO_WANT_SVC : 0) |
+                                    (lane->ctx->auth_on ? HELLO_AUTH : 0)};
   hello_whence(&h);
   struct fi_info *info = NULL;
-  int ret = xport__resolve(ctx, host, port, 0, &info);
+  int ret = xport__resolve(lane, host, port, 0, &info);
   if (ret)
     return ret;
-  xport_conn_t *conn = xport__conn_new(ctx);
+  xport_conn_t *conn = xport__conn_new(lane);
   if (!conn) {
     fi_freeinfo(info);
     return -XPORT_ENOMEM;
   }
   ret = ep_open(conn, info);
-  if (!ret && ctx->auth_on) {
+  if (!ret && lane->ctx->auth_on) {
     /* Before the request: the listener's answer may come at once. */
     mconn(conn)->auth_state = AS_WAIT_ANSWER;
-    xport__auth_nonce(conn->auth);
+    xport__auth_nonce(mconn(conn)->auth);
     if (auth_post_recv(conn, NULL))
       ret = -FI_ENOMEM;
   }
@@ -1216,11 +1217,11 @@ static int msg_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
   ret = wait_connected(conn, deadline);
   /* Under a key: the nonce goes first, then both prove it, before the
    * service channel and before anything of the user's. */
-  if (!ret && ctx->auth_on && !(ret = auth_send(conn, AUTH_HELLO, conn->auth, NULL)))
+  if (!ret && lane->ctx->auth_on && !(ret = auth_send(conn, AUTH_HELLO, mconn(conn)->auth, NULL)))
     ret = wait_auth(conn, deadline);
   /* The server asked for the service channel (emulated atomics): made
    * now, on the same listener, before the connection is the user's. */
-  if (!ret && mconn(conn)->svc_cookie && ctx->atom_emulated) {
+  if (!ret && mconn(conn)->svc_cookie && lane->atom_emulated) {
     h.flags = HELLO_SVC;
     h.cookie = mconn(conn)->svc_cookie;
     ret = svc_open(conn, info);
@@ -1249,7 +1250,7 @@ static int msg_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
   xport__conn_link(conn);
   conn->peer_holds = 1; /* its acceptance came */
   if (lost)
-    xport__evq_push(ctx, conn, -XPORT_ECONNRESET);
+    xport__evq_push(lane->ctx, conn, -XPORT_ECONNRESET);
   *conn_p = conn;
   return 0;
 }
@@ -1262,16 +1263,16 @@ static int msg_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
  * makes way (handshake_evict). */
 static int msg_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_p)
 {
-  xport_ctx_t *ctx = lst->ctx;
+  struct xport__lane *lane = lst->lane;
   for (;;) {
-    if (ctx->auth_on && lst->shaking)
-      xport__cq_drain(ctx); /* the handshakes' messages under a key */
-    msg_progress(ctx);
+    if (lane->ctx->auth_on && lst->shaking)
+      xport__cq_drain(lane); /* the handshakes' messages under a key */
+    msg_progress(lane);
     xport_conn_t *conn = handshake_done(lst);
     if (conn) {
       xport__conn_link(conn);
       if (conn->state == XPORT__CONN_DISCONNECTED)
-        xport__evq_push(ctx, conn, -XPORT_ECONNRESET);
+        xport__evq_push(lane->ctx, conn, -XPORT_ECONNRESET);
       else if (mconn(conn)->svc_cookie && mconn(conn)->svc_state != 2)
         conn_lost(conn, -XPORT_ECONNRESET);
       *conn_p = conn;
@@ -1290,8 +1291,8 @@ static int msg_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
       return -XPORT_ETIMEDOUT;
     /* The EQ's wait does not wake for the CQ, where handshakes under a key
      * go on: those are looked at every millisecond. */
-    long most = ctx->auth_on && lst->shaking ? 1 : 100;
-    wait_eq(ctx, (int)(left < most ? left : most));
+    long most = lane->ctx->auth_on && lst->shaking ? 1 : 100;
+    wait_eq(lane, (int)(left < most ? left : most));
   }
 }
 
@@ -1311,9 +1312,9 @@ static void msg_close_conn(xport_conn_t *conn)
 }
 
 /* Any failed operation: its endpoint may be down without a word. */
-static void msg_op_failed(xport_ctx_t *ctx, struct xport__req *req, int status)
+static void msg_op_failed(struct xport__lane *lane, struct xport__req *req, int status)
 {
-  (void)ctx;
+  (void)lane;
   (void)status;
   if (!req->conn)
     return;
@@ -1361,7 +1362,7 @@ static ssize_t msg_send(xport_conn_t *conn, struct xport__req *req, struct iovec
     return fi_senddata(conn->ep, iov[0].iov_base, iov[0].iov_len, desc[0], data, 0,
                        &req->fictx);
   /* Small sends still go inline, with a completion (verbs). */
-  if (cnt == 1 && iov[0].iov_len && iov[0].iov_len <= conn->ctx->caps.inject_size)
+  if (cnt == 1 && iov[0].iov_len && iov[0].iov_len <= conn->lane->caps.inject_size)
     flags |= FI_INJECT;
   if (flags) {
     /* An empty message carries no scatter element: some providers (verbs)
@@ -1404,12 +1405,35 @@ static int msg_is_marker(const struct fi_cq_data_entry *e)
   return (e->data >> 32) == XPORT__WIMM_MARK;
 }
 
+/* An endpoint per connection: no address to name. */
+static ssize_t msg_read(xport_conn_t *conn, struct xport__req *req, struct iovec *iov,
+                        void **desc, size_t cnt, uint64_t addr, uint64_t key)
+{
+  return xport__fi_read(conn->ep, 0, req, iov, desc, cnt, addr, key);
+}
+
+static ssize_t msg_write(xport_conn_t *conn, struct xport__req *req, struct iovec *iov,
+                         void **desc, size_t cnt, uint64_t addr, uint64_t key, uint64_t flags,
+                         uint64_t data)
+{
+  return xport__fi_write(conn->ep, 0, req, iov, desc, cnt, addr, key, flags, data);
+}
+
+static ssize_t msg_atomic_op(xport_conn_t *conn, struct xport__req *req, unsigned kind,
+                             uint64_t *v, void *desc, uint64_t addr, uint64_t key)
+{
+  return xport__fi_atomic(conn->ep, 0, req, kind, v, desc, addr, key);
+}
+
 static const struct xport__data_ops msg_data = {
     .send = msg_send,
     .inject = msg_inject,
     .recv = msg_recv,
     .marker = msg_marker,
     .is_marker = msg_is_marker,
+    .read = msg_read,
+    .write = msg_write,
+    .atomic = msg_atomic_op,
 };
 
 const struct xport__transport xport__transport_msg = {

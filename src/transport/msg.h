@@ -8,6 +8,10 @@
 
 /* Its part of a connection (conn->tpd). */
 struct msg_conn {
+  /* Under a key (ctx->auth_on): the client's nonce until the listener's
+   * answer; on the listener's side, the proof the client owes, until it
+   * comes (then the connection is accepted). Wiped once used. */
+  uint8_t auth[XPORT__AUTH_MAC];
   /* Under a key: where the handshake's messages stand (AUTH_*), and
    * xport's sends and receives on the endpoint. */
   int auth_state;
@@ -32,7 +36,7 @@ struct msg_conn {
   int broken;
 };
 
-/* Its part of a context (ctx->tpd). */
+/* Its part of a context (lane->tpd). */
 struct msg_ctx {
   int nbroken;      /* connections marked broken since the last dispatch */
   size_t nsvc_gone; /* connections with svc_gone_at set */
@@ -43,9 +47,9 @@ static inline struct msg_conn *mconn(const xport_conn_t *conn)
   return (struct msg_conn *)(void *)conn->tpd;
 }
 
-static inline struct msg_ctx *mctx(const xport_ctx_t *ctx)
+static inline struct msg_ctx *mctx(const struct xport__lane *lane)
 {
-  return (struct msg_ctx *)ctx->tpd;
+  return (struct msg_ctx *)lane->tpd;
 }
 
 #endif /* XPORT_TRANSPORT_MSG_H */

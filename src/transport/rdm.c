@@ -11,7 +11,7 @@
  * - control messages travel untagged, off the data's matching queue, and
  *   each is checked before it acts: its length, format, sender, ids, the
  *   cookie only the two ends know, and the connection's state; one that
- *   fails is counted (ctx->ctl_dropped) and dropped;
+ *   fails is counted (lane->ctl_dropped) and dropped;
  * - a request is queued only once its sender has shown it receives at the
  *   address it names (a challenge, or its source: on_connreq), and waits
  *   in a bounded backlog; beyond it, and at listener close, it is refused.
@@ -19,6 +19,7 @@
  * names endpoints (shm), or bound to it (rxm). */
 #include "rdm.h"
 #include "rdm_wire.h"
+#include "fi_rma.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -32,7 +33,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-static void rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
+static void rdm_internal(struct xport__lane *lane, struct xport__req *req, int status,
                          const struct fi_cq_data_entry *e, fi_addr_t src);
 static void orphan_all(xport_conn_t *conn, int status);
 static void rdm_drop(xport_conn_t *conn);
@@ -95,7 +96,7 @@ static const char *boot_id(void)
 static size_t addr_len(const struct xport__rep *rep, const void *addr, size_t len)
 {
   const char *nul;
-  if (rep->ctx->info->addr_format != FI_ADDR_STR || !(nul = memchr(addr, '\0', len)))
+  if (rep->lane->info->addr_format != FI_ADDR_STR || !(nul = memchr(addr, '\0', len)))
     return len;
   return (size_t)(nul - (const char *)addr) + 1;
 }
@@ -170,7 +171,7 @@ static void peer_reached(struct xport__rep *rep, fi_addr_t dest, int reached)
   p->unreached = !reached;
   rep->unreached += reached ? (size_t)-1 : 1;
   /* Its file must stay while the first peer waits, whatever ends us. */
-  const struct xport__profile *prof = rep->ctx->prof;
+  const struct xport__profile *prof = rep->lane->prof;
   if (rep->unreached == !reached && rep->name[0] && prof->keep_name)
     prof->keep_name(rep->name, rep->lock, !reached);
   if (reached && !p->refs)
@@ -190,19 +191,19 @@ static void peer_reached(struct xport__rep *rep, fi_addr_t dest, int reached)
 static int ctl_post_recv(struct xport__rep *rep, struct xport__req *req)
 {
   ssize_t ret;
-  if (rctx(rep->ctx)->multi_recv) {
+  if (rctx(rep->lane)->multi_recv) {
     struct iovec iov = {req->uiov[0].base, CTL_MRECV_SIZE};
     void *desc = req->ntmp ? fi_mr_desc(req->tmp[0]) : NULL;
     struct fi_msg msg = {.msg_iov = &iov, .desc = &desc, .iov_count = 1,
                          .addr = FI_ADDR_UNSPEC, .context = &req->fictx};
     ret = fi_recvmsg(rep->ep, &msg, FI_MULTI_RECV);
-  } else if (rep->ctx->sink) {
+  } else if (rep->lane->sink) {
     /* A longer message than a control message (a stranger's) must not
      * truncate this receive, which would never complete (truncation_hangs)
      * and leave the endpoint without its control path: the rest goes to
      * the sink, and on_ctl drops it for its length. */
     struct iovec iov[2] = {{req->bounce->buf, sizeof(struct xport__ctl)},
-                           {rep->ctx->sink, rep->ctx->sink_len}};
+                           {rep->lane->sink, rep->lane->sink_len}};
     void *desc[2] = {req->bounce->desc, NULL};
     ret = fi_recvv(rep->ep, iov, desc, 2, FI_ADDR_UNSPEC, &req->fictx);
   } else {
@@ -215,7 +216,7 @@ static int ctl_post_recv(struct xport__rep *rep, struct xport__req *req)
 /* A control request of rep, blank but for what says it is one. */
 static struct xport__req *ctl_req_blank(struct xport__rep *rep, unsigned op)
 {
-  struct xport__req *req = xport__req_get(rep->ctx);
+  struct xport__req *req = xport__req_get(rep->lane->ctx);
   if (!req)
     return NULL;
   memset(req, 0, sizeof *req);
@@ -227,53 +228,53 @@ static struct xport__req *ctl_req_blank(struct xport__rep *rep, unsigned op)
 
 static struct xport__req *ctl_req(struct xport__rep *rep, unsigned op)
 {
-  xport_ctx_t *ctx = rep->ctx;
+  struct xport__lane *lane = rep->lane;
   struct xport__req *req = ctl_req_blank(rep, op);
   if (!req)
     return NULL;
-  req->bounce = xport__bounce_get(ctx);
+  req->bounce = xport__bounce_get(lane);
   if (!req->bounce) {
-    xport__req_release(ctx, req);
+    xport__req_release(lane->ctx, req);
     return NULL;
   }
   return req;
 }
 
-static void ctl_req_free(xport_ctx_t *ctx, struct xport__req *req)
+static void ctl_req_free(struct xport__lane *lane, struct xport__req *req)
 {
-  xport__req_free_mem(ctx, req);
+  xport__req_free_mem(lane, req);
   req->conn = NULL;
   req->peer = NULL;
-  xport__req_release(ctx, req);
+  xport__req_release(lane->ctx, req);
 }
 
 /* A control receive request with its buffer: a bounce slot, or a
  * registered multi-receive buffer (in uiov[0], its registration in tmp[0]). */
 static struct xport__req *ctl_recv_req(struct xport__rep *rep)
 {
-  xport_ctx_t *ctx = rep->ctx;
-  if (!rctx(ctx)->multi_recv)
+  struct xport__lane *lane = rep->lane;
+  if (!rctx(lane)->multi_recv)
     return ctl_req(rep, XPORT__OP_CTL_RECV);
   struct xport__req *req = ctl_req_blank(rep, XPORT__OP_CTL_RECV);
   if (!req)
     return NULL;
   req->uiov[0].base = aligned_alloc(64, CTL_MRECV_SIZE);
-  if (req->uiov[0].base && (!ctx->need_local_mr ||
-                            !xport__reg(ctx, req->uiov[0].base, CTL_MRECV_SIZE, FI_RECV,
+  if (req->uiov[0].base && (!lane->need_local_mr ||
+                            !xport__reg(lane, req->uiov[0].base, CTL_MRECV_SIZE, FI_RECV,
                                         &req->tmp[0]))) {
-    req->ntmp = ctx->need_local_mr;
+    req->ntmp = lane->need_local_mr;
     return req;
   }
   free(req->uiov[0].base);
-  xport__req_release(ctx, req);
+  xport__req_release(lane->ctx, req);
   return NULL;
 }
 
-static void ctl_recv_free(xport_ctx_t *ctx, struct xport__req *req)
+static void ctl_recv_free(struct xport__lane *lane, struct xport__req *req)
 {
   void *mbuf = req->uiov[0].base;
-  ctl_req_free(ctx, req);
-  if (rctx(ctx)->multi_recv)
+  ctl_req_free(lane, req);
+  if (rctx(lane)->multi_recv)
     free(mbuf);
 }
 
@@ -302,9 +303,9 @@ struct ctl_args {
 static int ctl_send(struct xport__rep *rep, fi_addr_t dest, uint32_t type,
                     const struct ctl_args *a)
 {
-  xport_ctx_t *ctx = rep->ctx;
-  if (a->once && a->to && ctx->prof && ctx->prof->peer_locked &&
-      ctx->prof->peer_locked(a->to->addr, a->to->addrlen))
+  struct xport__lane *lane = rep->lane;
+  if (a->once && a->to && lane->prof && lane->prof->peer_locked &&
+      lane->prof->peer_locked(a->to->addr, a->to->addrlen))
     return -XPORT_EAGAIN;
   struct xport__req *req = ctl_req(rep, XPORT__OP_CTL_SEND);
   if (!req)
@@ -314,7 +315,7 @@ static int ctl_send(struct xport__rep *rep, fi_addr_t dest, uint32_t type,
   m->magic = CTL_MAGIC;
   m->version = CTL_VERSION;
   m->type = type;
-  m->ctx_id = ctx->id;
+  m->ctx_id = lane->ctx->id;
   m->src_id = a->src_id;
   m->dst_id = a->dst_id;
   m->cookie = a->cookie;
@@ -339,16 +340,16 @@ static int ctl_send(struct xport__rep *rep, fi_addr_t dest, uint32_t type,
     ret = fi_send(rep->ep, m, sizeof *m, req->bounce->desc, dest, &req->fictx);
     if (ret != -FI_EAGAIN || tries == (a->once == 2 ? 0 : a->once ? 16 : 2000))
       break;
-    xport__cq_drain(ctx);
+    xport__cq_drain(lane);
     if (tries > 10 && !a->once) {
       struct timespec ts = {0, 50 * 1000};
       nanosleep(&ts, NULL);
     }
   }
-  if (ctx->prof && ctx->prof->peer_may_map && (ret == -FI_EAGAIN || rep->unreached))
+  if (lane->prof && lane->prof->peer_may_map && (ret == -FI_EAGAIN || rep->unreached))
     peer_reached(rep, dest, !ret);
   if (ret) {
-    ctl_req_free(ctx, req);
+    ctl_req_free(lane, req);
     return ret == -FI_EAGAIN ? -XPORT_EAGAIN : xport__err_from_fi((int)ret);
   }
   req->peer = a->peer;
@@ -364,16 +365,16 @@ static int ctl_send_conn(xport_conn_t *conn, uint32_t type, int once)
                        .cookie = rconn(conn)->tag,
                        .once = once,
                        .to = rconn(conn)->peer};
-  return ctl_send(rconn(conn)->rep, conn->dest, type, &a);
+  return ctl_send(rconn(conn)->rep, rconn(conn)->dest, type, &a);
 }
 
 /* Counts and drops a control message that failed a check. Logged at
  * debug level only: a stranger must not be able to flood the log. */
-static void ctl_drop(xport_ctx_t *ctx, const char *why, uint32_t type, size_t len)
+static void ctl_drop(struct xport__lane *lane, const char *why, uint32_t type, size_t len)
 {
-  rctx(ctx)->ctl_dropped++;
+  rctx(lane)->ctl_dropped++;
   XPORT__DEBUG("dropped a control message: %s (type %u, %zu bytes; %zu dropped so far)", why,
-               type, len, rctx(ctx)->ctl_dropped);
+               type, len, rctx(lane)->ctl_dropped);
 }
 
 /* ---- goodbyes ---------------------------------------------------------- */
@@ -400,9 +401,9 @@ struct xport__bye {
   long deadline;
 };
 
-static void bye_end(xport_ctx_t *ctx, struct xport__bye *b)
+static void bye_end(struct xport__lane *lane, struct xport__bye *b)
 {
-  struct xport__bye **pp = &rctx(ctx)->byes;
+  struct xport__bye **pp = &rctx(lane)->byes;
   while (*pp != b)
     pp = &(*pp)->next;
   *pp = b->next;
@@ -416,11 +417,11 @@ static void bye_end(xport_ctx_t *ctx, struct xport__bye *b)
  * 0 where nothing needs to wait. */
 static int bye_start(xport_conn_t *conn)
 {
-  xport_ctx_t *ctx = conn->ctx;
+  struct xport__lane *lane = conn->lane;
   struct xport__bye *b;
-  if (!ctx->prof || !ctx->prof->close_needs_quiet || !(b = malloc(sizeof *b)))
+  if (!lane->prof || !lane->prof->close_needs_quiet || !(b = malloc(sizeof *b)))
     return 0;
-  *b = (struct xport__bye){.next = rctx(ctx)->byes,
+  *b = (struct xport__bye){.next = rctx(lane)->byes,
                            .rep = rconn(conn)->rep,
                            .peer = rconn(conn)->peer,
                            .peer_ctx_id = conn->peer_ctx_id,
@@ -428,10 +429,10 @@ static int bye_start(xport_conn_t *conn)
                            .tag = rconn(conn)->tag,
                            .id = conn->id,
                            .peer_id = rconn(conn)->peer_id,
-                           .pidfd = conn->pidfd,
-                           .deadline = xport__now_ms() + ctx->peer_check_ms};
-  conn->pidfd = -1;
-  rctx(ctx)->byes = b;
+                           .pidfd = conn->proc.pidfd,
+                           .deadline = xport__now_ms() + lane->ctx->peer_check_ms};
+  conn->proc.pidfd = -1;
+  rctx(lane)->byes = b;
   return 1;
 }
 
@@ -446,67 +447,67 @@ static int bye_start(xport_conn_t *conn)
  * lost already, and its endpoint may close before the answer. */
 static void bye_resent(xport_conn_t *conn)
 {
-  xport_ctx_t *ctx = conn->ctx;
+  struct xport__lane *lane = conn->lane;
   if (!bye_start(conn))
     return;
-  struct xport__bye *b = rctx(ctx)->byes;
-  conn->pidfd = b->pidfd;
+  struct xport__bye *b = rctx(lane)->byes;
+  conn->proc.pidfd = b->pidfd;
   b->pidfd = -1;
   b->resend = 1;
-  b->again = xport__now_ms() + ctx->peer_check_ms / 4;
-  b->deadline = xport__now_ms() + 16 * ctx->peer_check_ms;
+  b->again = xport__now_ms() + lane->ctx->peer_check_ms / 4;
+  b->deadline = xport__now_ms() + 16 * lane->ctx->peer_check_ms;
   rconn(conn)->peer->refs++;
 }
 
 /* 1 if m answered one of our goodbyes (and so ended it). */
 static int bye_answered(struct xport__rep *rep, const struct xport__ctl *m, fi_addr_t src)
 {
-  for (struct xport__bye *b = rctx(rep->ctx)->byes; b; b = b->next)
+  for (struct xport__bye *b = rctx(rep->lane)->byes; b; b = b->next)
     if (b->rep == rep && !b->withdrawn && b->id == m->dst_id && b->peer_id == m->src_id &&
         b->peer_ctx_id == m->ctx_id && b->rx_tag == m->cookie &&
-        (!rep->ctx->source || src == b->peer->fi_addr)) {
-      bye_end(rep->ctx, b);
+        (!rep->lane->source || src == b->peer->fi_addr)) {
+      bye_end(rep->lane, b);
       return 1;
     }
   return 0;
 }
 
-static int probe_ctl(xport_ctx_t *ctx, const struct xport__peer *to, uint32_t type,
+static int probe_ctl(struct xport__lane *lane, const struct xport__peer *to, uint32_t type,
                      const struct ctl_args *a);
 
 /* Ends the goodbyes whose peer died or had its time; sends again those
  * that may have been lost. */
-static void byes_expire(xport_ctx_t *ctx)
+static void byes_expire(struct xport__lane *lane)
 {
   long now = xport__now_ms();
-  for (struct xport__bye *b = rctx(ctx)->byes, *next; b; b = next) {
+  for (struct xport__bye *b = rctx(lane)->byes, *next; b; b = next) {
     next = b->next;
     struct pollfd p = {.fd = b->pidfd, .events = POLLIN};
     if (now >= b->deadline || (b->pidfd >= 0 && poll(&p, 1, 0) > 0)) {
-      bye_end(ctx, b);
-    } else if (b->resend && now >= b->again && !rctx(ctx)->rdm_closing) {
+      bye_end(lane, b);
+    } else if (b->resend && now >= b->again && !rctx(lane)->rdm_closing) {
       struct ctl_args a = {.src_id = b->id, .dst_id = b->peer_id, .cookie = b->tag, .once = 1};
-      probe_ctl(ctx, b->peer, CTL_DISC, &a);
-      b->again = now + ctx->peer_check_ms / 4;
+      probe_ctl(lane, b->peer, CTL_DISC, &a);
+      b->again = now + lane->ctx->peer_check_ms / 4;
     }
   }
 }
 
 static int byes_on(const struct xport__rep *rep)
 {
-  for (const struct xport__bye *b = rctx(rep->ctx)->byes; b; b = b->next)
+  for (const struct xport__bye *b = rctx(rep->lane)->byes; b; b = b->next)
     if (b->rep == rep && !b->withdrawn && !b->resend)
       return 1;
   return 0;
 }
 
 /* An endpoint closing: the withdrawn requests sent from it end with it. */
-static void byes_drop(xport_ctx_t *ctx, struct xport__rep *rep)
+static void byes_drop(struct xport__lane *lane, struct xport__rep *rep)
 {
-  for (struct xport__bye *b = rctx(ctx)->byes, *next; b; b = next) {
+  for (struct xport__bye *b = rctx(lane)->byes, *next; b; b = next) {
     next = b->next;
     if (b->rep == rep)
-      bye_end(ctx, b);
+      bye_end(lane, b);
   }
 }
 
@@ -518,36 +519,36 @@ static void byes_drop(xport_ctx_t *ctx, struct xport__rep *rep)
  * the server's accept never hands out a connection nobody holds. */
 static void withdraw(xport_conn_t *conn)
 {
-  xport_ctx_t *ctx = conn->ctx;
+  struct xport__lane *lane = conn->lane;
   struct ctl_args a = {.src_id = conn->id, .cookie = rconn(conn)->rx_tag, .once = 1};
   struct xport__bye *b = malloc(sizeof *b);
-  ctl_send(rconn(conn)->rep, conn->dest, CTL_DISC, &a);
+  ctl_send(rconn(conn)->rep, rconn(conn)->dest, CTL_DISC, &a);
   if (!b)
     return;
-  *b = (struct xport__bye){.next = rctx(ctx)->byes,
+  *b = (struct xport__bye){.next = rctx(lane)->byes,
                            .rep = rconn(conn)->rep,
                            .peer = rconn(conn)->peer,
                            .rx_tag = rconn(conn)->rx_tag,
                            .id = conn->id,
                            .pidfd = -1,
                            .withdrawn = 1,
-                           .deadline = xport__now_ms() + ctx->peer_check_ms};
+                           .deadline = xport__now_ms() + lane->ctx->peer_check_ms};
   rconn(conn)->peer->refs++;
-  rctx(ctx)->byes = b;
+  rctx(lane)->byes = b;
 }
 
 /* 1 if m accepted a request we withdrew: the new connection is ended at
  * once with a goodbye, which the send carries with the peer reference. */
 static int withdrawn_accepted(struct xport__rep *rep, const struct xport__ctl *m, fi_addr_t src)
 {
-  for (struct xport__bye *b = rctx(rep->ctx)->byes; b; b = b->next)
+  for (struct xport__bye *b = rctx(rep->lane)->byes; b; b = b->next)
     if (b->rep == rep && b->withdrawn && b->id == m->dst_id && b->rx_tag == m->cookie &&
-        (!rep->ctx->source || src == b->peer->fi_addr)) {
+        (!rep->lane->source || src == b->peer->fi_addr)) {
       struct ctl_args a = {.src_id = b->id, .dst_id = m->src_id, .cookie = m->tag, .once = 1,
                            .peer = b->peer};
       if (ctl_send(rep, b->peer->fi_addr, CTL_DISC, &a) == 0)
         b->peer = NULL;
-      bye_end(rep->ctx, b);
+      bye_end(rep->lane, b);
       return 1;
     }
   return 0;
@@ -576,45 +577,45 @@ struct xport__sink {
 static int sink_post(struct xport__sink *k)
 {
   struct xport__req *req = k->req;
-  xport_ctx_t *ctx = k->rep->ctx;
+  struct xport__lane *lane = k->rep->lane;
   /* A stale message may be of any size, and one that truncates the
    * receive never lets it complete (truncation_hangs: shm's copy spins in
    * fi_trecv itself, and the peer, sending to us, spins behind it): the
    * rest goes to the context's sink. */
-  struct iovec iov[2] = {{req->bounce->buf, ctx->bounce_size}, {ctx->sink, ctx->sink_len}};
+  struct iovec iov[2] = {{req->bounce->buf, lane->bounce_size}, {lane->sink, lane->sink_len}};
   void *desc[2] = {req->bounce->desc, NULL};
-  ssize_t ret = fi_trecvv(k->rep->ep, iov, desc, ctx->sink ? 2 : 1, FI_ADDR_UNSPEC, k->tag,
+  ssize_t ret = fi_trecvv(k->rep->ep, iov, desc, lane->sink ? 2 : 1, FI_ADDR_UNSPEC, k->tag,
                           XPORT__WIMM_TAG, &req->fictx);
   return ret ? xport__err_from_fi((int)ret) : 0;
 }
 
-static void sink_free(xport_ctx_t *ctx, struct xport__sink *k)
+static void sink_free(struct xport__lane *lane, struct xport__sink *k)
 {
-  struct xport__sink **pp = &rctx(ctx)->sinks;
+  struct xport__sink **pp = &rctx(lane)->sinks;
   while (*pp != k)
     pp = &(*pp)->next;
   *pp = k->next;
-  rctx(ctx)->nsinks--;
-  ctl_req_free(ctx, k->req);
+  rctx(lane)->nsinks--;
+  ctl_req_free(lane, k->req);
   free(k);
 }
 
 static void sink_start(xport_conn_t *conn)
 {
-  xport_ctx_t *ctx = conn->ctx;
+  struct xport__lane *lane = conn->lane;
   struct xport__sink *k;
   /* Where the provider discards unexpected messages (peek_discard), a
    * closed connection's are discarded with the strangers' (its tag is no
    * longer live): a receive would take a rendezvous message, and rxm then
    * reads it from the peer, which may be gone (rxm crashed doing so). */
-  if (ctx->prof && ctx->prof->peek_discard)
+  if (lane->prof && lane->prof->peek_discard)
     return;
-  if (rctx(ctx)->nsinks >= SINK_MAX || !rconn(conn)->rep->ep || !(k = calloc(1, sizeof *k)))
+  if (rctx(lane)->nsinks >= SINK_MAX || !rconn(conn)->rep->ep || !(k = calloc(1, sizeof *k)))
     return;
   *k = (struct xport__sink){.rep = rconn(conn)->rep, .tag = rconn(conn)->rx_tag,
                             .peer_ctx_id = conn->peer_ctx_id, .id = conn->id,
                             .peer_id = rconn(conn)->peer_id,
-                            .deadline = xport__now_ms() + 4 * ctx->peer_check_ms};
+                            .deadline = xport__now_ms() + 4 * lane->ctx->peer_check_ms};
   k->req = ctl_req(rconn(conn)->rep, XPORT__OP_SINK);
   if (!k->req) {
     free(k);
@@ -622,34 +623,34 @@ static void sink_start(xport_conn_t *conn)
   }
   k->req->user_ctx = k;
   if (sink_post(k)) {
-    ctl_req_free(ctx, k->req);
+    ctl_req_free(lane, k->req);
     free(k);
     return;
   }
-  k->next = rctx(ctx)->sinks;
-  rctx(ctx)->sinks = k;
-  rctx(ctx)->nsinks++;
+  k->next = rctx(lane)->sinks;
+  rctx(lane)->sinks = k;
+  rctx(lane)->nsinks++;
 }
 
 /* A stale message landed (or the sink was taken back). */
-static void sink_done(xport_ctx_t *ctx, struct xport__sink *k, int status)
+static void sink_done(struct xport__lane *lane, struct xport__sink *k, int status)
 {
   if (status == -XPORT_ECANCELED || !k->rep->ep) {
-    sink_free(ctx, k);
+    sink_free(lane, k);
     return;
   }
-  rctx(ctx)->stale_dropped++;
+  rctx(lane)->stale_dropped++;
   k->hits++;
   XPORT__DEBUG("dropped a message for closed connection %u (%zu so far)", k->id,
-               rctx(ctx)->stale_dropped);
+               rctx(lane)->stale_dropped);
   if (k->ending || sink_post(k))
-    sink_free(ctx, k);
+    sink_free(lane, k);
 }
 
 /* 1 if m answered the goodbye of a drained connection. */
 static int sink_answered(struct xport__rep *rep, const struct xport__ctl *m)
 {
-  for (struct xport__sink *k = rctx(rep->ctx)->sinks; k; k = k->next)
+  for (struct xport__sink *k = rctx(rep->lane)->sinks; k; k = k->next)
     if (k->rep == rep && k->id == m->dst_id && k->peer_id == m->src_id &&
         k->peer_ctx_id == m->ctx_id && k->tag == m->cookie) {
       k->answered = 1;
@@ -660,10 +661,10 @@ static int sink_answered(struct xport__rep *rep, const struct xport__ctl *m)
 
 /* Takes back the sinks whose time is up: answered and idle since the last
  * look, or past their deadline. */
-static void sinks_expire(xport_ctx_t *ctx)
+static void sinks_expire(struct xport__lane *lane)
 {
   long now = xport__now_ms();
-  for (struct xport__sink *k = rctx(ctx)->sinks; k; k = k->next) {
+  for (struct xport__sink *k = rctx(lane)->sinks; k; k = k->next) {
     if (!k->ending && ((k->answered && !k->hits) || now >= k->deadline)) {
       k->ending = 1;
       fi_cancel(&k->rep->ep->fid, &k->req->fictx);
@@ -673,12 +674,12 @@ static void sinks_expire(xport_ctx_t *ctx)
 }
 
 /* An endpoint closing: its sinks went with it. */
-static void sinks_drop(xport_ctx_t *ctx, struct xport__rep *rep)
+static void sinks_drop(struct xport__lane *lane, struct xport__rep *rep)
 {
-  for (struct xport__sink *k = rctx(ctx)->sinks, *next; k; k = next) {
+  for (struct xport__sink *k = rctx(lane)->sinks, *next; k; k = next) {
     next = k->next;
     if (k->rep == rep)
-      sink_free(ctx, k);
+      sink_free(lane, k);
   }
 }
 
@@ -692,8 +693,8 @@ static void sinks_drop(xport_ctx_t *ctx, struct xport__rep *rep)
 static int peek_from(struct xport__rep *rep, fi_addr_t addr, uint64_t tag, uint64_t ignore,
                      uint64_t flags, uint64_t *tag_p, struct xport__req **keep)
 {
-  xport_ctx_t *ctx = rep->ctx;
-  struct xport__req *req = xport__req_get(ctx);
+  struct xport__lane *lane = rep->lane;
+  struct xport__req *req = xport__req_get(lane->ctx);
   if (!req)
     return -1;
   memset(req, 0, sizeof *req);
@@ -705,7 +706,7 @@ static int peek_from(struct xport__rep *rep, fi_addr_t addr, uint64_t tag, uint6
                               .context = &req->fictx};
   ssize_t ret = fi_trecvmsg(rep->ep, &msg, FI_PEEK | flags);
   if (!ret)
-    xport__cq_drain(ctx);
+    xport__cq_drain(lane);
   int found = ret || req->status == 1 ? -1 : req->status == 0;
   if (tag_p)
     *tag_p = (uint64_t)req->len;
@@ -714,7 +715,7 @@ static int peek_from(struct xport__rep *rep, fi_addr_t addr, uint64_t tag, uint6
     return 1;
   }
   if (ret || req->status != 1)
-    xport__req_release(ctx, req);
+    xport__req_release(lane->ctx, req);
   else
     req->flags = 1; /* abandoned: released when the answer comes */
   return found;
@@ -741,7 +742,7 @@ static int peek(struct xport__rep *rep, uint64_t tag, uint64_t ignore, uint64_t 
 static xport_conn_t *tag_conn(struct xport__rep *rep, uint64_t tag)
 {
   tag &= ~XPORT__WIMM_TAG;
-  for (xport_conn_t *c = rep->ctx->conns; c; c = c->next)
+  for (xport_conn_t *c = rep->lane->conns; c; c = c->next)
     if (rconn(c)->rep == rep && rconn(c)->rx_tag == tag)
       return c;
   return NULL;
@@ -771,7 +772,7 @@ static int claim(struct xport__rep *rep, xport_conn_t *conn, uint64_t tag)
 /* Discards what conn claimed: it ended. */
 static void claims_drop(xport_conn_t *conn)
 {
-  xport_ctx_t *ctx = conn->ctx;
+  struct xport__lane *lane = conn->lane;
   while (rconn(conn)->claimed) {
     struct xport__req *c = rconn(conn)->claimed;
     rconn(conn)->claimed = c->cnext;
@@ -779,8 +780,8 @@ static void claims_drop(xport_conn_t *conn)
     struct fi_msg_tagged msg = {
         .addr = FI_ADDR_UNSPEC, .tag = rconn(conn)->rx_tag, .context = &c->fictx};
     if (!conn->ep || fi_trecvmsg(conn->ep, &msg, FI_CLAIM | FI_DISCARD))
-      xport__req_release(ctx, c);
-    rctx(ctx)->stale_dropped++;
+      xport__req_release(lane->ctx, c);
+    rctx(lane)->stale_dropped++;
   }
   rconn(conn)->claimed_tail = NULL;
   rconn(conn)->nclaimed = 0;
@@ -806,7 +807,7 @@ static ssize_t rdm_recv_claimed(xport_conn_t *conn, struct xport__req *req, stru
     data_plain(conn);
   }
   rconn(conn)->nclaimed--;
-  xport__req_release(conn->ctx, c);
+  xport__req_release(conn->lane->ctx, c);
   return 0;
 }
 
@@ -816,16 +817,16 @@ static ssize_t rdm_recv_claimed(xport_conn_t *conn, struct xport__req *req, stru
  * queue, until its receive comes (1). */
 static int ahead(struct xport__rep *rep, xport_conn_t *conn, uint64_t tag)
 {
-  xport_ctx_t *ctx = rep->ctx;
-  if (!rctx(ctx)->recv_ahead)
+  struct xport__lane *lane = rep->lane;
+  if (!rctx(lane)->recv_ahead)
     return 1;
   int ret = claim(rep, conn, tag);
-  if (ret || rconn(conn)->nclaimed <= rctx(ctx)->recv_ahead)
+  if (ret || rconn(conn)->nclaimed <= rctx(lane)->recv_ahead)
     return ret;
   /* Logged once per connection, which a peer had to be let make. */
   XPORT__WARN("connection %u: the peer sent more than %zu messages ahead of the receives "
               "posted for them (XPORT_RECV_AHEAD): the connection ends",
-              conn->id, rctx(ctx)->recv_ahead);
+              conn->id, rctx(lane)->recv_ahead);
   rdm_drop(conn); /* as the peer's death would end it, and the peer told */
   return 0;
 }
@@ -850,14 +851,14 @@ static void discard_unused(struct xport__rep *rep)
         continue;
       /* None of the peer's: the oldest under its tag is a stranger's. */
     }
-    rctx(rep->ctx)->stale_dropped++;
+    rctx(rep->lane)->stale_dropped++;
     peek(rep, tag, 0, FI_DISCARD, &tag);
   }
 }
 
-static xport_conn_t *find_conn(xport_ctx_t *ctx, uint32_t id)
+static xport_conn_t *find_conn(struct xport__lane *lane, uint32_t id)
 {
-  for (xport_conn_t *c = ctx->conns; c; c = c->next)
+  for (xport_conn_t *c = lane->conns; c; c = c->next)
     if (c->id == id)
       return c;
   return NULL;
@@ -880,20 +881,20 @@ static int in_this_process(const struct xport__ctl *m)
  * when asked) exchange heartbeats. */
 static void watch_peer(xport_conn_t *conn, const struct xport__ctl *m)
 {
-  xport_ctx_t *ctx = conn->ctx;
-  conn->pidfd = -1;
+  struct xport__lane *lane = conn->lane;
+  conn->proc.pidfd = -1;
   rconn(conn)->last_heard = rconn(conn)->last_sent = xport__now_ms();
   if (same_node(m)) {
 #ifdef SYS_pidfd_open
-    conn->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)m->pid, 0);
+    conn->proc.pidfd = (int)syscall(SYS_pidfd_open, (pid_t)m->pid, 0);
 #endif
-    if (ctx->prof && ctx->prof->peer_watch)
-      ctx->prof->peer_watch(rconn(conn)->peer->addr, rconn(conn)->peer->addrlen, m->pid);
-    if (conn->pidfd < 0)
+    if (lane->prof && lane->prof->peer_watch)
+      lane->prof->peer_watch(rconn(conn)->peer->addr, rconn(conn)->peer->addrlen, m->pid);
+    if (conn->proc.pidfd < 0)
       XPORT__INFO("cannot watch peer process %u: %s", m->pid, strerror(errno));
   }
   rconn(conn)->keepalive =
-      rctx(ctx)->keepalive_mode == 1 || (rctx(ctx)->keepalive_mode == -1 && conn->pidfd < 0);
+      rctx(lane)->keepalive_mode == 1 || (rctx(lane)->keepalive_mode == -1 && conn->proc.pidfd < 0);
 }
 
 /* Takes a shared endpoint out of service for new connections: those
@@ -901,14 +902,14 @@ static void watch_peer(xport_conn_t *conn, const struct xport__ctl *m)
  * are closed or dead (rep_maybe_close). */
 static void rep_withdraw(struct xport__rep *rep)
 {
-  xport_ctx_t *ctx = rep->ctx;
+  struct xport__lane *lane = rep->lane;
   if (rep->withdrawn)
     return;
   rep->withdrawn = 1;
-  if (rctx(ctx)->cep == rep)
-    rctx(ctx)->cep = NULL;
+  if (rctx(lane)->cep == rep)
+    rctx(lane)->cep = NULL;
   XPORT__INFO("retiring an endpoint: operations to a dead peer end only when it closes");
-  ctx->reap = 1;
+  lane->reap = 1;
 }
 
 /* The peer can complete nothing any more (gone, silent, or its endpoint
@@ -916,7 +917,7 @@ static void rep_withdraw(struct xport__rep *rep)
  * only by closing the endpoint: retire it. */
 static void conn_dead(xport_conn_t *conn)
 {
-  xport_ctx_t *ctx = conn->ctx;
+  struct xport__lane *lane = conn->lane;
   if (rconn(conn)->dead || !rconn(conn)->rep)
     return;
   rconn(conn)->dead = 1;
@@ -926,17 +927,17 @@ static void conn_dead(xport_conn_t *conn)
    * send to the dead peer, on a listener's endpoint that stays open) must
    * not keep a descriptor with it: one per killed client, for the
    * listener's life. */
-  if (conn->peer_gone && conn->pidfd >= 0) {
-    close(conn->pidfd);
-    conn->pidfd = -1;
+  if (conn->proc.gone && conn->proc.pidfd >= 0) {
+    close(conn->proc.pidfd);
+    conn->proc.pidfd = -1;
   }
   if (rconn(conn)->rep->dest_len)
     rep_withdraw(rconn(conn)->rep); /* its one target is gone: it closes (dest_rep) */
-  if (conn->nzombies && ctx->prof && ctx->prof->dead_peer_lets_go)
-    xport__zombie_show(ctx, conn);
-  else if (conn->nzombies)
+  if (conn->orphans.n && lane->prof && lane->prof->dead_peer_lets_go)
+    xport__zombie_show(lane->ctx, conn);
+  else if (conn->orphans.n)
     rep_withdraw(rconn(conn)->rep);
-  ctx->reap = 1;
+  lane->reap = 1;
 }
 
 /* dead: the peer is gone (rather than closed), see conn_dead. */
@@ -956,7 +957,7 @@ static void conn_lost(xport_conn_t *conn, int status, int dead)
   /* One proven under a key and not yet accepted has its event once
    * accept hands it out (rdm_accept). */
   if (conn->handed)
-    xport__evq_push(conn->ctx, conn, -XPORT_ECONNRESET);
+    xport__evq_push(conn->lane->ctx, conn, -XPORT_ECONNRESET);
 }
 
 /* The answer to an RMA probe: judged at the next check, after one more
@@ -1033,16 +1034,16 @@ static void answer(struct xport__rep *rep, const struct xport__ctl *m, uint32_t 
 {
   int elsewhere = !!(type & ANSWER_ELSEWHERE), auth = !!(type & ANSWER_AUTH);
   type &= ~(ANSWER_ELSEWHERE | ANSWER_AUTH);
-  const struct xport__profile *prof = rep->ctx->prof;
+  const struct xport__profile *prof = rep->lane->prof;
   if (type && rep->answering >= ANSWERS_INFLIGHT && !pending) {
-    ctl_drop(rep->ctx, "answers backed up", m->type, sizeof *m);
+    ctl_drop(rep->lane, "answers backed up", m->type, sizeof *m);
     return;
   }
   /* A name no endpoint has would go into the address vector (named
    * providers: shm), where it could later misdirect traffic. */
   if (prof && prof->name_exists &&
       (m->addr[m->addrlen - 1] != '\0' || !prof->name_exists((const char *)m->addr))) {
-    ctl_drop(rep->ctx, "request from no endpoint", m->type, sizeof *m);
+    ctl_drop(rep->lane, "request from no endpoint", m->type, sizeof *m);
     return;
   }
   int ret = 0;
@@ -1061,7 +1062,7 @@ static void answer(struct xport__rep *rep, const struct xport__ctl *m, uint32_t 
   if (type == CTL_CONNREJ && slot < XPORT__REFUSED_KEEP && !pending &&
       now - rep->refused_ms[slot] < REFUSE_EVERY_MS) {
     peer_put(rep, peer);
-    ctl_drop(rep->ctx, "refused a moment ago", m->type, sizeof *m);
+    ctl_drop(rep->lane, "refused a moment ago", m->type, sizeof *m);
     return;
   }
   /* An address where answers fail (nobody there, or a bogus one: each try
@@ -1069,7 +1070,7 @@ static void answer(struct xport__rep *rep, const struct xport__ctl *m, uint32_t 
    * after a while. */
   if (type && !pending && now < peer->quiet_until) {
     peer_put(rep, peer);
-    ctl_drop(rep->ctx, "answers to that address fail", m->type, sizeof *m);
+    ctl_drop(rep->lane, "answers to that address fail", m->type, sizeof *m);
     return;
   }
   if (slot == XPORT__REFUSED_KEEP) {
@@ -1125,12 +1126,12 @@ static int from_named(struct xport__rep *rep, const struct xport__ctl *m, fi_add
 static void on_connreq(struct xport__rep *rep, const struct xport__ctl *m, size_t len,
                        fi_addr_t src)
 {
-  xport_ctx_t *ctx = rep->ctx;
+  struct xport__lane *lane = rep->lane;
   xport_listener_t *lst = rep->lst;
-  int by_source = ctx->prof && ctx->prof->answer_needs_source && ctx->source;
+  int by_source = lane->prof && lane->prof->answer_needs_source && lane->source;
   if (by_source && !from_named(rep, m, src)) {
     answer(rep, m, 0, 0);
-    ctl_drop(ctx, "not (yet) from the address it names", m->type, len);
+    ctl_drop(lane, "not (yet) from the address it names", m->type, len);
     return;
   }
   if (!lst || lst->closing) {
@@ -1142,41 +1143,41 @@ static void on_connreq(struct xport__rep *rep, const struct xport__ctl *m, size_
     return;
   }
   if (!by_source && !token_ok(rep, m)) {
-    ctl_drop(ctx, "wrong or stale token", m->type, len);
+    ctl_drop(lane, "wrong or stale token", m->type, len);
     return;
   }
   for (unsigned i = 0; i < XPORT__SEEN_KEEP; i++)
     if (rep->seen[i].ctx_id == m->ctx_id && rep->seen[i].src_id == m->src_id) {
-      ctl_drop(ctx, "repeated request", m->type, len);
+      ctl_drop(lane, "repeated request", m->type, len);
       return;
     }
   for (struct xport__connreq *cr = lst->pending; cr; cr = cr->next)
     if (cr->ctl->ctx_id == m->ctx_id && cr->ctl->src_id == m->src_id) {
-      ctl_drop(ctx, "repeated request", m->type, len);
+      ctl_drop(lane, "repeated request", m->type, len);
       return;
     }
   /* A key on one side only: neither could prove anything to the other.
    * Said at info level only: strangers must not decide what a listener
    * writes to stderr. */
-  if (!!(m->flags & CTL_F_AUTH) != ctx->auth_on) {
+  if (!!(m->flags & CTL_F_AUTH) != lane->ctx->auth_on) {
     XPORT__INFO("listener %s: refused a request %s", lst->addr,
-                ctx->auth_on ? "without a key: authentication failed: the peer does not hold "
+                lane->ctx->auth_on ? "without a key: authentication failed: the peer does not hold "
                                "this listener's key"
                              : "that offers a key: this listener has none (XPORT_AUTH_KEY_FILE)");
     answer(rep, m, CTL_CONNREJ | ANSWER_AUTH, 0);
     return;
   }
-  if (ctx->prof && ctx->prof->in_process_peers_unsafe && in_this_process(m)) {
+  if (lane->prof && lane->prof->in_process_peers_unsafe && in_this_process(m)) {
     XPORT__WARN("listener %s: a connection from another context of this process is refused: "
                 "%s would crash when one of the two contexts is destroyed",
-                lst->addr, ctx->caps.provider);
+                lst->addr, lane->caps.provider);
     answer(rep, m, CTL_CONNREJ | ANSWER_ELSEWHERE, 0);
     return;
   }
   /* A node-local provider reaches a peer by its pid (cross-memory
    * copies): a requester that found our name in a /dev/shm it shares with
    * us from another kernel or PID namespace must go over the fabric. */
-  if (ctx->prof && ctx->prof->node_local && m->pidns && pid_ns() && !same_node(m)) {
+  if (lane->prof && lane->prof->node_local && m->pidns && pid_ns() && !same_node(m)) {
     XPORT__INFO("listener %s: refused a request from another node or PID namespace",
                 lst->addr);
     answer(rep, m, CTL_CONNREJ | ANSWER_ELSEWHERE, 0);
@@ -1220,7 +1221,7 @@ struct auth_end {
 /* A proof: the MAC, keyed with the context's key, over the direction's
  * label and both ends, the client's first; whole fields of fixed size and
  * each address with its length, so that no two transcripts read alike. */
-static void auth_proof(const xport_ctx_t *ctx, int by_listener, const struct auth_end *client,
+static void auth_proof(const struct xport__lane *lane, int by_listener, const struct auth_end *client,
                        const struct auth_end *listener, uint8_t mac[XPORT__AUTH_MAC])
 {
   static const char label[2][32] = {"xport rdm 5: the client's proof",
@@ -1239,7 +1240,7 @@ static void auth_proof(const xport_ctx_t *ctx, int by_listener, const struct aut
     memcpy(p, e->addr, e->addrlen); /* at most XPORT__ADDR_MAX: parse checked */
     p += e->addrlen;
   }
-  xport__auth_mac(ctx->auth_key, t, (size_t)(p - t), mac);
+  xport__auth_mac(lane->ctx->auth_key, t, (size_t)(p - t), mac);
 }
 
 /* The client's side of the acceptance m under a key: 0 with conn's
@@ -1247,18 +1248,18 @@ static void auth_proof(const xport_ctx_t *ctx, int by_listener, const struct aut
 static int auth_client(xport_conn_t *conn, const struct xport__ctl *m, uint8_t mac[XPORT__AUTH_MAC])
 {
   struct xport__rep *rep = rconn(conn)->rep;
-  struct auth_end c = {conn->auth, conn->ctx->id, rconn(conn)->rx_tag, conn->id, rep->addr,
+  struct auth_end c = {rconn(conn)->auth, conn->lane->ctx->id, rconn(conn)->rx_tag, conn->id, rep->addr,
                        rep->addrlen};
   struct auth_end l = {m->nonce, m->ctx_id, m->tag, m->src_id, m->addr, m->addrlen};
   uint8_t want[XPORT__AUTH_MAC];
   int ok = 0;
   if (m->flags & CTL_F_AUTH) {
-    auth_proof(conn->ctx, 1, &c, &l, want);
+    auth_proof(conn->lane, 1, &c, &l, want);
     ok = xport__auth_same(want, m->mac);
   }
   if (ok)
-    auth_proof(conn->ctx, 0, &c, &l, mac);
-  xport__auth_wipe(conn->auth, sizeof conn->auth);
+    auth_proof(conn->lane, 0, &c, &l, mac);
+  xport__auth_wipe(rconn(conn)->auth, sizeof rconn(conn)->auth);
   return ok ? 0 : -XPORT_EACCES;
 }
 
@@ -1268,29 +1269,29 @@ static int auth_client(xport_conn_t *conn, const struct xport__ctl *m, uint8_t m
  * it, the sender. */
 static void on_auth(struct xport__rep *rep, const struct xport__ctl *m, size_t len, fi_addr_t src)
 {
-  xport_ctx_t *ctx = rep->ctx;
+  struct xport__lane *lane = rep->lane;
   xport_listener_t *lst = rep->lst;
   xport_conn_t *c = lst ? lst->shaking : NULL;
   while (c &&
          (c->id != m->dst_id || rconn(c)->rx_tag != m->cookie || rconn(c)->peer_id != m->src_id ||
-          c->peer_ctx_id != m->ctx_id || (ctx->source && src != c->dest)))
-    c = c->shake_next;
+          c->peer_ctx_id != m->ctx_id || (lane->source && src != rconn(c)->dest)))
+    c = c->shake.next;
   if (!c || c->state != XPORT__CONN_CONNECTING) {
-    ctl_drop(ctx, "proof for no handshake", m->type, len);
+    ctl_drop(lane, "proof for no handshake", m->type, len);
     return;
   }
-  if ((m->flags & CTL_F_AUTH) && xport__auth_same(m->mac, c->auth)) {
+  if ((m->flags & CTL_F_AUTH) && xport__auth_same(m->mac, rconn(c)->auth)) {
     c->state = XPORT__CONN_CONNECTED;
-    c->heard = c->peer_holds = 1;
+    c->heard.msg = c->peer_holds = 1;
     if (lst->admit)
-      ctx->accept_due = 1;
+      lane->ctx->accept_due = 1;
   } else {
     c->state = XPORT__CONN_FAILED;
     c->fail_code = -XPORT_EACCES;
     XPORT__INFO("listener %s: authentication failed: the peer does not hold this listener's "
                 "key%s", lst->addr, m->flags & CTL_F_AUTH ? "" : " (it refused ours)");
   }
-  xport__auth_wipe(c->auth, sizeof c->auth);
+  xport__auth_wipe(rconn(c)->auth, sizeof rconn(c)->auth);
 }
 
 /* 1 if m withdrew a request still waiting in rep's backlog (withdraw):
@@ -1305,7 +1306,7 @@ static int on_withdraw(struct xport__rep *rep, const struct xport__ctl *m, fi_ad
        prev = *pp, pp = &prev->next) {
     struct xport__connreq *cr = *pp;
     if (cr->ctl->ctx_id != m->ctx_id || cr->ctl->src_id != m->src_id ||
-        cr->ctl->tag != m->cookie || (rep->ctx->source && !from_named(rep, cr->ctl, src)))
+        cr->ctl->tag != m->cookie || (rep->lane->source && !from_named(rep, cr->ctl, src)))
       continue;
     *pp = cr->next;
     if (lst->pending_tail == cr)
@@ -1316,10 +1317,10 @@ static int on_withdraw(struct xport__rep *rep, const struct xport__ctl *m, fi_ad
     return 1;
   }
   /* Under a key, its proof not yet come: the handshake ends. */
-  for (xport_conn_t *c = lst->shaking; c; c = c->shake_next)
+  for (xport_conn_t *c = lst->shaking; c; c = c->shake.next)
     if (c->state == XPORT__CONN_CONNECTING && c->peer_ctx_id == m->ctx_id &&
         rconn(c)->peer_id == m->src_id && rconn(c)->tag == m->cookie &&
-        (!rep->ctx->source || src == c->dest)) {
+        (!rep->lane->source || src == rconn(c)->dest)) {
       c->state = XPORT__CONN_FAILED;
       c->fail_code = -XPORT_ECONNRESET;
       return 1;
@@ -1327,10 +1328,10 @@ static int on_withdraw(struct xport__rep *rep, const struct xport__ctl *m, fi_ad
   /* Accepted already, the acceptance crossing this: the connection ends
    * here too, though the client no longer answers the acceptance (its
    * withdrawal lasts one XPORT_PEER_TIMEOUT, withdrawn_accepted). */
-  for (xport_conn_t *c = rep->ctx->conns; c; c = c->next)
+  for (xport_conn_t *c = rep->lane->conns; c; c = c->next)
     if (rconn(c)->rep == rep && c->state == XPORT__CONN_CONNECTED && c->peer_ctx_id == m->ctx_id &&
         rconn(c)->peer_id == m->src_id && rconn(c)->tag == m->cookie &&
-        (!rep->ctx->source || src == rconn(c)->peer->fi_addr)) {
+        (!rep->lane->source || src == rconn(c)->peer->fi_addr)) {
       conn_lost(c, -XPORT_ECONNRESET, 0);
       return 1;
     }
@@ -1343,10 +1344,10 @@ static int on_withdraw(struct xport__rep *rep, const struct xport__ctl *m, fi_ad
 static xport_conn_t *ctl_conn(struct xport__rep *rep, const struct xport__ctl *m,
                               fi_addr_t src, const char **why)
 {
-  xport_conn_t *conn = find_conn(rep->ctx, m->dst_id);
+  xport_conn_t *conn = find_conn(rep->lane, m->dst_id);
   /* Or one whose client proved the key, not yet taken by accept: its
    * client holds it already, and may say goodbye. */
-  for (xport_conn_t *c = rep->lst && !conn ? rep->lst->shaking : NULL; c; c = c->shake_next)
+  for (xport_conn_t *c = rep->lst && !conn ? rep->lst->shaking : NULL; c; c = c->shake.next)
     if (c->id == m->dst_id && c->state != XPORT__CONN_CONNECTING)
       conn = c;
   *why = "no such connection";
@@ -1359,7 +1360,7 @@ static xport_conn_t *ctl_conn(struct xport__rep *rep, const struct xport__ctl *m
   /* A probe's ping, and the goodbye after a refusal, come from the
    * prober's probe endpoint (rma_check): the cookie and ids vouch for
    * them, and the answer goes to conn's peer. */
-  if (rep->ctx->source && src != conn->dest && m->type != CTL_PING && m->type != CTL_DISC)
+  if (rep->lane->source && src != rconn(conn)->dest && m->type != CTL_PING && m->type != CTL_DISC)
     return NULL;
   if (m->type == CTL_CONNACK || m->type == CTL_CONNREJ || m->type == CTL_CHALLENGE) {
     *why = "answer to no request";
@@ -1393,7 +1394,7 @@ const char *xport__ctl_parse(const void *buf, size_t len, struct xport__ctl *m)
 static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t len,
                    fi_addr_t src)
 {
-  xport_ctx_t *ctx = rep->ctx;
+  struct xport__lane *lane = rep->lane;
   const char *why;
   if (m->type == CTL_CONNREQ) {
     on_connreq(rep, m, len, src);
@@ -1412,29 +1413,29 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
     if (m->type == CTL_DISC) {
       int a = bye_answered(rep, m, src), w = on_withdraw(rep, m, src);
       if (!sink_answered(rep, m) && !a && !w)
-        ctl_drop(ctx, why, m->type, len);
+        ctl_drop(lane, why, m->type, len);
     } else if (m->type != CTL_CONNACK || !withdrawn_accepted(rep, m, src)) {
-      ctl_drop(ctx, why, m->type, len);
+      ctl_drop(lane, why, m->type, len);
     }
     return;
   }
-  conn->heard = 1; /* any message from the peer says it is alive */
+  conn->heard.msg = 1; /* any message from the peer says it is alive */
   conn->peer_holds = 1; /* ... and, past its handshake, that it holds this connection */
   switch (m->type) {
   case CTL_CONNACK: {
     if (!tag_ok(m->tag)) {
-      ctl_drop(ctx, "malformed answer", m->type, len);
+      ctl_drop(lane, "malformed answer", m->type, len);
       return;
     }
-    if (ctx->auth_on || (m->flags & CTL_F_AUTH)) {
+    if (lane->ctx->auth_on || (m->flags & CTL_F_AUTH)) {
       uint8_t mac[XPORT__AUTH_MAC];
-      int ret = ctx->auth_on ? auth_client(conn, m, mac) : -XPORT_EACCES;
+      int ret = lane->ctx->auth_on ? auth_client(conn, m, mac) : -XPORT_EACCES;
       struct ctl_args a = {.src_id = conn->id, .dst_id = m->src_id, .cookie = m->tag,
                            .flags = ret ? 0 : CTL_F_AUTH, .mac = ret ? NULL : mac, .once = !!ret};
       /* A refusal too goes back, with a few quick tries (the listener's
        * handshake then ends now, not at its deadline); the proof is waited
        * for, as the connect that needs it would be. */
-      int sent = ctl_send(rep, conn->dest, CTL_AUTH, &a);
+      int sent = ctl_send(rep, rconn(conn)->dest, CTL_AUTH, &a);
       if (ret) {
         XPORT__WARN("authentication failed: the listener does not hold this context's key");
         conn_lost(conn, ret, 0);
@@ -1454,7 +1455,7 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
   }
   case CTL_CONNREJ:
     if (m->tag == XPORT__CTL_REJ_AUTH) {
-      XPORT__WARN("authentication failed: %s", ctx->auth_on
+      XPORT__WARN("authentication failed: %s", lane->ctx->auth_on
                   ? "the listener refused this context's key: it holds none"
                   : "the listener requires a key (XPORT_AUTH_KEY_FILE), and this context has none");
       conn_lost(conn, -XPORT_EACCES, 0);
@@ -1463,7 +1464,7 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
     /* "Not this way" matters where there is another way (XPORT_SHM); a
      * context of this provider alone is refused, as by a full backlog. */
     conn_lost(conn,
-              ctx->is_sub && m->tag == XPORT__CTL_REJ_ELSEWHERE ? -XPORT_EADDRNOTAVAIL
+              lane->index && m->tag == XPORT__CTL_REJ_ELSEWHERE ? -XPORT_EADDRNOTAVAIL
                                                                 : -XPORT_ECONNREFUSED,
               0);
     break;
@@ -1471,16 +1472,16 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
     /* Only the first is answered: a second request with a token could be
      * queued twice, after the first was accepted. */
     if (rconn(conn)->challenged) {
-      ctl_drop(ctx, "repeated challenge", m->type, len);
+      ctl_drop(lane, "repeated challenge", m->type, len);
       return;
     }
     rconn(conn)->challenged = 1;
     struct ctl_args a = {.src_id = conn->id, .tag = rconn(conn)->rx_tag, .cookie = m->tag};
-    if (ctx->auth_on) {
+    if (lane->ctx->auth_on) {
       a.flags = CTL_F_AUTH;
-      a.nonce = conn->auth;
+      a.nonce = rconn(conn)->auth;
     }
-    int ret = ctl_send(rep, conn->dest, CTL_CONNREQ, &a);
+    int ret = ctl_send(rep, rconn(conn)->dest, CTL_CONNREQ, &a);
     if (ret)
       conn_lost(conn, ret, 0);
     break;
@@ -1503,14 +1504,14 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
   }
 }
 
-static void rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
+static void rdm_internal(struct xport__lane *lane, struct xport__req *req, int status,
                          const struct fi_cq_data_entry *e, fi_addr_t src)
 {
   size_t len = e ? e->len : 0;
   struct xport__rep *rep = req->rep;
   if (req->op == XPORT__OP_PEEK) {
     if (req->flags) {
-      xport__req_release(ctx, req); /* answered after peek() gave up on it */
+      xport__req_release(lane->ctx, req); /* answered after peek() gave up on it */
       return;
     }
     /* Only a successful entry is a tagged one (an error's is built by cq.c
@@ -1520,7 +1521,7 @@ static void rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
     return;
   }
   if (req->op == XPORT__OP_SINK) {
-    sink_done(ctx, req->user_ctx, status);
+    sink_done(lane, req->user_ctx, status);
     return;
   }
   if (req->op == XPORT__OP_CTL_SEND) {
@@ -1532,13 +1533,13 @@ static void rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
         req->peer->quiet_until = xport__now_ms() + REFUSE_EVERY_MS;
     }
     if (status) {
-      xport_conn_t *conn = find_conn(ctx, req->imm);
+      xport_conn_t *conn = find_conn(lane, req->imm);
       if (conn && rconn(conn)->rep == rep && conn->state == XPORT__CONN_CONNECTING)
         conn_lost(conn, status == -XPORT_ECANCELED ? -XPORT_ECONNREFUSED : status, 0);
     }
     if (req->peer)
       peer_put(rep, req->peer);
-    ctl_req_free(ctx, req);
+    ctl_req_free(lane, req);
     return;
   }
   /* A control receive: act on it and post it again (unless its endpoint
@@ -1546,7 +1547,7 @@ static void rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
    * len bytes, whatever the buffer held before; a multi-receive buffer is
    * posted again once the provider is done with it (FI_MULTI_RECV, on its
    * last message or an entry of its own). */
-  const void *msg = rctx(ctx)->multi_recv ? (e ? e->buf : NULL) : req->bounce->buf;
+  const void *msg = rctx(lane)->multi_recv ? (e ? e->buf : NULL) : req->bounce->buf;
   if (!status && len && msg) {
     struct xport__ctl m;
     const char *why = xport__ctl_parse(msg, len, &m);
@@ -1554,18 +1555,18 @@ static void rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
       uint32_t type = 0;
       if (len >= offsetof(struct xport__ctl, type) + sizeof type)
         memcpy(&type, (const char *)msg + offsetof(struct xport__ctl, type), sizeof type);
-      ctl_drop(ctx, why, type, len);
+      ctl_drop(lane, why, type, len);
     } else {
       on_ctl(rep, &m, len, src);
     }
   } else if (status && status != -XPORT_ECANCELED) {
-    ctl_drop(ctx, xport_strerror(status), 0, len);
+    ctl_drop(lane, xport_strerror(status), 0, len);
   }
   /* A message longer than what is left of a multi-receive buffer
    * truncates into it, and then the provider has let go of the whole
    * buffer, though the error entry does not say FI_MULTI_RECV (rxm): it is
    * posted again, or a stranger's long messages would take both away. */
-  if (rctx(ctx)->multi_recv && !(e && (e->flags & FI_MULTI_RECV)) && status != -XPORT_ETRUNC)
+  if (rctx(lane)->multi_recv && !(e && (e->flags & FI_MULTI_RECV)) && status != -XPORT_ETRUNC)
     return;
   if (!rep->ep || status == -XPORT_ECANCELED || ctl_post_recv(rep, req))
     XPORT__DEBUG("control receive not reposted (%s)", xport_strerror(status));
@@ -1577,16 +1578,16 @@ static void rdm_internal(xport_ctx_t *ctx, struct xport__req *req, int status,
  * in flight there; rep_close has already let go of the peer. */
 static void conn_unhook(xport_conn_t *conn)
 {
-  xport_ctx_t *ctx = conn->ctx;
-  if (conn->pidfd >= 0)
-    close(conn->pidfd);
-  conn->pidfd = -1;
+  struct xport__lane *lane = conn->lane;
+  if (conn->proc.pidfd >= 0)
+    close(conn->proc.pidfd);
+  conn->proc.pidfd = -1;
   rconn(conn)->peer = NULL;
   rconn(conn)->rep = NULL;
   conn->attached = 0;
   conn->ep = NULL;
   if (conn->state == XPORT__CONN_CLOSED) {
-    XPORT__LIST_UNLINK(ctx->draining, conn, dnext, dprev);
+    XPORT__LIST_UNLINK(lane->draining, conn, drain.next, drain.prev);
     xport__conn_free_if_done(conn);
   }
 }
@@ -1597,13 +1598,13 @@ static void conn_unhook(xport_conn_t *conn)
  * never did. */
 static int settle_names(struct xport__rep *rep, long wait_ms)
 {
-  xport_ctx_t *ctx = rep->ctx;
+  struct xport__lane *lane = rep->lane;
   long end = xport__now_ms() + wait_ms;
   for (;;) {
     for (struct xport__peer *p = rep->peers, *next; p; p = next) {
       next = p->next;
       struct ctl_args a = {.once = 1};
-      if (p->unreached && !ctx->prof->peer_may_map(p->addr, p->addrlen))
+      if (p->unreached && !lane->prof->peer_may_map(p->addr, p->addrlen))
         peer_reached(rep, p->fi_addr, 1); /* its process is gone */
       else if (p->unreached)
         ctl_send(rep, p->fi_addr, CTL_KEEPALIVE, &a);
@@ -1612,7 +1613,7 @@ static int settle_names(struct xport__rep *rep, long wait_ms)
       return rep->unreached != 0;
     struct timespec ts = {0, 1000 * 1000};
     nanosleep(&ts, NULL);
-    xport__cq_drain(ctx);
+    xport__cq_drain(lane);
   }
 }
 
@@ -1620,7 +1621,7 @@ static int settle_names(struct xport__rep *rep, long wait_ms)
  * rest of the process; the context's objects they are bound to stay too. */
 static void rep_leave_open(struct xport__rep *rep)
 {
-  rep->ctx->keep_fids = 1;
+  rep->lane->keep_fids = 1;
   xport__fid_keep(&rep->ep->fid);
   xport__fid_keep(rep->av ? &rep->av->fid : NULL);
   rep->ep = NULL;
@@ -1636,26 +1637,26 @@ static void rep_close(struct xport__rep *rep)
 {
   if (!rep)
     return;
-  xport_ctx_t *ctx = rep->ctx;
+  struct xport__lane *lane = rep->lane;
   rep->closing = 1;
-  if (rctx(ctx)->cep == rep)
-    rctx(ctx)->cep = NULL;
-  if (rctx(ctx)->probe == rep)
-    rctx(ctx)->probe = NULL;
+  if (rctx(lane)->cep == rep)
+    rctx(lane)->cep = NULL;
+  if (rctx(lane)->probe == rep)
+    rctx(lane)->probe = NULL;
   /* Let control messages still in flight (a goodbye) finish first: some
    * providers (rxm over verbs) do not survive closing under them; and
    * where the provider needs quiet, wait for the answers to goodbyes.
    * A parked endpoint's turn comes when nothing reads the CQ any more. */
   for (long end = rep->quiet_by ? rep->quiet_by : xport__now_ms() + CLOSE_QUIET_MS;
        !rep->parked && rep->ep && rep->ctl_out && xport__now_ms() < end;)
-    xport__cq_drain(ctx);
+    xport__cq_drain(lane);
   while (!rep->parked && byes_on(rep)) {
     struct timespec ts = {0, 50 * 1000};
     nanosleep(&ts, NULL);
-    xport__cq_drain(ctx);
-    byes_expire(ctx);
+    xport__cq_drain(lane);
+    byes_expire(lane);
   }
-  byes_drop(ctx, rep);
+  byes_drop(lane, rep);
   /* A peer that has yet to take our first message would crash on it once
    * our endpoint is gone (peer_may_map): the endpoint then stays open,
    * serving nobody, until the context goes, and then, when every other
@@ -1667,66 +1668,66 @@ static void rep_close(struct xport__rep *rep)
    * the whole wait); it looks once, and the endpoint waits for the end. */
   int leave_open = rep->parked ||
                    (rep->unreached && rep->ep &&
-                    settle_names(rep, rctx(ctx)->rdm_closing ? 4 * ctx->peer_check_ms : 0));
+                    settle_names(rep, rctx(lane)->rdm_closing ? 4 * lane->ctx->peer_check_ms : 0));
   if (leave_open && !rep->parked) {
     if (!rep->lingering)
       XPORT__INFO("an endpoint stays open: a peer has yet to take its first message");
-    rep->parked = rctx(ctx)->rdm_closing;
-    rep->lingering = rctx(ctx)->rdm_closing ? 0 : LINGER_OPEN;
+    rep->parked = rctx(lane)->rdm_closing;
+    rep->lingering = rctx(lane)->rdm_closing ? 0 : LINGER_OPEN;
     rep->closing = 0; /* closed by a later look, or the context's end */
     return;
   }
   if (leave_open) {
     XPORT__WARN("%s: endpoint %s is left open, and its file with it: a live peer did not take "
                 "its first message within 4 x XPORT_PEER_TIMEOUT (%ld ms), and would crash on "
-                "it once the file is gone", ctx->caps.provider,
-                rep->name[0] ? rep->name : "(unnamed)", 4 * ctx->peer_check_ms);
+                "it once the file is gone", lane->caps.provider,
+                rep->name[0] ? rep->name : "(unnamed)", 4 * lane->ctx->peer_check_ms);
     rep_leave_open(rep);
-    if (rep->name[0] && ctx->prof->keep_name)
-      ctx->prof->keep_name(rep->name, rep->lock, 1);
+    if (rep->name[0] && lane->prof->keep_name)
+      lane->prof->keep_name(rep->name, rep->lock, 1);
     rep->name[0] = '\0'; /* the name's lock is held until the process ends */
   }
-  if (rep->enabled && ctx->prof && ctx->prof->retire_eps && ctx->cq_fd >= 0 &&
-      !rctx(ctx)->rdm_closing) {
+  if (rep->enabled && lane->prof && lane->prof->retire_eps && lane->cq_fd >= 0 &&
+      !rctx(lane)->rdm_closing) {
     /* Closing it would leave it in the CQ's wait set (retire_eps): it
      * stays open, serving nobody, until the context goes. Its port stays
      * bound until then; a client that connects to it times out. */
     XPORT__DEBUG("endpoint retired until the context is destroyed");
-    rep->next_retired = rctx(ctx)->retired;
-    rctx(ctx)->retired = rep;
+    rep->next_retired = rctx(lane)->retired;
+    rctx(lane)->retired = rep;
     return;
   }
-  if (rep->ep && rep->rma_failed && rctx(ctx)->rdm_closing && ctx->prof &&
-      ctx->prof->close_after_refusal_crashes) {
+  if (rep->ep && rep->rma_failed && rctx(lane)->rdm_closing && lane->prof &&
+      lane->prof->close_after_refusal_crashes) {
     XPORT__INFO("an endpoint whose one-sided operation failed is left open: the provider "
                 "crashes closing it (close_after_refusal_crashes)");
     rep_leave_open(rep);
   }
   if (rep->ep) {
-    xport__close_fid(ctx, &rep->ep->fid);
+    xport__close_fid(lane->ctx, &rep->ep->fid);
     rep->ep = NULL;
     /* Entries for this endpoint's requests may sit in the shared CQ:
      * take them now, while the requests and the endpoint still exist. */
-    xport__cq_drain(ctx);
+    xport__cq_drain(lane);
   }
   /* The endpoint is gone: whatever it still owned is ours again. */
-  sinks_drop(ctx, rep);
+  sinks_drop(lane, rep);
   for (int i = 0; i < XPORT__CTL_RX; i++)
     if (rep->ctl_rx[i])
-      ctl_recv_free(ctx, rep->ctl_rx[i]);
+      ctl_recv_free(lane, rep->ctl_rx[i]);
   while (rep->ctl_out) {
     struct xport__req *r = rep->ctl_out;
     rep->ctl_out = r->cnext;
-    ctl_req_free(ctx, r);
+    ctl_req_free(lane, r);
   }
-  xport__zombie_reclaim(ctx, rep);
+  xport__zombie_reclaim(lane, rep);
   /* Connections still attached (lost, or closed and draining) have
    * nothing in flight now. */
-  for (xport_conn_t *c = ctx->conns; c; c = c->next)
+  for (xport_conn_t *c = lane->conns; c; c = c->next)
     if (rconn(c)->rep == rep)
       conn_unhook(c);
-  for (xport_conn_t *c = ctx->draining, *next; c; c = next) {
-    next = c->dnext;
+  for (xport_conn_t *c = lane->draining, *next; c; c = next) {
+    next = c->drain.next;
     if (rconn(c)->rep == rep)
       conn_unhook(c);
   }
@@ -1736,12 +1737,12 @@ static void rep_close(struct xport__rep *rep)
     free(p);
   }
   if (rep->av)
-    xport__close_fid(ctx, &rep->av->fid);
-  if (rep->name[0] && ctx->prof && ctx->prof->release_name)
-    ctx->prof->release_name(rep->name, rep->lock);
+    xport__close_fid(lane->ctx, &rep->av->fid);
+  if (rep->name[0] && lane->prof && lane->prof->release_name)
+    lane->prof->release_name(rep->name, rep->lock);
   if (rep->port_fd >= 0)
     close(rep->port_fd);
-  XPORT__LIST_UNLINK(rctx(ctx)->reps, rep, next, prev);
+  XPORT__LIST_UNLINK(rctx(lane)->reps, rep, next, prev);
   free(rep);
 }
 
@@ -1750,9 +1751,9 @@ static void rep_close(struct xport__rep *rep)
  * own ones for outgoing connections (dest_rep) only once retired. */
 static int rep_maybe_close(struct xport__rep *rep)
 {
-  xport_ctx_t *ctx = rep->ctx;
+  struct xport__lane *lane = rep->lane;
   if (rep->closing || (rep->lingering && rep->lingering != LINGER_LOOK) || rep->lst ||
-      rep == rctx(ctx)->cep || rep == rctx(ctx)->probe ||
+      rep == rctx(lane)->cep || rep == rctx(lane)->probe ||
       (rep->dest_len && !rep->withdrawn) || rep->nconns != rep->ndead)
     return 0;
   /* Control messages still in flight (a goodbye) and goodbyes awaiting
@@ -1760,13 +1761,13 @@ static int rep_maybe_close(struct xport__rep *rep)
    * which never waits on a peer (a hung one would hold every call):
    * later passes of housekeeping look again, up to CLOSE_QUIET_MS for
    * messages in flight, until they expire for goodbyes. */
-  if (!rctx(ctx)->rdm_closing && !rep->parked && rep->ep && (rep->ctl_out || byes_on(rep))) {
+  if (!rctx(lane)->rdm_closing && !rep->parked && rep->ep && (rep->ctl_out || byes_on(rep))) {
     long now = xport__now_ms();
     if (!rep->quiet_by)
       rep->quiet_by = now + CLOSE_QUIET_MS;
     if (now < rep->quiet_by || byes_on(rep)) { /* goodbyes expire on their own */
-      xport__cq_drain(ctx);
-      ctx->reap = 1; /* again at the next housekeeping */
+      xport__cq_drain(lane);
+      lane->reap = 1; /* again at the next housekeeping */
       return 0;
     }
   }
@@ -1775,7 +1776,7 @@ static int rep_maybe_close(struct xport__rep *rep)
 }
 
 /* Opens an RDM endpoint; info (may be NULL) carries a source address. */
-static int rep_open(xport_ctx_t *ctx, struct fi_info *info, const char *name,
+static int rep_open(struct xport__lane *lane, struct fi_info *info, const char *name,
                     struct xport__rep **rep_p)
 {
   struct fi_av_attr av_attr = {.type = FI_AV_UNSPEC};
@@ -1783,20 +1784,20 @@ static int rep_open(xport_ctx_t *ctx, struct fi_info *info, const char *name,
   int ret;
   if (!rep)
     return -XPORT_ENOMEM;
-  rep->ctx = ctx;
+  rep->lane = lane;
   rep->lock = -1;
   rep->port_fd = -1;
   rep->secret[0] = xport__random_key(8);
   rep->secret[1] = xport__random_key(8);
-  XPORT__LIST_PUSH(rctx(ctx)->reps, rep, next, prev);
+  XPORT__LIST_PUSH(rctx(lane)->reps, rep, next, prev);
   const char *step = "fi_endpoint";
-  ret = fi_endpoint(ctx->domain, info ? info : ctx->info, &rep->ep, rep);
+  ret = fi_endpoint(lane->domain, info ? info : lane->info, &rep->ep, rep);
   if (!ret && (step = "fi_av_open"))
-    ret = fi_av_open(ctx->domain, &av_attr, &rep->av, rep);
+    ret = fi_av_open(lane->domain, &av_attr, &rep->av, rep);
   if (!ret && (step = "fi_ep_bind(av)"))
     ret = fi_ep_bind(rep->ep, &rep->av->fid, 0);
   if (!ret && (step = "fi_ep_bind(cq)"))
-    ret = fi_ep_bind(rep->ep, &ctx->cq->fid, FI_TRANSMIT | FI_RECV);
+    ret = fi_ep_bind(rep->ep, &lane->cq->fid, FI_TRANSMIT | FI_RECV);
   if (!ret && name && (step = "fi_setname"))
     ret = fi_setname(&rep->ep->fid, (void *)name, strlen(name) + 1);
   if (!ret && (step = "fi_enable"))
@@ -1807,9 +1808,9 @@ static int rep_open(xport_ctx_t *ctx, struct fi_info *info, const char *name,
     ret = fi_getname(&rep->ep->fid, rep->addr, &rep->addrlen);
   if (ret == -FI_EINVAL && !strcmp(step, "fi_enable")) {
     /* xport's arguments were checked: the provider's own limits refused it. */
-    XPORT__WARN("%s cannot open an endpoint (fi_enable: %s)%s%s", ctx->caps.provider,
-                fi_strerror(-ret), ctx->prof && ctx->prof->enable_hint ? ": " : "",
-                ctx->prof && ctx->prof->enable_hint ? ctx->prof->enable_hint : "");
+    XPORT__WARN("%s cannot open an endpoint (fi_enable: %s)%s%s", lane->caps.provider,
+                fi_strerror(-ret), lane->prof && lane->prof->enable_hint ? ": " : "",
+                lane->prof && lane->prof->enable_hint ? lane->prof->enable_hint : "");
     rep_close(rep);
     return -XPORT_EPROVIDER;
   }
@@ -1821,9 +1822,9 @@ static int rep_open(xport_ctx_t *ctx, struct fi_info *info, const char *name,
   /* Room for one control message is enough to keep a multi-receive
    * buffer posted (set after fi_enable: shm faults before). */
   size_t min = XPORT__CTL_SLOT;
-  if (rctx(ctx)->multi_recv)
+  if (rctx(lane)->multi_recv)
     fi_setopt(&rep->ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, sizeof min);
-  for (int i = 0; i < (rctx(ctx)->multi_recv ? 2 : XPORT__CTL_RX) && !ret; i++) {
+  for (int i = 0; i < (rctx(lane)->multi_recv ? 2 : XPORT__CTL_RX) && !ret; i++) {
     rep->ctl_rx[i] = ctl_recv_req(rep);
     ret = rep->ctl_rx[i] ? ctl_post_recv(rep, rep->ctl_rx[i]) : -XPORT_ENOMEM;
   }
@@ -1842,16 +1843,16 @@ static int rep_open(xport_ctx_t *ctx, struct fi_info *info, const char *name,
  * outgoing connections, or the probe's) under a name of xport's where the
  * provider's endpoints are named, so that sweep knows what a killed
  * process left behind. */
-static int anon_rep_open(xport_ctx_t *ctx, struct xport__rep **rep_p)
+static int anon_rep_open(struct xport__lane *lane, struct xport__rep **rep_p)
 {
-  const struct xport__profile *prof = ctx->prof;
+  const struct xport__profile *prof = lane->prof;
   char name[XPORT__ADDR_MAX];
   int lock = -1, ret;
   if (!prof || !prof->anon_name)
-    return rep_open(ctx, NULL, NULL, rep_p);
+    return rep_open(lane, NULL, NULL, rep_p);
   if ((ret = prof->anon_name(name, sizeof name)) || (ret = prof->claim_name(name, &lock)))
     return ret;
-  ret = rep_open(ctx, NULL, name, rep_p);
+  ret = rep_open(lane, NULL, name, rep_p);
   if (ret) {
     prof->release_name(name, lock);
     return ret;
@@ -1861,9 +1862,9 @@ static int anon_rep_open(xport_ctx_t *ctx, struct xport__rep **rep_p)
   return 0;
 }
 
-static int cep_open(xport_ctx_t *ctx)
+static int cep_open(struct xport__lane *lane)
 {
-  return anon_rep_open(ctx, &rctx(ctx)->cep);
+  return anon_rep_open(lane, &rctx(lane)->cep);
 }
 
 /* The endpoint outgoing connections to addr go through: the context's
@@ -1874,17 +1875,17 @@ static int cep_open(xport_ctx_t *ctx)
  * or refuses a key (rep_withdraw); then it is never chosen again: its
  * address vector may still map the dead process's region under a name a
  * new listener has taken since. */
-static int dest_rep(xport_ctx_t *ctx, const uint8_t *addr, size_t alen,
+static int dest_rep(struct xport__lane *lane, const uint8_t *addr, size_t alen,
                     struct xport__rep **rep_p)
 {
   int ret;
-  if (!ctx->prof || !ctx->prof->answers_in_order) {
-    if (!rctx(ctx)->cep && (ret = cep_open(ctx)))
+  if (!lane->prof || !lane->prof->answers_in_order) {
+    if (!rctx(lane)->cep && (ret = cep_open(lane)))
       return ret;
-    *rep_p = rctx(ctx)->cep;
+    *rep_p = rctx(lane)->cep;
     return 0;
   }
-  for (struct xport__rep *r = rctx(ctx)->reps; r; r = r->next)
+  for (struct xport__rep *r = rctx(lane)->reps; r; r = r->next)
     if (r->dest_len == alen && !memcmp(r->dest_addr, addr, alen) && !r->withdrawn &&
         !r->closing && !r->lingering && r->ep) {
       *rep_p = r;
@@ -1892,7 +1893,7 @@ static int dest_rep(xport_ctx_t *ctx, const uint8_t *addr, size_t alen,
     }
   if (alen > sizeof (*rep_p)->dest_addr)
     return -XPORT_EADDRNOTAVAIL;
-  if ((ret = anon_rep_open(ctx, rep_p)))
+  if ((ret = anon_rep_open(lane, rep_p)))
     return ret;
   memcpy((*rep_p)->dest_addr, addr, alen);
   (*rep_p)->dest_len = alen;
@@ -1906,16 +1907,16 @@ static int dest_rep(xport_ctx_t *ctx, const uint8_t *addr, size_t alen,
  * of the context goes through one domain: a listener or a peer of the
  * other family could never be reached. Say so at once, not as EINVAL
  * from the first send. */
-static int format_ok(xport_ctx_t *ctx, const struct fi_info *info, const char *host)
+static int format_ok(struct xport__lane *lane, const struct fi_info *info, const char *host)
 {
-  uint32_t have = ctx->info->addr_format, want = info->addr_format;
+  uint32_t have = lane->info->addr_format, want = info->addr_format;
   if (have == want || (have != FI_SOCKADDR_IN && have != FI_SOCKADDR_IN6) ||
       (want != FI_SOCKADDR_IN && want != FI_SOCKADDR_IN6))
     return 0;
   XPORT__WARN("%s: %s is an %s address, but this context's domain (%s) speaks %s only; "
               "use an %s address, or a provider with connected endpoints (tcp)",
-              ctx->caps.provider, host, want == FI_SOCKADDR_IN6 ? "IPv6" : "IPv4",
-              ctx->info->domain_attr->name, have == FI_SOCKADDR_IN6 ? "IPv6" : "IPv4",
+              lane->caps.provider, host, want == FI_SOCKADDR_IN6 ? "IPv6" : "IPv4",
+              lane->info->domain_attr->name, have == FI_SOCKADDR_IN6 ? "IPv6" : "IPv4",
               have == FI_SOCKADDR_IN6 ? "IPv6" : "IPv4");
   return -XPORT_EADDRNOTAVAIL;
 }
@@ -1947,8 +1948,8 @@ static int rdm_listen(xport_listener_t *lst, const char *addr, const char *host,
                       const char *port)
 {
   (void)addr;
-  xport_ctx_t *ctx = lst->ctx;
-  const struct xport__profile *prof = ctx->prof;
+  struct xport__lane *lane = lst->lane;
+  const struct xport__profile *prof = lane->prof;
   struct xport__rep *rep = NULL;
   int ret;
 
@@ -1959,8 +1960,9 @@ static int rdm_listen(xport_listener_t *lst, const char *addr, const char *host,
      * be held, an unused number chosen at random like the kernel's
      * ephemeral ports, so that the name can still be given to clients. */
     for (int tries = 0; tries < 64; tries++) {
-      hold = ctx->is_sub ? -1 : hold_port(port, p, sizeof p);
-      if (hold < 0 && !ctx->is_sub && errno == EADDRINUSE) {
+      /* A lane beside the fabric shares the fabric's listener's port. */
+      hold = lane->index ? -1 : hold_port(port, p, sizeof p);
+      if (hold < 0 && !lane->index && errno == EADDRINUSE) {
         ret = -XPORT_EADDRINUSE; /* a TCP server of this namespace has it */
         break;
       }
@@ -1973,7 +1975,7 @@ static int rdm_listen(xport_listener_t *lst, const char *addr, const char *host,
         ret = prof->claim_name(name, &lock);
       /* The provider may find the name in use where the lock did not (a
        * file of a live process that is not xport's). */
-      if (!ret && (ret = rep_open(ctx, NULL, name, &rep)))
+      if (!ret && (ret = rep_open(lane, NULL, name, &rep)))
         prof->release_name(name, lock);
       if (ret && hold >= 0)
         close(hold);
@@ -1991,12 +1993,12 @@ static int rdm_listen(xport_listener_t *lst, const char *addr, const char *host,
       snprintf(lst->addr, sizeof lst->addr, "%s:%s", host, p);
   } else {
     struct fi_info *info;
-    ret = xport__resolve(ctx, host, port, FI_SOURCE, &info);
+    ret = xport__resolve(lane, host, port, FI_SOURCE, &info);
     if (ret)
       return ret;
-    ret = format_ok(ctx, info, host);
+    ret = format_ok(lane, info, host);
     if (!ret)
-      ret = rep_open(ctx, info, NULL, &rep);
+      ret = rep_open(lane, info, NULL, &rep);
     fi_freeinfo(info);
     if (ret)
       return ret;
@@ -2024,7 +2026,7 @@ static void rdm_listener_close(xport_listener_t *lst)
    * rather than at their timeout: those queued, and those the CQ still
    * holds (a listener nobody polled). */
   lst->closing = 1;
-  xport__cq_drain(lst->ctx);
+  xport__cq_drain(lst->lane);
   while (lst->pending) {
     struct xport__connreq *cr = lst->pending;
     lst->pending = cr->next;
@@ -2036,7 +2038,7 @@ static void rdm_listener_close(xport_listener_t *lst)
   lst->npending = 0;
   while (lst->shaking) { /* handshakes no accept will return */
     xport_conn_t *c = lst->shaking;
-    lst->shaking = c->shake_next;
+    lst->shaking = c->shake.next;
     shake_discard(lst, c, NULL);
   }
   /* Connections accepted here live on this endpoint: it closes with the
@@ -2050,31 +2052,31 @@ static void rdm_listener_close(xport_listener_t *lst)
  * the context's until its client's proof came (accept links it). */
 static xport_conn_t *conn_new(struct xport__rep *rep, struct xport__peer *peer, int link)
 {
-  xport_ctx_t *ctx = rep->ctx;
-  xport_conn_t *conn = xport__conn_new(ctx);
+  struct xport__lane *lane = rep->lane;
+  xport_conn_t *conn = xport__conn_new(lane);
   if (!conn)
     return NULL;
   conn->ep = rep->ep;
   rconn(conn)->rep = rep;
   conn->attached = 1;
   rconn(conn)->peer = peer;
-  conn->dest = peer->fi_addr;
-  rconn(conn)->rx_src = rctx(ctx)->directed ? peer->fi_addr : FI_ADDR_UNSPEC;
+  rconn(conn)->dest = peer->fi_addr;
+  rconn(conn)->rx_src = rctx(lane)->directed ? peer->fi_addr : FI_ADDR_UNSPEC;
   data_plain(conn);
   /* The receive tag is the connection's secret: random, and unique on its
    * endpoint (its data receives match it exactly). */
   for (int unique = 0; !unique;) {
     rconn(conn)->rx_tag = xport__random_key(8) & XPORT__TAG_MASK;
     unique = tag_ok(rconn(conn)->rx_tag);
-    for (xport_conn_t *c = ctx->conns; c && unique; c = c->next)
+    for (xport_conn_t *c = lane->conns; c && unique; c = c->next)
       unique = rconn(c)->rep != rep || rconn(c)->rx_tag != rconn(conn)->rx_tag;
-    for (struct xport__sink *k = rctx(ctx)->sinks; k && unique; k = k->next)
+    for (struct xport__sink *k = rctx(lane)->sinks; k && unique; k = k->next)
       unique = k->rep != rep || k->tag != rconn(conn)->rx_tag;
   }
   rep->nconns++;
   /* Ids start at 1 and are not reused within a context, so that a late
    * message for a closed connection matches nothing. */
-  conn->id = ++rctx(ctx)->next_conn_id;
+  conn->id = ++rctx(lane)->next_conn_id;
   if (link)
     xport__conn_link(conn);
   return conn;
@@ -2088,11 +2090,11 @@ static void conn_detach(xport_conn_t *conn, int said_bye)
 {
   struct xport__rep *rep = rconn(conn)->rep;
   if (!said_bye || !bye_start(conn)) {
-    if (conn->pidfd >= 0)
-      close(conn->pidfd);
+    if (conn->proc.pidfd >= 0)
+      close(conn->proc.pidfd);
     peer_put(rep, rconn(conn)->peer);
   }
-  conn->pidfd = -1;
+  conn->proc.pidfd = -1;
   rconn(conn)->peer = NULL;
   rconn(conn)->rep = NULL;
   conn->attached = 0;
@@ -2111,26 +2113,25 @@ static void conn_discard(xport_conn_t *conn)
 /* A step of connect's and accept's wait loops. They run with the progress
  * lock held, which is let go of while sleeping: the progress thread must
  * keep serving the other connections meanwhile. */
-static int wait_progress(xport_ctx_t *ctx, long deadline)
+static int wait_progress(struct xport__lane *lane, long deadline)
 {
   long left = deadline < 0 ? 10 : deadline - xport__now_ms();
   if (left <= 0)
     return -XPORT_ETIMEDOUT;
   struct timespec ts = {0, 200 * 1000};
-  XPORT__UNLOCK(ctx);
+  XPORT__UNLOCK(lane->ctx);
   nanosleep(&ts, NULL);
-  XPORT__LOCK(ctx);
-  xport__cq_drain(ctx);
-  if (ctx->beside)
-    ctx->beside(ctx);
+  XPORT__LOCK(lane->ctx);
+  xport__cq_drain(lane);
+  xport__progress_beside(lane);
   return 0;
 }
 
 #define REQUEST_AGAIN_MS 200
-static int rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, long deadline,
+static int rdm_connect(struct xport__lane *lane, const char *host, const char *port, long deadline,
                        xport_conn_t **conn_p)
 {
-  const struct xport__profile *prof = ctx->prof;
+  const struct xport__profile *prof = lane->prof;
   uint8_t addr[XPORT__ADDR_MAX];
   size_t alen;
   int ret;
@@ -2153,18 +2154,18 @@ static int rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
      * map the client's region, and libfabric 1.17 crashes there. */
     if (prof->name_same_user && !prof->name_same_user(name)) {
       XPORT__INFO("%s:%s: the listener there is another user's: not over %s", host, port,
-                  ctx->caps.provider);
+                  lane->caps.provider);
       return -XPORT_ECONNREFUSED;
     }
     alen = strlen(name) + 1;
     memcpy(addr, name, alen);
   } else {
     struct fi_info *info;
-    ret = xport__resolve(ctx, host, port, 0, &info);
+    ret = xport__resolve(lane, host, port, 0, &info);
     if (ret)
       return ret;
     alen = info->dest_addrlen;
-    if ((ret = format_ok(ctx, info, host)) || alen > sizeof addr) {
+    if ((ret = format_ok(lane, info, host)) || alen > sizeof addr) {
       fi_freeinfo(info);
       return ret ? ret : -XPORT_EADDRNOTAVAIL;
     }
@@ -2172,7 +2173,7 @@ static int rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
     fi_freeinfo(info);
   }
   struct xport__rep *rep;
-  if ((ret = dest_rep(ctx, addr, alen, &rep)))
+  if ((ret = dest_rep(lane, addr, alen, &rep)))
     return ret;
   struct xport__peer *peer = peer_get(rep, addr, alen, &ret);
   if (!peer)
@@ -2188,18 +2189,18 @@ static int rdm_connect(xport_ctx_t *ctx, const char *host, const char *port, lon
    * listener answers (on_connreq: it may want a request from where the
    * request says; its challenge, which on_ctl answers, may be lost). */
   struct ctl_args a = {.src_id = conn->id, .tag = rconn(conn)->rx_tag};
-  if (ctx->auth_on) {
-    xport__auth_nonce(conn->auth); /* fresh: the listener's proof covers it */
+  if (lane->ctx->auth_on) {
+    xport__auth_nonce(rconn(conn)->auth); /* fresh: the listener's proof covers it */
     a.flags = CTL_F_AUTH;
-    a.nonce = conn->auth;
+    a.nonce = rconn(conn)->auth;
   }
   for (;;) {
     while ((ret = ctl_send(rep, peer->fi_addr, CTL_CONNREQ, &a)) == -XPORT_EAGAIN &&
-           (ret = wait_progress(ctx, deadline)) == 0)
+           (ret = wait_progress(lane, deadline)) == 0)
       ;
     for (long gap = 1, again = xport__now_ms() + gap;
          !ret && conn->state == XPORT__CONN_CONNECTING;) {
-      ret = wait_progress(ctx, deadline);
+      ret = wait_progress(lane, deadline);
       if (!ret && !rconn(conn)->challenged && conn->state == XPORT__CONN_CONNECTING &&
           xport__now_ms() >= again) {
         gap = gap * 2 < REQUEST_AGAIN_MS ? gap * 2 : REQUEST_AGAIN_MS;
@@ -2258,7 +2259,7 @@ static void shake_discard(xport_listener_t *lst, xport_conn_t *c, const char *wh
   lst->nshaking--;
   if (why)
     XPORT__INFO("listener %s: a handshake %s", lst->addr, why);
-  xport__auth_wipe(c->auth, sizeof c->auth);
+  xport__auth_wipe(rconn(c)->auth, sizeof rconn(c)->auth);
   conn_detach(c, 0);
   free(c);
 }
@@ -2271,11 +2272,11 @@ static xport_conn_t *shake_done(xport_listener_t *lst)
   long now = xport__now_ms();
   for (xport_conn_t **pp = &lst->shaking; *pp;) {
     xport_conn_t *c = *pp;
-    if (c->state == XPORT__CONN_CONNECTING && now <= c->shake_deadline) {
-      pp = &c->shake_next;
+    if (c->state == XPORT__CONN_CONNECTING && now <= c->shake.deadline) {
+      pp = &c->shake.next;
       continue;
     }
-    *pp = c->shake_next;
+    *pp = c->shake.next;
     if (c->state == XPORT__CONN_CONNECTED || c->state == XPORT__CONN_DISCONNECTED) {
       lst->nshaking--;
       return c;
@@ -2294,14 +2295,14 @@ static xport_conn_t *shake_done(xport_listener_t *lst)
 #define HANDSHAKE_MS 30000
 static int shake_start(xport_listener_t *lst, const struct xport__ctl *req, xport_conn_t *conn)
 {
-  xport_ctx_t *ctx = lst->ctx;
+  struct xport__lane *lane = lst->lane;
   struct xport__rep *rep = lst->rep;
   uint8_t nonce[XPORT__AUTH_NONCE], mac[XPORT__AUTH_MAC];
   xport__auth_nonce(nonce);
   struct auth_end c = {req->nonce, req->ctx_id, req->tag, req->src_id, req->addr, req->addrlen};
-  struct auth_end l = {nonce, ctx->id, rconn(conn)->rx_tag, conn->id, rep->addr, rep->addrlen};
-  auth_proof(ctx, 1, &c, &l, mac);
-  auth_proof(ctx, 0, &c, &l, conn->auth); /* what the client owes */
+  struct auth_end l = {nonce, lane->ctx->id, rconn(conn)->rx_tag, conn->id, rep->addr, rep->addrlen};
+  auth_proof(lane, 1, &c, &l, mac);
+  auth_proof(lane, 0, &c, &l, rconn(conn)->auth); /* what the client owes */
   struct ctl_args a = {.src_id = conn->id,
                        .dst_id = rconn(conn)->peer_id,
                        .cookie = rconn(conn)->tag,
@@ -2309,19 +2310,19 @@ static int shake_start(xport_listener_t *lst, const struct xport__ctl *req, xpor
                        .flags = CTL_F_AUTH,
                        .nonce = nonce,
                        .mac = mac};
-  int ret = ctl_send(rep, conn->dest, CTL_CONNACK, &a);
+  int ret = ctl_send(rep, rconn(conn)->dest, CTL_CONNACK, &a);
   if (ret)
     return ret;
   if (lst->nshaking >= lst->backlog) {
     xport_conn_t **pp = &lst->shaking;
-    while ((*pp)->shake_next) /* newest first: the oldest is last */
-      pp = &(*pp)->shake_next;
+    while ((*pp)->shake.next) /* newest first: the oldest is last */
+      pp = &(*pp)->shake.next;
     xport_conn_t *old = *pp;
     *pp = NULL;
     shake_discard(lst, old, NULL);
   }
-  conn->shake_deadline = xport__now_ms() + HANDSHAKE_MS;
-  conn->shake_next = lst->shaking;
+  conn->shake.deadline = xport__now_ms() + HANDSHAKE_MS;
+  conn->shake.next = lst->shaking;
   lst->shaking = conn;
   lst->nshaking++;
   return 0;
@@ -2329,24 +2330,24 @@ static int shake_start(xport_listener_t *lst, const struct xport__ctl *req, xpor
 
 static int rdm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_p)
 {
-  xport_ctx_t *ctx = lst->ctx;
+  struct xport__lane *lane = lst->lane;
   struct xport__rep *rep = lst->rep;
   for (;;) {
     /* Where strangers' sockets took the descriptors, rxm accepts nothing
      * until some are given back. */
-    xport__halfopen_watch(ctx, 0);
-    xport__cq_drain(ctx);
+    xport__halfopen_watch(lane, 0);
+    xport__cq_drain(lane);
     xport_conn_t *done = lst->shaking ? shake_done(lst) : NULL;
     if (done) {
       xport__conn_link(done);
       if (done->state == XPORT__CONN_DISCONNECTED) /* the client has closed it already */
-        xport__evq_push(ctx, done, -XPORT_ECONNRESET);
+        xport__evq_push(lane->ctx, done, -XPORT_ECONNRESET);
       *conn_p = done;
       return 0;
     }
     struct xport__connreq *cr = lst->pending;
     if (!cr) {
-      int ret = wait_progress(ctx, deadline);
+      int ret = wait_progress(lane, deadline);
       if (ret)
         return ret;
       continue;
@@ -2363,7 +2364,7 @@ static int rdm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
       continue;
     }
     struct xport__peer *peer = peer_get(rep, cr->ctl->addr, cr->ctl->addrlen, &ret);
-    xport_conn_t *conn = peer ? conn_new(rep, peer, !ctx->auth_on) : NULL;
+    xport_conn_t *conn = peer ? conn_new(rep, peer, !lane->ctx->auth_on) : NULL;
     if (conn) {
       rconn(conn)->peer_id = cr->ctl->src_id;
       rconn(conn)->tag = cr->ctl->tag;
@@ -2373,7 +2374,7 @@ static int rdm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
                            .dst_id = rconn(conn)->peer_id,
                            .cookie = rconn(conn)->tag,
                            .tag = rconn(conn)->rx_tag};
-      ret = ctx->auth_on ? shake_start(lst, cr->ctl, conn)
+      ret = lane->ctx->auth_on ? shake_start(lst, cr->ctl, conn)
                          : ctl_send(rep, peer->fi_addr, CTL_CONNACK, &a);
     } else if (peer) {
       peer_put(rep, peer);
@@ -2383,7 +2384,7 @@ static int rdm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
       seen_forget(rep, cr->ctl); /* the client's next try is queued again */
     free(cr->ctl);
     free(cr);
-    if (conn && !ret && ctx->auth_on)
+    if (conn && !ret && lane->ctx->auth_on)
       continue; /* its client's proof is awaited (shake_done) */
     if (conn && !ret) {
       conn->state = XPORT__CONN_CONNECTED;
@@ -2391,7 +2392,7 @@ static int rdm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
       return 0;
     }
     XPORT__INFO("listener %s: accept failed: %s", lst->addr, xport_strerror(ret));
-    if (conn && ctx->auth_on) {
+    if (conn && lane->ctx->auth_on) {
       conn_detach(conn, 0);
       free(conn);
     } else if (conn) {
@@ -2404,7 +2405,6 @@ static int rdm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
 
 static void orphan_all(xport_conn_t *conn, int status)
 {
-  xport_ctx_t *ctx = conn->ctx;
   xport__held_flush(conn, status);
   claims_drop(conn);
   while (conn->out) {
@@ -2414,7 +2414,7 @@ static void orphan_all(xport_conn_t *conn, int status)
     if (req->op == XPORT_OP_RECV)
       fi_cancel(&conn->ep->fid, &req->fictx);
     req->rep = rconn(conn)->rep;
-    xport__req_orphan(ctx, req, status);
+    xport__req_orphan(req, status);
   }
 }
 
@@ -2425,13 +2425,13 @@ static void orphan_all(xport_conn_t *conn, int status)
  * MSG provider ends it, and the peer is told to end its side. */
 static void rma_failed(xport_conn_t *conn, int status)
 {
-  xport_ctx_t *ctx = conn->ctx;
+  struct xport__lane *lane = conn->lane;
   if (rconn(conn)->rep)
     rconn(conn)->rep->rma_failed = 1;
   /* Nor can that endpoint reach the peer again (close_after_refusal_crashes):
    * later connections go out through a fresh one. */
-  if (rconn(conn)->rep && rconn(conn)->rep == rctx(ctx)->cep && ctx->prof &&
-      ctx->prof->close_after_refusal_crashes)
+  if (rconn(conn)->rep && rconn(conn)->rep == rctx(lane)->cep && lane->prof &&
+      lane->prof->close_after_refusal_crashes)
     rep_withdraw(rconn(conn)->rep);
   if (conn->state != XPORT__CONN_CONNECTED)
     return;
@@ -2441,7 +2441,7 @@ static void rma_failed(xport_conn_t *conn, int status)
   /* The provider carries all of them over one connection of its own,
    * which the refusal broke (rxm): what they had in flight is lost, and
    * the target would never hear of it. */
-  for (xport_conn_t *o = ctx->conns; o; o = o->next)
+  for (xport_conn_t *o = lane->conns; o; o = o->next)
     if (rconn(o)->rep == rconn(conn)->rep && rconn(o)->peer == rconn(conn)->peer &&
         o->state == XPORT__CONN_CONNECTED) {
       ctl_send_conn(o, CTL_DISC, 1);
@@ -2452,7 +2452,7 @@ static void rma_failed(xport_conn_t *conn, int status)
 
 static void rdm_close(xport_conn_t *conn)
 {
-  xport_ctx_t *ctx = conn->ctx;
+  struct xport__lane *lane = conn->lane;
   if (!rconn(conn)->rep)
     return; /* lost, and its endpoint closed since */
   int connected = conn->state == XPORT__CONN_CONNECTED;
@@ -2460,86 +2460,86 @@ static void rdm_close(xport_conn_t *conn)
   /* The goodbye follows the operations the provider still has (the peer
    * must see a send's message before the end of the connection: rxm
    * carried a goodbye past a rendezvous send's data). */
-  int sent = connected && !conn->nzombies ? ctl_send_conn(conn, CTL_DISC, 0) : -XPORT_EINVAL;
+  int sent = connected && !conn->orphans.n ? ctl_send_conn(conn, CTL_DISC, 0) : -XPORT_EINVAL;
   int said_bye = sent == 0;
   if (conn->state == XPORT__CONN_CONNECTED || conn->state == XPORT__CONN_DISCONNECTED)
     sink_start(conn);
   /* A goodbye the provider pushed back (the peer's queue is full: it is
    * busy elsewhere while others stream to it) is owed, and goes later
    * (rdm_reap); dropped, it would leave the peer's side open. */
-  if (!conn->nzombies && sent != -XPORT_EAGAIN) {
+  if (!conn->orphans.n && sent != -XPORT_EAGAIN) {
     conn_detach(conn, said_bye);
     return;
   }
-  if (!conn->nzombies)
-    ctx->reap = 1;
+  if (!conn->orphans.n)
+    lane->reap = 1;
   /* The provider still owns some of its operations, which may still
    * reach the peer: the peer stays in the address vector, and the
    * endpoint open, until they end (rdm_reap). The goodbye goes out then:
    * a send the peer has not taken yet keeps the connection open at the
    * peer until it takes it, as a tcp stream does. */
   rconn(conn)->said_bye = said_bye ? 1 : connected ? -1 : 0;
-  XPORT__LIST_PUSH(ctx->draining, conn, dnext, dprev);
+  XPORT__LIST_PUSH(lane->draining, conn, drain.next, drain.prev);
 }
 
 /* Sends the goodbye a closed connection still owes its peer, if any.
  * Pushed back, it stays owed (said_bye -1) for 4 x XPORT_PEER_TIMEOUT,
  * unless final, and is tried at every housekeeping; the posts waiting for
- * room (xport__held_retry) let it go first meanwhile (ctx->ctl_owed). */
+ * room (xport__held_retry) let it go first meanwhile (lane->ctl_owed). */
 static void pay_bye(xport_conn_t *c, int final)
 {
-  xport_ctx_t *ctx = c->ctx;
+  struct xport__lane *lane = c->lane;
   if (rconn(c)->said_bye >= 0)
     return;
   int ret = -XPORT_ECONNRESET;
   if (!rconn(c)->dead) {
     struct ctl_args a = {.src_id = c->id, .dst_id = rconn(c)->peer_id, .cookie = rconn(c)->tag,
                          .once = !final};
-    ret = ctl_send(rconn(c)->rep, c->dest, CTL_DISC, &a);
+    ret = ctl_send(rconn(c)->rep, rconn(c)->dest, CTL_DISC, &a);
   }
   long now = xport__now_ms();
   if (ret == -XPORT_EAGAIN && !final) {
     if (!rconn(c)->bye_owed) {
       rconn(c)->bye_owed = 1;
-      rconn(c)->bye_until = now + 4 * ctx->peer_check_ms;
-      ctx->ctl_owed++;
+      rconn(c)->bye_until = now + 4 * lane->ctx->peer_check_ms;
+      lane->ctl_owed++;
     }
     if (now < rconn(c)->bye_until)
       return;
     XPORT__WARN("connection %u: its peer took no goodbye for %ld ms: its side stays open "
-                "until its process ends", c->id, 4 * ctx->peer_check_ms);
+                "until its process ends", c->id, 4 * lane->ctx->peer_check_ms);
   }
   rconn(c)->said_bye = ret == 0;
   if (rconn(c)->bye_owed) {
     rconn(c)->bye_owed = 0;
-    ctx->ctl_owed--;
+    lane->ctl_owed--;
   }
 }
 
 /* Detaches the closed connections whose last operation ended, and closes
  * the endpoints nothing holds open any more. Not called from inside a CQ
  * read: closing an endpoint frees requests a batch may still name. */
-static void rdm_reap(xport_ctx_t *ctx)
+static void rdm_reap(struct xport__lane *lane)
 {
-  ctx->reap = 0;
-  for (xport_conn_t *c = ctx->draining, *next; c; c = next) {
-    next = c->dnext;
-    if (c->nzombies)
+  lane->reap = 0;
+  for (xport_conn_t *c = lane->draining, *next; c; c = next) {
+    next = c->drain.next;
+    if (c->orphans.n)
       continue;
     pay_bye(c, 0);
     if (rconn(c)->said_bye < 0) {
-      ctx->reap = 1; /* owed still: again at the next housekeeping */
+      lane->reap = 1; /* owed still: again at the next housekeeping */
       continue;
     }
-    XPORT__LIST_UNLINK(ctx->draining, c, dnext, dprev);
+    XPORT__LIST_UNLINK(lane->draining, c, drain.next, drain.prev);
     conn_detach(c, rconn(c)->said_bye);
     xport__conn_free_if_done(c);
-    next = ctx->draining; /* a closed endpoint may have taken others along */
+    next = lane->draining; /* a closed endpoint may have taken others along */
   }
-  for (struct xport__rep *r = rctx(ctx)->reps, *next; r; r = next) {
+  for (struct xport__rep *r = rctx(lane)->reps, *next; r; r = next) {
     next = r->next;
     if (rep_maybe_close(r))
-      next = rctx(ctx)->reps;
+      next = rctx(lane)->reps;
   }
 }
 
@@ -2555,26 +2555,26 @@ static int pid_gone(int pidfd)
  * own endpoint pair (shm sends nothing to a peer while a segmented
  * transfer to it is unfinished). The peer answers over c itself. 0 once
  * sent. */
-static int probe_ctl(xport_ctx_t *ctx, const struct xport__peer *to, uint32_t type,
+static int probe_ctl(struct xport__lane *lane, const struct xport__peer *to, uint32_t type,
                      const struct ctl_args *a)
 {
   int ret = 0;
-  if (!rctx(ctx)->probe && (ret = anon_rep_open(ctx, &rctx(ctx)->probe)))
+  if (!rctx(lane)->probe && (ret = anon_rep_open(lane, &rctx(lane)->probe)))
     return ret;
-  struct xport__peer *p = peer_get(rctx(ctx)->probe, to->addr, to->addrlen, &ret);
+  struct xport__peer *p = peer_get(rctx(lane)->probe, to->addr, to->addrlen, &ret);
   if (!p)
     return ret;
   p->refs = 1; /* the probe endpoint holds each peer once, until it closes */
   struct ctl_args b = *a;
   b.to = to;
-  return ctl_send(rctx(ctx)->probe, p->fi_addr, type, &b);
+  return ctl_send(rctx(lane)->probe, p->fi_addr, type, &b);
 }
 
-static int probe_send(xport_ctx_t *ctx, xport_conn_t *c, uint32_t type)
+static int probe_send(struct xport__lane *lane, xport_conn_t *c, uint32_t type)
 {
   struct ctl_args a = {
       .src_id = c->id, .dst_id = rconn(c)->peer_id, .cookie = rconn(c)->tag, .once = 1};
-  return probe_ctl(ctx, rconn(c)->peer, type, &a);
+  return probe_ctl(lane, rconn(c)->peer, type, &a);
 }
 
 /* The RMA probe, where a refused one-sided operation neither completes
@@ -2588,11 +2588,11 @@ static int probe_send(xport_ctx_t *ctx, xport_conn_t *c, uint32_t type)
  * endpoint retires. 1 if c was lost. */
 /* Of the connections on c's endpoint to c's peer, the one whose oldest
  * outstanding one-sided operation was posted first. */
-static xport_conn_t *oldest_rma(xport_ctx_t *ctx, xport_conn_t *c)
+static xport_conn_t *oldest_rma(struct xport__lane *lane, xport_conn_t *c)
 {
   xport_conn_t *best = c;
   uint64_t best_seq = 0;
-  for (xport_conn_t *o = ctx->conns; o; o = o->next) {
+  for (xport_conn_t *o = lane->conns; o; o = o->next) {
     if (rconn(o)->rep != rconn(c)->rep || rconn(o)->peer != rconn(c)->peer ||
         o->state != XPORT__CONN_CONNECTED)
       continue;
@@ -2605,12 +2605,12 @@ static xport_conn_t *oldest_rma(xport_ctx_t *ctx, xport_conn_t *c)
   return best;
 }
 
-static int rma_check(xport_ctx_t *ctx, xport_conn_t *c, long now, int *drained)
+static int rma_check(struct xport__lane *lane, xport_conn_t *c, long now, int *drained)
 {
   struct xport__req *r = c->out;
   if (rconn(c)->ponged) {
     if (!*drained) {
-      xport__cq_drain(ctx); /* answers the target gave before its pong */
+      xport__cq_drain(lane); /* answers the target gave before its pong */
       *drained = 1;
     }
     while (r && !(r->posted_ms && r->posted_ms < rconn(c)->ping_at))
@@ -2621,43 +2621,43 @@ static int rma_check(xport_ctx_t *ctx, xport_conn_t *c, long now, int *drained)
       return 0;
     /* The refused operation holds up everything after it to that peer,
      * other connections' operations included: it is the oldest of all. */
-    c = oldest_rma(ctx, c);
+    c = oldest_rma(lane, c);
     XPORT__WARN("connection %u: the target took a one-sided operation off its queue "
                 "without answering it: it refused the remote key (revoked, forged or out "
                 "of range); the endpoint's later answers are held up behind it, so its "
                 "connections are dropped", c->id);
     /* Their peers are told, the way the ping went: over this endpoint a
      * goodbye would wait behind the refused operation for ever. */
-    for (xport_conn_t *o = ctx->conns; o; o = o->next)
+    for (xport_conn_t *o = lane->conns; o; o = o->next)
       if (o != c && rconn(o)->rep == rconn(c)->rep && o->state == XPORT__CONN_CONNECTED) {
-        probe_send(ctx, o, CTL_DISC);
+        probe_send(lane, o, CTL_DISC);
         conn_lost(o, -XPORT_ECONNRESET, 1);
       }
-    probe_send(ctx, c, CTL_DISC);
+    probe_send(lane, c, CTL_DISC);
     conn_lost(c, -XPORT_EACCES, 1);
     return 1;
   }
   if (rconn(c)->ping_at)
     return 0; /* asked; the target has not been inside libfabric since */
-  while (r && !(r->posted_ms && now - r->posted_ms > ctx->rma_timeout_ms))
+  while (r && !(r->posted_ms && now - r->posted_ms > lane->rma_timeout_ms))
     r = r->cnext;
-  if (r && probe_send(ctx, c, CTL_PING) == 0)
+  if (r && probe_send(lane, c, CTL_PING) == 0)
     rconn(c)->ping_at = now;
   return 0;
 }
 
 /* A heartbeat the provider pushed back goes at the next poll (and every
- * one after, until it goes or the connection ends): see ctx->ka_owed. */
+ * one after, until it goes or the connection ends): see lane->ka_owed. */
 static void ka_owe(xport_conn_t *c)
 {
   rconn(c)->ka_owed = 1;
-  c->ctx->ka_owed++;
+  c->lane->ka_owed++;
 }
 
-static void rdm_pay_owed(xport_ctx_t *ctx)
+static void rdm_pay_owed(struct xport__lane *lane)
 {
   size_t left = 0;
-  for (xport_conn_t *c = ctx->conns; c; c = c->next) {
+  for (xport_conn_t *c = lane->conns; c; c = c->next) {
     if (!rconn(c)->ka_owed)
       continue;
     if (c->state == XPORT__CONN_CONNECTED && !rconn(c)->dead) {
@@ -2666,7 +2666,7 @@ static void rdm_pay_owed(xport_ctx_t *ctx)
                            .cookie = rconn(c)->tag,
                            .once = 2,
                            .to = rconn(c)->peer};
-      int ret = ctl_send(rconn(c)->rep, c->dest, CTL_KEEPALIVE, &a);
+      int ret = ctl_send(rconn(c)->rep, rconn(c)->dest, CTL_KEEPALIVE, &a);
       if (ret == -XPORT_EAGAIN) {
         left++;
         continue;
@@ -2678,7 +2678,7 @@ static void rdm_pay_owed(xport_ctx_t *ctx)
   }
   /* Counted afresh: a connection freed while it owed one is gone from
    * the list. */
-  ctx->ka_owed = left;
+  lane->ka_owed = left;
 }
 
 /* Looks for peers that died: on the same node their process is gone;
@@ -2686,36 +2686,36 @@ static void rdm_pay_owed(xport_ctx_t *ctx)
  * from the peer counts as one. Runs a few times per XPORT_PEER_TIMEOUT;
  * it also lets go of what closed connections held, once their
  * operations have ended. */
-static void rdm_progress(xport_ctx_t *ctx)
+static void rdm_progress(struct xport__lane *lane)
 {
-  if (ctx->wimm_wait)
-    ctx->wimm_retry(ctx, 0);
-  if (ctx->accept_due && ctx->auto_accept)
-    ctx->auto_accept(ctx);
+  if (lane->ctx->wimm_wait)
+    lane->ctx->wimm_retry(lane->ctx, 0);
+  if (lane->ctx->accept_due && lane->ctx->auto_accept)
+    lane->ctx->auto_accept(lane->ctx);
   /* Every time (every XPORT__EQ_EVERY polls, busy or idle): a flood
    * grows the provider's memory at the rate it arrives. */
-  if (ctx->prof && ctx->prof->peek_discard) {
-    if (rctx(ctx)->cep)
-      discard_unused(rctx(ctx)->cep);
-    for (xport_listener_t *l = ctx->listeners; l; l = l->next)
+  if (lane->prof && lane->prof->peek_discard) {
+    if (rctx(lane)->cep)
+      discard_unused(rctx(lane)->cep);
+    for (xport_listener_t *l = lane->listeners; l; l = l->next)
       if (l->rep)
         discard_unused(l->rep);
   }
-  if (ctx->reap)
-    rdm_reap(ctx);
+  if (lane->reap)
+    rdm_reap(lane);
   /* rxm's request is all there is: xport's own travels later, as messages. */
-  xport__halfopen_watch(ctx, 0);
+  xport__halfopen_watch(lane, 0);
   long now = xport__now_ms();
-  if (now - ctx->last_check < ctx->peer_check_ms / 4)
+  if (now - lane->last_check < lane->ctx->peer_check_ms / 4)
     return;
-  ctx->last_check = now;
+  lane->last_check = now;
   /* Endpoints left open for a peer yet to take their first message: once
    * it has, or has died, they close, and what their dead peers' operations
    * held ends with them. */
-  for (struct xport__rep *r = rctx(ctx)->reps; r; r = r->next)
+  for (struct xport__rep *r = rctx(lane)->reps; r; r = r->next)
     r->lingering = r->lingering ? LINGER_DUE : 0;
   for (;;) { /* once each: a close may take other endpoints along */
-    struct xport__rep *r = rctx(ctx)->reps;
+    struct xport__rep *r = rctx(lane)->reps;
     while (r && r->lingering != LINGER_DUE)
       r = r->next;
     if (!r)
@@ -2724,80 +2724,80 @@ static void rdm_progress(xport_ctx_t *ctx)
     if (!rep_maybe_close(r) && r->lingering == LINGER_LOOK)
       r->lingering = LINGER_OPEN;
   }
-  if (rctx(ctx)->byes)
-    byes_expire(ctx);
-  if (rctx(ctx)->sinks)
-    sinks_expire(ctx);
+  if (rctx(lane)->byes)
+    byes_expire(lane);
+  if (rctx(lane)->sinks)
+    sinks_expire(lane);
   int drained = 0;
-  for (xport_conn_t *c = ctx->conns, *next; c; c = next) {
+  for (xport_conn_t *c = lane->conns, *next; c; c = next) {
     next = c->next;
-    if (c->heard) {
-      c->heard = 0;
+    if (c->heard.msg) {
+      c->heard.msg = 0;
       rconn(c)->last_heard = now;
     }
-    if (c->state == XPORT__CONN_DISCONNECTED && c->nzombies && !rconn(c)->dead &&
-        pid_gone(c->pidfd)) {
-      c->peer_gone = 1;
+    if (c->state == XPORT__CONN_DISCONNECTED && c->orphans.n && !rconn(c)->dead &&
+        pid_gone(c->proc.pidfd)) {
+      c->proc.gone = 1;
       conn_dead(c); /* lost, and now gone: its operations will never end */
       continue;
     }
     if (c->state != XPORT__CONN_CONNECTED)
       continue;
-    if (ctx->rma_timeout_ms && rma_check(ctx, c, now, &drained))
+    if (lane->rma_timeout_ms && rma_check(lane, c, now, &drained))
       continue;
     if (rconn(c)->keepalive) {
-      if (now - rconn(c)->last_sent >= rctx(ctx)->keepalive_ms / 3 && !rconn(c)->ka_owed) {
+      if (now - rconn(c)->last_sent >= rctx(lane)->keepalive_ms / 3 && !rconn(c)->ka_owed) {
         int ret = ctl_send_conn(c, CTL_KEEPALIVE, 1);
         if (!ret)
           rconn(c)->last_sent = now;
         else if (ret == -XPORT_EAGAIN)
           ka_owe(c);
       }
-      if (now - rconn(c)->last_heard > rctx(ctx)->keepalive_ms && !drained) {
-        xport__cq_drain(ctx); /* heartbeats may be waiting unread */
+      if (now - rconn(c)->last_heard > rctx(lane)->keepalive_ms && !drained) {
+        xport__cq_drain(lane); /* heartbeats may be waiting unread */
         drained = 1;
       }
-      if (c->heard) {
-        c->heard = 0;
+      if (c->heard.msg) {
+        c->heard.msg = 0;
         rconn(c)->last_heard = now;
       }
-      if (now - rconn(c)->last_heard > rctx(ctx)->keepalive_ms) {
+      if (now - rconn(c)->last_heard > rctx(lane)->keepalive_ms) {
         XPORT__INFO("connection %u: nothing heard from the peer in %ld ms", c->id,
                     now - rconn(c)->last_heard);
-        c->peer_gone = 1;
+        c->proc.gone = 1;
         conn_lost(c, -XPORT_ECONNRESET, 1);
         continue;
       }
     }
-    if (!pid_gone(c->pidfd))
+    if (!pid_gone(c->proc.pidfd))
       continue;
     if (!drained) {
       /* What the provider finished before the death is not failed by it:
        * a receive rxm has all of, waiting only for its own answer to go
        * out, completes with its bytes, as the sender was told. */
-      xport__cq_drain(ctx);
+      xport__cq_drain(lane);
       drained = 1;
     }
     XPORT__INFO("connection %u: the peer process is gone", c->id);
-    c->peer_gone = 1;
-    if (ctx->prof && ctx->prof->peer_gone)
-      ctx->prof->peer_gone(rconn(c)->peer->addr, rconn(c)->peer->addrlen);
+    c->proc.gone = 1;
+    if (lane->prof && lane->prof->peer_gone)
+      lane->prof->peer_gone(rconn(c)->peer->addr, rconn(c)->peer->addrlen);
     conn_lost(c, -XPORT_ECONNRESET, 1);
   }
   /* Closed connections waiting for their operations: a peer that dies
    * will never finish them. */
-  for (xport_conn_t *c = ctx->draining; c; c = c->dnext)
-    if (!rconn(c)->dead && pid_gone(c->pidfd)) {
-      c->peer_gone = 1;
+  for (xport_conn_t *c = lane->draining; c; c = c->drain.next)
+    if (!rconn(c)->dead && pid_gone(c->proc.pidfd)) {
+      c->proc.gone = 1;
       conn_dead(c);
     }
-  if (ctx->reap)
-    rdm_reap(ctx);
+  if (lane->reap)
+    rdm_reap(lane);
 }
 
 /* Every connection is closed: close every endpoint, retired or held open
  * by operations still in flight, which ends those operations. */
-static void rdm_fini(xport_ctx_t *ctx)
+static void rdm_fini(struct xport__lane *lane)
 {
   /* Closed connections that wait for the provider to let go of their
    * operations still owe their peers a goodbye: those operations end with
@@ -2805,33 +2805,33 @@ static void rdm_fini(xport_ctx_t *ctx)
    * is waited for in rep_close (rxm carries the goodbye behind the data
    * still going out), by a goodbye holding a reference of its own: the
    * peer's address must stay while the operations are the provider's. */
-  for (xport_conn_t *c = ctx->draining; c; c = c->dnext)
+  for (xport_conn_t *c = lane->draining; c; c = c->drain.next)
     if (rconn(c)->said_bye < 0 && rconn(c)->rep && rconn(c)->rep->ep && rconn(c)->peer) {
       pay_bye(c, 1);
       if (rconn(c)->said_bye && bye_start(c))
         rconn(c)->peer->refs++;
     }
-  rctx(ctx)->rdm_closing = 1; /* nobody waits on the CQ any more */
+  rctx(lane)->rdm_closing = 1; /* nobody waits on the CQ any more */
   for (;;) { /* the retired (retire_eps) ones included */
-    struct xport__rep *r = rctx(ctx)->reps;
+    struct xport__rep *r = rctx(lane)->reps;
     while (r && r->parked)
       r = r->next;
     if (!r)
       break;
     rep_close(r);
   }
-  while (rctx(ctx)->reps) /* parked: nothing reads the CQ after them */
-    rep_close(rctx(ctx)->reps);
-  rctx(ctx)->cep = NULL;
-  rctx(ctx)->retired = NULL;
+  while (rctx(lane)->reps) /* parked: nothing reads the CQ after them */
+    rep_close(rctx(lane)->reps);
+  rctx(lane)->cep = NULL;
+  rctx(lane)->retired = NULL;
 }
 
 /* One-sided operations end their connection where they fail (rma_failed);
  * a message's failure is its connection's loss, which the provider
  * reports itself. */
-static void rdm_op_failed(xport_ctx_t *ctx, struct xport__req *req, int status)
+static void rdm_op_failed(struct xport__lane *lane, struct xport__req *req, int status)
 {
-  (void)ctx;
+  (void)lane;
   if (req->conn)
     xport__conn_check_gone(req->conn); /* not a refusal, whatever the provider says */
   if (req->op == XPORT_OP_WRITE || req->op == XPORT_OP_READ || req->op == XPORT_OP_ATOMIC ||
@@ -2846,7 +2846,7 @@ static void rdm_op_failed(xport_ctx_t *ctx, struct xport__req *req, int status)
 static void rdm_drop(xport_conn_t *conn)
 {
   if (ctl_send_conn(conn, CTL_DISC, 1))
-    probe_send(conn->ctx, conn, CTL_DISC);
+    probe_send(conn->lane, conn, CTL_DISC);
   bye_resent(conn);
   conn_lost(conn, -XPORT_ECONNRESET, 0);
 }
@@ -2862,22 +2862,22 @@ static ssize_t rdm_send(xport_conn_t *conn, struct xport__req *req, struct iovec
   if (XPORT__UNLIKELY(flags)) {
     /* An empty message carries no scatter element. */
     struct fi_msg_tagged msg = {.msg_iov = iov, .desc = desc, .iov_count = req->len ? cnt : 0,
-                                .addr = conn->dest, .tag = rconn(conn)->tag,
+                                .addr = rconn(conn)->dest, .tag = rconn(conn)->tag,
                                 .context = &req->fictx, .data = data};
     return fi_tsendmsg(conn->ep, &msg, flags);
   }
   if (cnt == 1)
-    return fi_tsend(conn->ep, iov[0].iov_base, iov[0].iov_len, desc[0], conn->dest,
+    return fi_tsend(conn->ep, iov[0].iov_base, iov[0].iov_len, desc[0], rconn(conn)->dest,
                     rconn(conn)->tag, &req->fictx);
-  return fi_tsendv(conn->ep, iov, desc, cnt, conn->dest, rconn(conn)->tag, &req->fictx);
+  return fi_tsendv(conn->ep, iov, desc, cnt, rconn(conn)->dest, rconn(conn)->tag, &req->fictx);
 }
 
 static ssize_t rdm_inject(xport_conn_t *conn, const void *buf, size_t len, int with_imm,
                           uint32_t imm)
 {
   if (with_imm)
-    return fi_tinjectdata(conn->ep, buf, len, imm, conn->dest, rconn(conn)->tag);
-  return fi_tinject(conn->ep, buf, len, conn->dest, rconn(conn)->tag);
+    return fi_tinjectdata(conn->ep, buf, len, imm, rconn(conn)->dest, rconn(conn)->tag);
+  return fi_tinject(conn->ep, buf, len, rconn(conn)->dest, rconn(conn)->tag);
 }
 
 /* Ignoring the write_imm bit lets an emulated write_imm's message
@@ -2897,8 +2897,8 @@ static ssize_t rdm_recv(xport_conn_t *conn, struct xport__req *req, struct iovec
 static ssize_t rdm_recv_sunk(xport_conn_t *conn, struct xport__req *req, struct iovec *iov,
                              void **desc, size_t cnt)
 {
-  iov[cnt].iov_base = conn->ctx->sink;
-  iov[cnt].iov_len = conn->ctx->sink_len;
+  iov[cnt].iov_base = conn->lane->sink;
+  iov[cnt].iov_len = conn->lane->sink_len;
   desc[cnt] = NULL;
   return fi_trecvv(conn->ep, iov, desc, cnt + 1, rconn(conn)->rx_src, rconn(conn)->rx_tag,
                    XPORT__WIMM_TAG, &req->fictx);
@@ -2909,7 +2909,7 @@ static ssize_t rdm_recv_sunk(xport_conn_t *conn, struct xport__req *req, struct 
 static ssize_t rdm_marker(xport_conn_t *conn, struct xport__req *req, uint64_t flags)
 {
   struct fi_msg_tagged tm = {.msg_iov = NULL, .desc = NULL, .iov_count = 0,
-                             .addr = conn->dest, .tag = rconn(conn)->tag | XPORT__WIMM_TAG,
+                             .addr = rconn(conn)->dest, .tag = rconn(conn)->tag | XPORT__WIMM_TAG,
                              .context = &req->fictx, .data = req->imm};
   return fi_tsendmsg(conn->ep, &tm, FI_REMOTE_CQ_DATA | flags);
 }
@@ -2919,9 +2919,9 @@ static int rdm_is_marker(const struct fi_cq_data_entry *e)
   return !!(((const struct fi_cq_tagged_entry *)(const void *)e)->tag & XPORT__WIMM_TAG);
 }
 
-static int rdm_open(xport_ctx_t *ctx)
+static int rdm_open(struct xport__lane *lane)
 {
-  struct rdm_ctx *x = rctx(ctx);
+  struct rdm_ctx *x = rctx(lane);
   /* A bound asked for but malformed fails closed: it is meant for peers
    * not trusted. */
   x->recv_ahead = xport__env_str(XPORT__ENV_RECV_AHEAD)
@@ -2932,12 +2932,32 @@ static int rdm_open(xport_ctx_t *ctx)
     x->keepalive_ms = 4;
   const char *ka = xport__env_str(XPORT__ENV_KEEPALIVE);
   x->keepalive_mode = !ka || !strcmp(ka, "auto") ? -1 : xport__env_bool(XPORT__ENV_KEEPALIVE, -1);
-  x->directed = !!(ctx->info->caps & FI_DIRECTED_RECV);
-  x->multi_recv = (ctx->info->caps & FI_MULTI_RECV) && ctx->prof &&
-                  ctx->prof->unexpected_unbounded;
+  x->directed = !!(lane->info->caps & FI_DIRECTED_RECV);
+  x->multi_recv = (lane->info->caps & FI_MULTI_RECV) && lane->prof &&
+                  lane->prof->unexpected_unbounded;
   XPORT__INFO("shared endpoints: receives %s their source, completions %s their sender",
-              x->directed ? "name" : "cannot name", ctx->source ? "name" : "do not name");
+              x->directed ? "name" : "cannot name", lane->source ? "name" : "do not name");
   return 0;
+}
+
+static ssize_t rdm_read(xport_conn_t *conn, struct xport__req *req, struct iovec *iov,
+                        void **desc, size_t cnt, uint64_t addr, uint64_t key)
+{
+  return xport__fi_read(conn->ep, rconn(conn)->dest, req, iov, desc, cnt, addr, key);
+}
+
+static ssize_t rdm_write(xport_conn_t *conn, struct xport__req *req, struct iovec *iov,
+                         void **desc, size_t cnt, uint64_t addr, uint64_t key, uint64_t flags,
+                         uint64_t data)
+{
+  return xport__fi_write(conn->ep, rconn(conn)->dest, req, iov, desc, cnt, addr, key, flags,
+                         data);
+}
+
+static ssize_t rdm_atomic_op(xport_conn_t *conn, struct xport__req *req, unsigned kind,
+                             uint64_t *v, void *desc, uint64_t addr, uint64_t key)
+{
+  return xport__fi_atomic(conn->ep, rconn(conn)->dest, req, kind, v, desc, addr, key);
 }
 
 static const struct xport__data_ops rdm_data = {
@@ -2946,6 +2966,9 @@ static const struct xport__data_ops rdm_data = {
     .recv = rdm_recv,
     .marker = rdm_marker,
     .is_marker = rdm_is_marker,
+    .read = rdm_read,
+    .write = rdm_write,
+    .atomic = rdm_atomic_op,
 };
 static const struct xport__data_ops rdm_data_sunk = {
     .send = rdm_send,
@@ -2953,6 +2976,9 @@ static const struct xport__data_ops rdm_data_sunk = {
     .recv = rdm_recv_sunk,
     .marker = rdm_marker,
     .is_marker = rdm_is_marker,
+    .read = rdm_read,
+    .write = rdm_write,
+    .atomic = rdm_atomic_op,
 };
 static const struct xport__data_ops rdm_data_claimed = {
     .send = rdm_send,
@@ -2960,11 +2986,14 @@ static const struct xport__data_ops rdm_data_claimed = {
     .recv = rdm_recv_claimed,
     .marker = rdm_marker,
     .is_marker = rdm_is_marker,
+    .read = rdm_read,
+    .write = rdm_write,
+    .atomic = rdm_atomic_op,
 };
 
 static void data_plain(xport_conn_t *conn)
 {
-  conn->ops = conn->ctx->sink ? &rdm_data_sunk : &rdm_data;
+  conn->ops = conn->lane->sink ? &rdm_data_sunk : &rdm_data;
 }
 
 static void data_claimed(xport_conn_t *conn)

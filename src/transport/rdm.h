@@ -26,7 +26,7 @@ struct xport__peer {
 #define XPORT__REFUSED_KEEP 16
 #define XPORT__SEEN_KEEP 256
 struct xport__rep {
-  xport_ctx_t *ctx;
+  struct xport__lane *lane;
   struct fid_ep *ep;
   struct fid_av *av;
   xport_listener_t *lst;          /* NULL for the context's own */
@@ -47,7 +47,7 @@ struct xport__rep {
   int rma_failed;                 /* a one-sided operation on it failed */
   size_t unreached;               /* peers with unreached set */
   int parked;                     /* left open at the context's end (settle_names) */
-  struct xport__rep *next, *prev; /* ctx->reps */
+  struct xport__rep *next, *prev; /* lane->reps */
   struct xport__peer *peers;
   struct xport__req *ctl_out;     /* control messages in flight */
   struct xport__req *ctl_rx[XPORT__CTL_RX];
@@ -72,13 +72,18 @@ struct xport__rep {
    * a target that dies stalls no other target's answers. */
   size_t dest_len;
   uint8_t dest_addr[XPORT__ADDR_MAX];
-  struct xport__rep *next_retired; /* ctx->retired (profile retire_eps) */
+  struct xport__rep *next_retired; /* lane->retired (profile retire_eps) */
 };
 
 /* Its part of a connection (conn->tpd). */
 struct rdm_conn {
   struct xport__rep *rep;
   struct xport__peer *peer;
+  fi_addr_t dest;                 /* the peer's address in rep's address vector */
+  /* Under a key (ctx->auth_on): the client's nonce until the listener's
+   * answer; on the listener's side, the proof the client owes, until it
+   * comes (then the connection is accepted). Wiped once used. */
+  uint8_t auth[XPORT__AUTH_MAC];
   uint64_t tag;                   /* tag of messages to the peer: its receive tag */
   uint64_t rx_tag;                /* tag of messages from the peer: random, ours */
   fi_addr_t rx_src;               /* receives match only this source (or any) */
@@ -100,7 +105,7 @@ struct rdm_conn {
   int challenged;                 /* connect: answered the listener's challenge */
 };
 
-/* Its part of a context (ctx->tpd). */
+/* Its part of a context (lane->tpd). */
 struct rdm_ctx {
   struct xport__rep *cep;    /* the endpoint outgoing connections use */
   struct xport__bye *byes;   /* goodbyes waiting for the peer's answer */
@@ -124,9 +129,9 @@ static inline struct rdm_conn *rconn(const xport_conn_t *conn)
   return (struct rdm_conn *)(void *)conn->tpd;
 }
 
-static inline struct rdm_ctx *rctx(const xport_ctx_t *ctx)
+static inline struct rdm_ctx *rctx(const struct xport__lane *lane)
 {
-  return (struct rdm_ctx *)ctx->tpd;
+  return (struct rdm_ctx *)lane->tpd;
 }
 
 #endif /* XPORT_TRANSPORT_RDM_H */

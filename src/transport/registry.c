@@ -7,10 +7,22 @@ extern const struct xport__transport xport__transport_msg, xport__transport_rdm;
 static const struct xport__transport *const transports[] = {&xport__transport_msg,
                                                             &xport__transport_rdm};
 
+/* Every operation the core calls without looking is there (struct
+ * xport__transport says which may be NULL). */
+static __attribute__((unused)) int complete(const struct xport__transport *tp)
+{
+  const struct xport__data_ops *d = tp->data;
+  return tp->name && tp->listen && tp->listener_close && tp->connect && tp->accept &&
+         tp->close_conn && tp->progress && tp->op_failed && tp->drop && d && d->send &&
+         d->inject && d->recv && d->marker && d->is_marker && d->read && d->write && d->atomic;
+}
+
 const struct xport__transport *xport__transport_for(enum fi_ep_type t)
 {
   for (size_t i = 0; i < sizeof transports / sizeof transports[0]; i++)
-    if (transports[i]->ep_type == t)
+    if (transports[i]->ep_type == t) {
+      XPORT__ASSERT(complete(transports[i]));
       return transports[i];
+    }
   return NULL;
 }

@@ -26,6 +26,7 @@
 #define FUZZ_SPAN_LEN 16
 
 static xport_ctx_t ctx;
+static struct xport__lane lane; /* the context's one lane */
 static xport_mr_t mr, mr2;
 static struct fid_mr fmr, fmr2, fspan;
 static struct xport__span span;
@@ -47,7 +48,9 @@ static void setup(void)
   span.mr = &fspan;
   span.offset = FUZZ_SPAN_OFF;
   span.len = FUZZ_SPAN_LEN;
+  lane.ctx = &ctx;
   mr.ctx = &ctx;
+  mr.lane = &lane;
   mr.mr = &fmr;
   mr.base = (char *)page;
   mr.len = pagesz;
@@ -78,11 +81,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   if (kind && size != (kind == XPORT__SVC_REQUEST ? ATOM_REQ_LEN : ATOM_ANS_LEN))
     abort();
   for (int virt = 0; kind == XPORT__SVC_REQUEST && virt < 2; virt++) {
-    ctx.virt_addr = virt;
+    lane.virt_addr = virt;
     for (size_t i = 0; i < pagesz; i++)
       page[i] = shadow[i] = (uint8_t)(i * 7 + 3);
     uint64_t old = 0;
-    int ret = xport__svc_apply(&ctx, msg, &old);
+    int ret = xport__svc_apply(&lane, msg, &old);
     uint64_t key = xport__get64(msg + 16);
     size_t lo = 0, hi = 0; /* what the key may touch */
     if (!ret && key == FUZZ_KEY_WHOLE) {

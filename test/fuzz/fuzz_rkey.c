@@ -18,7 +18,7 @@ static const char *const providers[] = {"tcp", "shm", "verbs", "tcp;ofi_rxm"};
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-  static xport_ctx_t ctxs[4 * 4];
+  static struct xport__lane ctxs[4 * 4]; /* lanes of a context, one per mode */
   static int ready;
   if (!ready) {
     for (size_t i = 0; i < sizeof ctxs / sizeof ctxs[0]; i++) {

@@ -1,5 +1,5 @@
 /* Listeners and connections, the public calls: what they check, and the
- * transport of the context that carries them out (ctx->tp). A listener
+ * lane whose transport carries them out (lane->tp). A listener
  * that a layer above owns (a job's) accepts in the background, through
  * the hook the context calls where it makes progress. */
 #include "xport_int.h"
@@ -9,30 +9,38 @@
 #include <string.h>
 #include <time.h>
 
-static int xport_listen__locked(xport_ctx_t *ctx, const char *addr, xport_listener_t **lst_p)
+/* Opens a listener on lane at addr (host:port), on its list. */
+static int listen_on(struct xport__lane *lane, const char *addr, size_t backlog,
+                     xport_listener_t **lst_p)
 {
   char host[256], port[8];
-  if (!ctx || !addr || !lst_p)
-    return -XPORT_EINVAL;
-  size_t backlog = xport__env_size(XPORT__ENV_LISTEN_BACKLOG, XPORT__BACKLOG_DEFAULT);
-  if (backlog < 1)
-    backlog = 1;
   int ret = xport__addr_split(addr, host, sizeof host, port, sizeof port);
   if (ret)
     return ret;
   xport_listener_t *lst = calloc(1, sizeof *lst);
   if (!lst)
     return -XPORT_ENOMEM;
-  lst->ctx = ctx;
+  lst->ctx = lane->ctx;
+  lst->lane = lane;
   lst->backlog = backlog;
-  ret = ctx->tp->listen(lst, addr, host, port);
+  ret = lane->tp->listen(lst, addr, host, port);
   if (ret) {
     free(lst);
     return ret;
   }
-  XPORT__LIST_PUSH(ctx->listeners, lst, next, prev);
+  XPORT__LIST_PUSH(lane->listeners, lst, next, prev);
   *lst_p = lst;
   return 0;
+}
+
+static int xport_listen__locked(xport_ctx_t *ctx, const char *addr, xport_listener_t **lst_p)
+{
+  if (!ctx || !addr || !lst_p)
+    return -XPORT_EINVAL;
+  size_t backlog = xport__env_size(XPORT__ENV_LISTEN_BACKLOG, XPORT__BACKLOG_DEFAULT);
+  if (backlog < 1)
+    backlog = 1;
+  return listen_on(ctx->lanes[0], addr, backlog, lst_p);
 }
 
 XPORT_API int xport_listener_addr(const xport_listener_t *lst, char *buf, size_t len)
@@ -50,23 +58,20 @@ static int xport_listener_close__locked(xport_listener_t *lst)
 {
   if (!lst)
     return 0;
-  xport_ctx_t *ctx = lst->ctx;
   xport__listener_hook(lst, NULL, NULL, NULL); /* what waits is refused */
-  ctx->tp->listener_close(lst);
-  XPORT__LIST_UNLINK(ctx->listeners, lst, next, prev);
+  lst->lane->tp->listener_close(lst);
+  XPORT__LIST_UNLINK(lst->lane->listeners, lst, next, prev);
   free(lst);
   return 0;
 }
 
-static int xport_connect__locked(xport_ctx_t *ctx, const char *addr, int timeout_ms,
-                                 xport_conn_t **conn_p)
+static int connect_on(struct xport__lane *lane, const char *addr, int timeout_ms,
+                      xport_conn_t **conn_p)
 {
   char host[256], port[8];
   long deadline = timeout_ms < 0 ? -1 : xport__now_ms() + timeout_ms;
-  if (!ctx || !addr || !conn_p)
-    return -XPORT_EINVAL;
   int ret = xport__addr_split(addr, host, sizeof host, port, sizeof port);
-  return ret ? ret : ctx->tp->connect(ctx, host, port, deadline, conn_p);
+  return ret ? ret : lane->tp->connect(lane, host, port, deadline, conn_p);
 }
 
 static int xport_accept__locked(xport_listener_t *lst, int timeout_ms, xport_conn_t **conn_p)
@@ -74,7 +79,7 @@ static int xport_accept__locked(xport_listener_t *lst, int timeout_ms, xport_con
   long deadline = timeout_ms < 0 ? -1 : xport__now_ms() + timeout_ms;
   if (!lst || !conn_p)
     return -XPORT_EINVAL;
-  return lst->ctx->tp->accept(lst, deadline, conn_p);
+  return lst->lane->tp->accept(lst, deadline, conn_p);
 }
 
 /* Runs where the context makes progress (EQ dispatch, the RDM drain and
@@ -87,14 +92,15 @@ void xport__auto_accept(xport_ctx_t *ctx)
     return;
   ctx->in_auto = 1;
   ctx->accept_due = 0;
-  for (xport_listener_t *l = ctx->listeners, *next; l; l = next) {
-    next = l->next;
-    if (!l->admit)
-      continue;
-    xport_conn_t *conn;
-    while ((l->pending || l->shaking) && xport_accept__locked(l, 0, &conn) == 0)
-      l->accepted(l->hook_arg, conn);
-  }
+  for (unsigned n = 0; n < ctx->nlanes; n++)
+    for (xport_listener_t *l = ctx->lanes[n]->listeners, *next; l; l = next) {
+      next = l->next;
+      if (!l->admit)
+        continue;
+      xport_conn_t *conn;
+      while ((l->pending || l->shaking) && xport_accept__locked(l, 0, &conn) == 0)
+        l->accepted(l->hook_arg, conn);
+    }
   ctx->in_auto = 0;
 }
 
@@ -102,11 +108,8 @@ void xport__listener_hook(xport_listener_t *lst, int (*admit)(void *, uint64_t),
                           void (*accepted)(void *, xport_conn_t *), void *arg)
 {
   xport_ctx_t *ctx = lst->ctx;
-  if (lst->sub) {
-    XPORT__LOCK(lst->sub->ctx);
+  if (lst->sub)
     xport__listener_hook(lst->sub, admit, accepted, arg);
-    XPORT__UNLOCK(lst->sub->ctx);
-  }
   ctx->nhooked += (admit != NULL) - (lst->admit != NULL);
   ctx->auto_accept = xport__auto_accept; /* the lower layers' way back up */
   lst->admit = admit;
@@ -127,7 +130,7 @@ static int xport_conn_close__locked(xport_conn_t *conn)
   if (conn->state == XPORT__CONN_CLOSED)
     return -XPORT_EINVAL;
   conn->closing = 1;
-  ctx->tp->close_conn(conn);
+  conn->lane->tp->close_conn(conn);
   xport__evq_remove(ctx, conn);
   if (XPORT__UNLIKELY(ctx->fault != NULL))
     xport__fault_forget(conn); /* and the one held back */
@@ -137,7 +140,7 @@ static int xport_conn_close__locked(xport_conn_t *conn)
   return 0;
 }
 
-/* The node-local half of a listener (XPORT_SHM): the same host, at the
+/* The second lane's half of a listener (XPORT_SHM): the same host, at the
  * port the fabric's half got. Where it cannot open (a host that is not
  * this node's, a port another process took there), peers on this node
  * reach the listener over the fabric. */
@@ -145,14 +148,15 @@ static void listen_sub(xport_listener_t *lst, const char *addr)
 {
   char host[256], port[8], h2[256], sub_addr[300];
   xport_listener_t *sub;
+  struct xport__lane *lane = lst->ctx->lanes[1];
   if (xport__addr_split(addr, host, sizeof host, port, sizeof port) ||
       xport__addr_split(lst->addr, h2, sizeof h2, port, sizeof port))
     return;
   snprintf(sub_addr, sizeof sub_addr, strchr(host, ':') ? "[%s]:%s" : "%s:%s", host, port);
-  int ret = xport_listen(lst->ctx->shm, sub_addr, &sub);
+  int ret = listen_on(lane, sub_addr, lst->backlog, &sub);
   if (ret) {
     XPORT__INFO("listener %s: not on %s too (%s): peers on this node come over %s", lst->addr,
-                lst->ctx->shm->caps.provider, xport_strerror(ret), lst->ctx->caps.provider);
+                lane->caps.provider, xport_strerror(ret), lst->lane->caps.provider);
     return;
   }
   lst->sub = sub;
@@ -162,36 +166,35 @@ XPORT_API int xport_listen(xport_ctx_t *ctx, const char *addr, xport_listener_t 
 {
   if (!ctx)
     return xport_listen__locked(ctx, addr, lst_p);
-  xport_ctx_t *lctx = ctx;
-  XPORT__LOCK(lctx);
+  XPORT__LOCK(ctx);
   int ret = xport_listen__locked(ctx, addr, lst_p);
-  if (!ret && ctx->shm)
+  if (!ret && ctx->nlanes > 1)
     listen_sub(*lst_p, addr);
-  XPORT__UNLOCK(lctx);
+  XPORT__UNLOCK(ctx);
   return ret;
 }
 
 XPORT_API int xport_listener_close(xport_listener_t *lst)
 {
   if (!lst)
-    return xport_listener_close__locked(lst);
+    return 0;
+  xport_ctx_t *ctx = lst->ctx;
+  XPORT__LOCK(ctx);
   if (lst->sub) {
-    xport_listener_close(lst->sub);
+    xport_listener_close__locked(lst->sub);
     lst->sub = NULL;
   }
-  xport_ctx_t *lctx = lst->ctx;
-  XPORT__LOCK(lctx);
   int ret = xport_listener_close__locked(lst);
-  XPORT__UNLOCK(lctx);
+  XPORT__UNLOCK(ctx);
   return ret;
 }
 
-/* 1 if a live listener of the node-local sub-context, of this user, has
+/* 1 if a live listener of the node-local lane, of this user, has
  * host:port's name in this network namespace. */
-static int shm_listener_here(const xport_ctx_t *sub, const char *addr)
+static int shm_listener_here(const struct xport__lane *lane, const char *addr)
 {
   char host[256], port[8], name[XPORT__ADDR_MAX];
-  const struct xport__profile *p = sub->prof;
+  const struct xport__profile *p = lane->prof;
   if (!p || !p->listen_name || !p->name_alive ||
       xport__addr_split(addr, host, sizeof host, port, sizeof port))
     return 0;
@@ -201,19 +204,28 @@ static int shm_listener_here(const xport_ctx_t *sub, const char *addr)
   return 0;
 }
 
+static int connect_locked(struct xport__lane *lane, const char *addr, int timeout_ms,
+                          xport_conn_t **conn_p)
+{
+  XPORT__LOCK(lane->ctx);
+  int ret = connect_on(lane, addr, timeout_ms, conn_p);
+  XPORT__UNLOCK(lane->ctx);
+  return ret;
+}
+
 XPORT_API int xport_connect(xport_ctx_t *ctx, const char *addr, int timeout_ms,
                             xport_conn_t **conn_p)
 {
-  if (!ctx)
-    return xport_connect__locked(ctx, addr, timeout_ms, conn_p);
-  if (ctx->shm && addr && conn_p && shm_listener_here(ctx->shm, addr)) {
+  if (!ctx || !addr || !conn_p)
+    return -XPORT_EINVAL;
+  if (ctx->nlanes > 1 && shm_listener_here(ctx->lanes[1], addr)) {
     /* A listener of this node answers over shm. One that is not here
      * (no live name, a host of another node) or that says "not this way"
      * (another PID namespace, another context of this process:
      * EADDRNOTAVAIL) leaves the peer to the fabric. Its other answers are
      * the listener's: a full backlog refuses over either. */
     long t0 = xport__now_ms();
-    int ret = xport_connect(ctx->shm, addr, timeout_ms, conn_p);
+    int ret = connect_locked(ctx->lanes[1], addr, timeout_ms, conn_p);
     if (ret != -XPORT_EADDRNOTAVAIL)
       return ret;
     if (timeout_ms >= 0) {
@@ -221,19 +233,14 @@ XPORT_API int xport_connect(xport_ctx_t *ctx, const char *addr, int timeout_ms,
       timeout_ms = left > 0 ? (int)left : 0;
     }
   }
-  xport_ctx_t *lctx = ctx;
-  XPORT__LOCK(lctx);
-  int ret = xport_connect__locked(ctx, addr, timeout_ms, conn_p);
-  XPORT__UNLOCK(lctx);
-  return ret;
+  return connect_locked(ctx->lanes[0], addr, timeout_ms, conn_p);
 }
 
 static int accept_one(xport_listener_t *lst, int timeout_ms, xport_conn_t **conn_p)
 {
-  xport_ctx_t *lctx = lst->ctx;
-  XPORT__LOCK(lctx);
+  XPORT__LOCK(lst->ctx);
   int ret = xport_accept__locked(lst, timeout_ms, conn_p);
-  XPORT__UNLOCK(lctx);
+  XPORT__UNLOCK(lst->ctx);
   return ret;
 }
 
@@ -267,7 +274,7 @@ XPORT_API int xport_conn_query(const xport_conn_t *conn, xport_caps_t *caps_p)
 {
   if (!conn || !caps_p)
     return -XPORT_EINVAL;
-  *caps_p = conn->ctx->caps;
+  *caps_p = conn->lane->caps;
   return 0;
 }
 

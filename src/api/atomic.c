@@ -21,7 +21,7 @@ static int post_atomic_locked(xport_conn_t *conn, unsigned kind, uint64_t *resul
   if (XPORT__UNLIKELY(conn->state != XPORT__CONN_CONNECTED))
     return conn->state == XPORT__CONN_CLOSED ? -XPORT_EINVAL : -XPORT_ENOTCONN;
   xport_ctx_t *ctx = conn->ctx;
-  if (XPORT__UNLIKELY(ctx->caps.atomics == XPORT_SUPPORT_NONE))
+  if (XPORT__UNLIKELY(conn->lane->caps.atomics == XPORT_SUPPORT_NONE))
     return -XPORT_ENOSYS;
   if (XPORT__UNLIKELY(offset % 8))
     return -XPORT_EINVAL;
@@ -33,7 +33,7 @@ static int post_atomic_locked(xport_conn_t *conn, unsigned kind, uint64_t *resul
   if (XPORT__UNLIKELY(ret))
     return ret;
   /* Not kept behind posts waiting for the provider: it would pass them. */
-  if (XPORT__UNLIKELY(conn->held != NULL))
+  if (XPORT__UNLIKELY(conn->hq.head != NULL))
     return -XPORT_EAGAIN;
 
   struct xport__req *req = xport__req_new(ctx, conn, XPORT_OP_ATOMIC, user_ctx);
@@ -46,9 +46,9 @@ static int post_atomic_locked(xport_conn_t *conn, unsigned kind, uint64_t *resul
   req->atom[2] = 0;
 
   ssize_t fret;
-  if (ctx->atom_emulated) {
+  if (conn->lane->atom_emulated) {
     /* The transport's own carriage of it: the answer completes req. */
-    ret = ctx->tp->atomic ? ctx->tp->atomic(conn, req, kind, rk->key, addr) : -XPORT_ENOSYS;
+    ret = conn->lane->tp->atomic ? conn->lane->tp->atomic(conn, req, kind, rk->key, addr) : -XPORT_ENOSYS;
     if (XPORT__UNLIKELY(ret)) {
       req->conn = NULL;
       xport__req_release(ctx, req);
@@ -61,8 +61,8 @@ static int post_atomic_locked(xport_conn_t *conn, unsigned kind, uint64_t *resul
    * in a registered slot where the provider wants descriptors. */
   uint64_t *v = req->atom;
   void *desc = NULL;
-  if (ctx->need_local_mr) {
-    req->bounce = xport__small_get(ctx);
+  if (conn->lane->need_local_mr) {
+    req->bounce = xport__small_get(conn->lane);
     if (XPORT__UNLIKELY(!req->bounce)) {
       req->conn = NULL;
       xport__req_release(ctx, req);
@@ -73,23 +73,15 @@ static int post_atomic_locked(xport_conn_t *conn, unsigned kind, uint64_t *resul
     v[1] = compare;
     desc = req->bounce->desc;
   }
-  if (XPORT__UNLIKELY(ctx->rma_timeout_ms))
+  if (XPORT__UNLIKELY(conn->lane->rma_timeout_ms))
     req->posted_ms = xport__now_ms(), req->posted_seq = ++ctx->rma_seq;
   /* Where a refused operation is never answered (rma_never_fails: shm),
    * an add is carried as a fetch-add whose value nobody reads: only an
    * operation that waits for its answer learns of the refusal (its
    * deadline), where a bare add completes at once and changes nothing. */
-  if (kind == XPORT__ATOM_ADD && ctx->prof && ctx->prof->rma_never_fails)
+  if (kind == XPORT__ATOM_ADD && conn->lane->prof && conn->lane->prof->rma_never_fails)
     kind = XPORT__ATOM_FADD;
-  if (kind == XPORT__ATOM_FADD)
-    fret = fi_fetch_atomic(conn->ep, &v[0], 1, desc, &v[2], desc, conn->dest, addr, rk->key,
-                           FI_UINT64, FI_SUM, &req->fictx);
-  else if (kind == XPORT__ATOM_CSWAP)
-    fret = fi_compare_atomic(conn->ep, &v[0], 1, desc, &v[1], desc, &v[2], desc, conn->dest,
-                             addr, rk->key, FI_UINT64, FI_CSWAP, &req->fictx);
-  else
-    fret = fi_atomic(conn->ep, &v[0], 1, desc, conn->dest, addr, rk->key, FI_UINT64, FI_SUM,
-                     &req->fictx);
+  fret = conn->ops->atomic(conn, req, kind, v, desc, addr, rk->key);
   return xport__post_end(conn, req, fret);
 }
 

@@ -151,8 +151,6 @@ void xport__fault_attach(xport_ctx_t *ctx, struct xport__fault *f)
   f->ctx = ctx;
   XPORT__LOCK(ctx);
   ctx->fault = f;
-  if (ctx->shm)
-    ctx->shm->fault = f; /* one context to the application: one count */
   XPORT__UNLOCK(ctx);
 }
 
@@ -186,27 +184,27 @@ void xport__fault_fini(xport_ctx_t *ctx)
     held_release(&f->q[f->head]);
   shown_end(f);
   free(f->q);
-  if (ctx->shm)
-    ctx->shm->fault = NULL;
   ctx->fault = NULL;
   xport__fault_free(f);
 }
 
-/* Loses the connections of c that reached their count. Called with c's
- * lock held, or with no lock of c's held (it takes it). */
+/* Loses the connections of c's lanes that reached their count. Called
+ * with c's lock held, or with no lock of c's held (it takes it). */
 static void drops_run(struct xport__fault *f, xport_ctx_t *c)
 {
   XPORT__LOCK(c);
-  for (xport_conn_t *conn = c->conns, *next; conn && f->drops_due; conn = next) {
-    next = conn->next;
-    if (!conn->fault_drop)
-      continue;
-    conn->fault_drop = 0;
-    f->drops_due--;
-    if (conn->state != XPORT__CONN_CONNECTED)
-      continue;
-    XPORT__INFO("XPORT_FAULT: connection %u is dropped after %lu posts", conn->id, f->drop_conn);
-    c->tp->drop(conn);
+  for (unsigned l = 0; l < c->nlanes; l++) {
+    for (xport_conn_t *conn = c->lanes[l]->conns, *next; conn && f->drops_due; conn = next) {
+      next = conn->next;
+      if (!conn->fault.drop)
+        continue;
+      conn->fault.drop = 0;
+      f->drops_due--;
+      if (conn->state != XPORT__CONN_CONNECTED)
+        continue;
+      XPORT__INFO("XPORT_FAULT: connection %u is dropped after %lu posts", conn->id, f->drop_conn);
+      conn->lane->tp->drop(conn);
+    }
   }
   XPORT__UNLOCK(c);
 }
@@ -214,8 +212,6 @@ static void drops_run(struct xport__fault *f, xport_ctx_t *c)
 static void drops_all(struct xport__fault *f)
 {
   drops_run(f, f->ctx);
-  if (f->drops_due && f->ctx->shm)
-    drops_run(f, f->ctx->shm);
 }
 
 int xport__fault_post(xport_conn_t *conn)
@@ -230,10 +226,10 @@ int xport__fault_post(xport_conn_t *conn)
     XPORT__DEBUG("XPORT_FAULT: post %lu is pushed back", f->posts);
     return -XPORT_EAGAIN;
   }
-  if (f->drop_conn && ++conn->fault_posts == f->drop_conn) {
+  if (f->drop_conn && ++conn->fault.posts == f->drop_conn) {
     /* Lost at the context's next call into xport: this post goes first,
      * as the last one before the peer's end. */
-    conn->fault_drop = 1;
+    conn->fault.drop = 1;
     f->drops_due++;
   }
   return 0;
@@ -342,8 +338,8 @@ int xport__fault_wait(xport_ctx_t *ctx, int timeout_ms, int (*wait)(xport_ctx_t 
 void xport__fault_forget(xport_conn_t *conn)
 {
   struct xport__fault *f = conn->ctx->fault;
-  if (conn->fault_drop) { /* closed first: it leaves the list drops_run walks */
-    conn->fault_drop = 0;
+  if (conn->fault.drop) { /* closed first: it leaves the list drops_run walks */
+    conn->fault.drop = 0;
     f->drops_due--;
   }
   /* A closed connection's disconnect event is never delivered

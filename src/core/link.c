@@ -17,12 +17,12 @@ void xport__connreq_push(xport_listener_t *lst, struct xport__connreq *cr)
 
 void xport__evq_push(xport_ctx_t *ctx, xport_conn_t *conn, int status)
 {
-  if (conn->ev_queued)
+  if (conn->ev.queued)
     return;
-  conn->ev_queued = 1;
-  conn->ev_status = status;
-  conn->ev_after = ctx->done_in;
-  XPORT__FIFO_PUSH(ctx->evq, ctx->evq_tail, conn, ev_next);
+  conn->ev.queued = 1;
+  conn->ev.status = status;
+  conn->ev.after = ctx->done_in;
+  XPORT__FIFO_PUSH(ctx->evq, ctx->evq_tail, conn, ev.next);
 }
 
 void xport__evq_remove(xport_ctx_t *ctx, xport_conn_t *conn)
@@ -30,45 +30,47 @@ void xport__evq_remove(xport_ctx_t *ctx, xport_conn_t *conn)
   xport_conn_t **pp = &ctx->evq, *prev = NULL;
   while (*pp && *pp != conn) {
     prev = *pp;
-    pp = &(*pp)->ev_next;
+    pp = &(*pp)->ev.next;
   }
   if (!*pp)
     return;
-  *pp = conn->ev_next;
+  *pp = conn->ev.next;
   if (ctx->evq_tail == conn)
     ctx->evq_tail = prev;
-  conn->ev_queued = 0;
+  conn->ev.queued = 0;
 }
 
-xport_conn_t *xport__conn_new(xport_ctx_t *ctx)
+xport_conn_t *xport__conn_new(struct xport__lane *lane)
 {
-  xport_conn_t *conn = calloc(1, sizeof *conn + ctx->tp->conn_size);
+  xport_conn_t *conn = calloc(1, sizeof *conn + lane->tp->conn_size);
   if (!conn)
     return NULL;
-  conn->ctx = ctx;
-  conn->ops = ctx->tp->data;
-  conn->pidfd = -1;
+  conn->ctx = lane->ctx;
+  conn->lane = lane;
+  conn->ops = lane->tp->data;
+  conn->proc.pidfd = -1;
   conn->state = XPORT__CONN_CONNECTING;
   return conn;
 }
 
 void xport__conn_unlink(xport_conn_t *conn)
 {
-  xport_ctx_t *ctx = conn->ctx;
-  XPORT__LIST_UNLINK(ctx->conns, conn, next, prev);
+  XPORT__LIST_UNLINK(conn->lane->conns, conn, next, prev);
   conn->next = conn->prev = NULL;
 }
 
 void xport__conn_link(xport_conn_t *conn)
 {
+  /* Once, and on a lane of its own context. */
+  XPORT__ASSERT(!conn->handed && conn->lane->ctx == conn->ctx &&
+                conn->lane == conn->ctx->lanes[conn->lane->index]);
   conn->handed = 1;
-  xport_ctx_t *ctx = conn->ctx;
-  XPORT__LIST_PUSH(ctx->conns, conn, next, prev);
+  XPORT__LIST_PUSH(conn->lane->conns, conn, next, prev);
 }
 
 int xport__listener_shaking_from(const xport_listener_t *lst, uint64_t peer_ctx_id)
 {
-  for (const xport_conn_t *c = lst->shaking; c; c = c->shake_next)
+  for (const xport_conn_t *c = lst->shaking; c; c = c->shake.next)
     if (c->peer_ctx_id == peer_ctx_id)
       return 1;
   return 0;
@@ -77,7 +79,7 @@ int xport__listener_shaking_from(const xport_listener_t *lst, uint64_t peer_ctx_
 void xport__conn_free_if_done(xport_conn_t *conn)
 {
   /* And once its transport let go of it (RDM: its endpoint). */
-  if (conn->state == XPORT__CONN_CLOSED && conn->nreqs == 0 && !conn->ev_queued &&
+  if (conn->state == XPORT__CONN_CLOSED && conn->nreqs == 0 && !conn->ev.queued &&
       !conn->attached)
     free(conn);
 }

@@ -54,13 +54,13 @@ static int rkey_pack_locked(xport_mr_t *mr, size_t offset, size_t len, void *buf
     access &= ~XPORT_ACCESS_REMOTE_ATOMIC;
   if (!access)
     return -XPORT_EACCES;
-  size_t total = RK_HDR + (ctx->raw_keys ? 0 : klen) + 4;
-  if (!ctx->raw_keys && buflen < total)
+  size_t total = RK_HDR + (mr->lane->raw_keys ? 0 : klen) + 4;
+  if (!mr->lane->raw_keys && buflen < total)
     return -XPORT_ERANGE; /* known before registering anything */
   int ret = xport__mr_span(mr, offset, len, &fmr);
   if (ret)
     return ret;
-  if (ctx->raw_keys) {
+  if (mr->lane->raw_keys) {
     uint64_t base = 0;
     klen = sizeof raw;
     ret = fi_mr_raw_attr(fmr, &base, raw, &klen, 0);
@@ -71,7 +71,7 @@ static int rkey_pack_locked(xport_mr_t *mr, size_t offset, size_t len, void *buf
   }
   /* Virtual address of the range's start, or its offset in the
    * registration the key names (0 for a range of its own). */
-  addr = ctx->virt_addr ? (uint64_t)(uintptr_t)(mr->base + offset)
+  addr = mr->lane->virt_addr ? (uint64_t)(uintptr_t)(mr->base + offset)
                         : fmr == mr->mr ? (uint64_t)offset : 0;
   total = RK_HDR + klen + 4;
   if (buflen < total)
@@ -81,7 +81,7 @@ static int rkey_pack_locked(xport_mr_t *mr, size_t offset, size_t len, void *buf
   memset(p, 0, RK_HDR);
   xport__put32(p, RK_MAGIC);
   xport__put16(p + 4, RK_VERSION);
-  xport__put16(p + 6, (uint16_t)((ctx->virt_addr ? RK_F_VIRT : 0) | (ctx->raw_keys ? RK_F_RAW : 0)));
+  xport__put16(p + 6, (uint16_t)((mr->lane->virt_addr ? RK_F_VIRT : 0) | (mr->lane->raw_keys ? RK_F_RAW : 0)));
   xport__put16(p + 8, (uint16_t)total);
   xport__put16(p + 10, (uint16_t)klen);
   /* Atomics need an aligned word; the range's start decides it, since
@@ -90,7 +90,7 @@ static int rkey_pack_locked(xport_mr_t *mr, size_t offset, size_t len, void *buf
   xport__put64(p + 16, ctx->id);
   xport__put64(p + 24, addr);
   xport__put64(p + 32, len);
-  memcpy(p + 40, ctx->caps.provider, strnlen(ctx->caps.provider, 16));
+  memcpy(p + 40, mr->lane->caps.provider, strnlen(mr->lane->caps.provider, 16));
   memcpy(p + RK_HDR, raw, klen);
   xport__put32(p + RK_HDR + klen, fnv1a(p, RK_HDR + klen));
   return (int)total;
@@ -119,7 +119,7 @@ XPORT_API int xport_rkey_pack(xport_mr_t *mr, size_t offset, size_t len, void *b
 
 /* One transport's key, the whole of [buf, buf + len): checked, and its
  * fields into *k. */
-static int parse_one(const xport_ctx_t *ctx, uint64_t peer_ctx_id, const uint8_t *p, size_t len,
+static int parse_one(const struct xport__lane *lane, uint64_t peer_ctx_id, const uint8_t *p, size_t len,
                      struct xport__rkey_wire *k)
 {
   char prov[17];
@@ -135,8 +135,8 @@ static int parse_one(const xport_ctx_t *ctx, uint64_t peer_ctx_id, const uint8_t
   memcpy(prov, p + 40, 16);
   prov[16] = '\0';
   unsigned flags = xport__get16(p + 6), access = xport__get32(p + 12);
-  if (strcmp(prov, ctx->caps.provider) || !(flags & RK_F_VIRT) != !ctx->virt_addr ||
-      !(flags & RK_F_RAW) != !ctx->raw_keys || (!ctx->raw_keys && klen != 8))
+  if (strcmp(prov, lane->caps.provider) || !(flags & RK_F_VIRT) != !lane->virt_addr ||
+      !(flags & RK_F_RAW) != !lane->raw_keys || (!lane->raw_keys && klen != 8))
     goto foreign;
   if (xport__get64(p + 16) != peer_ctx_id)
     goto foreign;
@@ -158,7 +158,7 @@ foreign:
   return -XPORT_EPROTO;
 }
 
-int xport__rkey_parse(const xport_ctx_t *ctx, uint64_t peer_ctx_id, const void *buf, size_t len,
+int xport__rkey_parse(const struct xport__lane *lane, uint64_t peer_ctx_id, const void *buf, size_t len,
                       struct xport__rkey_wire *k)
 {
   const uint8_t *p = buf;
@@ -175,7 +175,7 @@ int xport__rkey_parse(const xport_ctx_t *ctx, uint64_t peer_ctx_id, const void *
     off += total;
   }
   if (n <= 1 || off != len)
-    return parse_one(ctx, peer_ctx_id, p, len, k); /* one key, or what it says of a bad one */
+    return parse_one(lane, peer_ctx_id, p, len, k); /* one key, or what it says of a bad one */
   /* Every part sound, the ones this connection does not take too: a
    * blob damaged anywhere is refused. */
   for (size_t i = 0; i < n; i++) {
@@ -187,10 +187,10 @@ int xport__rkey_parse(const xport_ctx_t *ctx, uint64_t peer_ctx_id, const void *
       return -XPORT_EPROTO;
     }
   }
-  const char *prov = ctx->caps.provider;
+  const char *prov = lane->caps.provider;
   for (size_t i = 0; i < n; i++)
     if (!strncmp((const char *)p + at[i] + 40, prov, 16))
-      return parse_one(ctx, peer_ctx_id, p + at[i], sz[i], k);
+      return parse_one(lane, peer_ctx_id, p + at[i], sz[i], k);
   XPORT__INFO("refused a remote key: none of its parts is for %s", prov);
   return -XPORT_EPROTO;
 }
@@ -204,14 +204,14 @@ static int xport_rkey_unpack__locked(xport_conn_t *conn, const void *buf, size_t
   if (conn->state != XPORT__CONN_CONNECTED)
     return conn->state == XPORT__CONN_CLOSED ? -XPORT_EINVAL : -XPORT_ENOTCONN;
   xport_ctx_t *ctx = conn->ctx;
-  int ret = xport__rkey_parse(ctx, conn->peer_ctx_id, buf, len, &k);
+  int ret = xport__rkey_parse(conn->lane, conn->peer_ctx_id, buf, len, &k);
   if (ret)
     return ret;
   xport_rkey_t *rk = calloc(1, sizeof *rk);
   if (!rk)
     return -XPORT_ENOMEM;
-  if (ctx->raw_keys) {
-    ret = fi_mr_map_raw(ctx->domain, k.addr, (uint8_t *)k.key, k.klen, &rk->key, 0);
+  if (conn->lane->raw_keys) {
+    ret = fi_mr_map_raw(conn->lane->domain, k.addr, (uint8_t *)k.key, k.klen, &rk->key, 0);
     if (ret) {
       free(rk);
       return -XPORT_EPROTO;
@@ -222,6 +222,7 @@ static int xport_rkey_unpack__locked(xport_conn_t *conn, const void *buf, size_t
   }
   rk->conn = conn;
   rk->ctx = ctx;
+  rk->lane = conn->lane;
   rk->addr = k.addr;
   rk->len = k.len;
   rk->access = k.access;
@@ -235,7 +236,7 @@ XPORT_API int xport_rkey_release(xport_rkey_t *rkey)
     return 0;
   if (rkey->mapped) {
     XPORT__LOCK(rkey->ctx);
-    fi_mr_unmap_key(rkey->ctx->domain, rkey->key);
+    fi_mr_unmap_key(rkey->lane->domain, rkey->key);
     XPORT__UNLOCK(rkey->ctx);
   }
   free(rkey);
@@ -248,74 +249,6 @@ static size_t iov_total(const xport_iov_t *iov, size_t cnt)
   for (size_t i = 0; i < cnt; i++)
     t += iov[i].len;
   return t;
-}
-
-static int marker_post(xport_conn_t *conn, struct xport__req *req, uint64_t flags)
-{
-  ssize_t ret =
-      XPORT__UNLIKELY(conn->held != NULL) ? -FI_EAGAIN : conn->ops->marker(conn, req, flags);
-  if (!XPORT__UNLIKELY(xport__pushed_back(ret)))
-    return xport__post_end(conn, req, ret);
-  struct xport__held h = {.kind = XPORT__H_MARK, .flags = flags};
-  return xport__post_hold(conn, req, &h, NULL, NULL);
-}
-
-/* A deferred user half leaves the connection's deferred count: posted
- * (ret 0, now on its outstanding list) or failed with status. */
-static void wimm_settle(xport_ctx_t *ctx, struct xport__req *p, int status)
-{
-  xport_conn_t *conn = p->conn;
-  conn->wimm_deferred--;
-  p->pair = 0;
-  if (!status) {
-    XPORT__LIST_PUSH(conn->out, p, cnext, cprev); /* ntx and nreqs counted already */
-    ctx->nposted++;
-    return;
-  }
-  conn->ntx--;
-  p->status = status;
-  p->flags = 0;
-  p->imm = 0;
-  xport__done_push(ctx, p);
-}
-
-/* 1 if p's marker went, or p failed; 0 if the provider has no room now. */
-static int wimm_try(xport_ctx_t *ctx, struct xport__req *p, int status)
-{
-  xport_conn_t *conn = p->conn;
-  if (!status && conn->state != XPORT__CONN_CONNECTED)
-    status = conn->closing ? -XPORT_ECANCELED : -XPORT_ECONNRESET;
-  if (!status) {
-    if (ctx->nposted + 1 > ctx->max_posted)
-      return 0;
-    ssize_t ret = conn->ops->marker(conn, p, 0);
-    if (ret == -FI_EAGAIN || ret == -FI_ENOMEM)
-      return 0;
-    status = ret ? xport__err_from_fi((int)ret) : 0;
-  }
-  wimm_settle(ctx, p, status);
-  return 1;
-}
-
-void xport__wimm_write_done(xport_ctx_t *ctx, struct xport__req *p, int status)
-{
-  /* Behind the markers already waiting, in order. */
-  if (!ctx->wimm_wait && wimm_try(ctx, p, status))
-    return;
-  XPORT__FIFO_PUSH(ctx->wimm_wait, ctx->wimm_wait_tail, p, next);
-  p->pair_status = status;
-}
-
-void xport__wimm_retry(xport_ctx_t *ctx, int fail)
-{
-  while (ctx->wimm_wait) {
-    struct xport__req *p = ctx->wimm_wait, *next = p->next;
-    if (!wimm_try(ctx, p, fail ? -XPORT_ECANCELED : p->pair_status))
-      return;
-    ctx->wimm_wait = next; /* p->next is the done list's now, if it failed */
-    if (!ctx->wimm_wait)
-      ctx->wimm_wait_tail = NULL;
-  }
 }
 
 static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_t iovcnt,
@@ -341,136 +274,29 @@ static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t 
   xport_ctx_t *ctx = conn->ctx;
   uint64_t addr = rk->addr + offset;
 
-  if (XPORT__UNLIKELY(with_imm && ctx->native_wimm < 0))
+  if (XPORT__UNLIKELY(with_imm && conn->lane->native_wimm < 0))
     return -XPORT_ENOSYS;
-  if (with_imm && !ctx->native_wimm) {
-    /* Both halves fit, or neither is posted. */
-    ret = xport__post_room(conn, XPORT_OP_WRITE, 1);
-    if (!ret && len)
-      ret = xport__post_room(conn, XPORT__OP_SILENT, 2); /* its CQ room */
-    if (XPORT__UNLIKELY(ret))
-      return (int)ret;
-    /* Emulation for providers whose write-with-immediate consumes no
-     * receive (tcp, shm, rxm): the write, then an empty message carrying
-     * the value, marked by a tag bit (RDM) or the upper half of its CQ
-     * data (MSG). The message is ordered after the write (FI_ORDER_SAW),
-     * so the data is in place when the target's receive completes. The
-     * write is a silent request paired with the message's, which the user
-     * sees once both have finished, with the write's error if it
-     * failed, else the message's. With
-     * delivery-complete both carry the flag (rxm honours it on the write
-     * only), except where it would hold up the rest (dc_holds_peer: shm,
-     * whose 0-byte delivery-complete message never arrives either).
-     *
-     * Where a refused operation is never answered (rma_never_fails: shm)
-     * the target takes the message all the same, after dropping the
-     * write: the message then waits for the write, which goes with
-     * delivery-complete (a small one would otherwise complete at once,
-     * refused or not), and goes only if the write succeeded (a refused
-     * one fails after XPORT_RMA_TIMEOUT, transport/rdm.c rma_check). */
-    struct xport__req *wreq = NULL;
-    int defer = len && ctx->prof && ctx->prof->rma_never_fails;
-    uint64_t dc = defer ? FI_DELIVERY_COMPLETE
-                        : ctx->prof && ctx->prof->dc_holds_peer ? 0 : ctx->write_flags;
-    if (XPORT__UNLIKELY(conn->wimm_deferred) && !defer)
-      return -XPORT_EAGAIN; /* its message stays behind theirs */
-    struct xport__req *dreq = NULL;
-    if (defer && !(dreq = xport__req_new(ctx, conn, XPORT_OP_WRITE, user_ctx)))
-      return -XPORT_ENOMEM;
-    if (len) {
-      ret = xport__post_begin(conn, XPORT__OP_SILENT, iov, iovcnt, NULL, fiov, desc, &cnt, &req);
-      if (!ret) {
-        if (XPORT__UNLIKELY(ctx->rma_timeout_ms))
-          req->posted_ms = xport__now_ms(), req->posted_seq = ++ctx->rma_seq;
-        struct fi_rma_iov riov = {addr, len, rk->key};
-        struct fi_msg_rma m = {.msg_iov = fiov, .desc = desc, .iov_count = cnt,
-                               .addr = conn->dest, .rma_iov = &riov, .rma_iov_count = 1,
-                               .context = &req->fictx};
-        ret = XPORT__UNLIKELY(conn->held != NULL) ? -FI_EAGAIN : fi_writemsg(conn->ep, &m, dc);
-        struct xport__held h = {.kind = XPORT__H_WRITE, .flags = dc, .cnt = cnt, .rma = riov};
-        ret = xport__pushed_back(ret) ? xport__post_hold(conn, req, &h, fiov, desc)
-                                      : xport__post_end(conn, req, ret);
-      }
-      if (XPORT__UNLIKELY(ret)) {
-        if (dreq) {
-          dreq->conn = NULL;
-          xport__req_release(ctx, dreq);
-        }
-        return (int)ret;
-      }
-      wreq = req;
-    }
-    if (defer) {
-      /* Counted as posted (the connection's room and handle) until its
-       * marker goes or it fails (xport__wimm_write_done). */
-      dreq->len = len;
-      dreq->imm = imm;
-      dreq->pair = XPORT__PAIR_DEFER;
-      dreq->pair_status = 0;
-      conn->nreqs++;
-      conn->ntx++;
-      conn->wimm_deferred++;
-      wreq->user_ctx = dreq;
-      return 0;
-    }
-    xport_iov_t none = {NULL, 0, NULL};
-    ret = xport__post_begin(conn, XPORT_OP_WRITE, &none, 1, user_ctx, fiov, desc, &cnt, &req);
-    if (XPORT__UNLIKELY(ret))
-      return (int)ret;
-    req->len = len;
-    req->imm = imm;
-    ret = marker_post(conn, req, dc);
-    /* A failed post never completes: the write already out stays silent
-     * (the caller posts the whole operation again). */
-    if (XPORT__UNLIKELY(ret) || !wreq)
-      return (int)ret;
-    wreq->user_ctx = req;
-    req->pair = XPORT__PAIR_WAIT;
-    req->pair_status = 0;
-    return 0;
-  }
+  if (with_imm && !conn->lane->native_wimm)
+    return xport__wimm_post(conn, iov, iovcnt, len, addr, rk->key, imm, user_ctx);
 
   ret = xport__post_begin(conn, op, iov, iovcnt, user_ctx, fiov, desc, &cnt, &req);
   if (XPORT__UNLIKELY(ret))
     return (int)ret;
-  if (XPORT__UNLIKELY(ctx->rma_timeout_ms))
+  if (XPORT__UNLIKELY(conn->lane->rma_timeout_ms))
     req->posted_ms = xport__now_ms(), req->posted_seq = ++ctx->rma_seq;
-  struct fi_rma_iov riov = {addr, len, rk->key};
-  if (XPORT__UNLIKELY(conn->held != NULL)) {
+  uint64_t flags = op == XPORT_OP_READ ? 0
+                   : conn->lane->write_flags | (with_imm ? FI_REMOTE_CQ_DATA : 0);
+  if (XPORT__UNLIKELY(conn->hq.head != NULL))
     ret = -FI_EAGAIN; /* behind those: one-sided operations stay in order too */
-  } else if (op == XPORT_OP_READ) {
-    if (cnt == 1)
-      ret = fi_read(conn->ep, fiov[0].iov_base, fiov[0].iov_len, desc[0], conn->dest, addr,
-                    rk->key, &req->fictx);
-    else
-      ret = fi_readv(conn->ep, fiov, desc, cnt, conn->dest, addr, rk->key, &req->fictx);
-  } else if (XPORT__UNLIKELY(ctx->write_flags)) {
-    /* Delivery-complete: only the message form carries the flag. */
-    struct fi_msg_rma m = {.msg_iov = fiov, .desc = desc, .iov_count = len ? cnt : 0,
-                           .addr = conn->dest, .rma_iov = &riov, .rma_iov_count = 1,
-                           .context = &req->fictx, .data = imm};
-    ret = fi_writemsg(conn->ep, &m, ctx->write_flags | (with_imm ? FI_REMOTE_CQ_DATA : 0));
-  } else if (with_imm && cnt == 1) {
-    ret = fi_writedata(conn->ep, len ? fiov[0].iov_base : NULL, len, len ? desc[0] : NULL, imm,
-                       conn->dest, addr, rk->key, &req->fictx);
-  } else if (with_imm) {
-    struct fi_msg_rma m = {.msg_iov = fiov, .desc = desc, .iov_count = len ? cnt : 0,
-                           .addr = conn->dest, .rma_iov = &riov, .rma_iov_count = 1,
-                           .context = &req->fictx, .data = imm};
-    ret = fi_writemsg(conn->ep, &m, FI_REMOTE_CQ_DATA);
-  } else if (cnt == 1) {
-    ret = fi_write(conn->ep, fiov[0].iov_base, fiov[0].iov_len, desc[0], conn->dest, addr,
-                   rk->key, &req->fictx);
-  } else {
-    ret = fi_writev(conn->ep, fiov, desc, cnt, conn->dest, addr, rk->key, &req->fictx);
-  }
+  else if (op == XPORT_OP_READ)
+    ret = conn->ops->read(conn, req, fiov, desc, cnt, addr, rk->key);
+  else
+    ret = conn->ops->write(conn, req, fiov, desc, cnt, addr, rk->key, flags, imm);
   if (XPORT__UNLIKELY(xport__pushed_back(ret))) {
     /* Kept, to go behind the posts already waiting (xport__post_hold). */
-    struct xport__held h = {.kind = XPORT__H_READ, .cnt = cnt, .rma = riov};
-    if (op != XPORT_OP_READ)
-      h = (struct xport__held){.kind = XPORT__H_WRITE, .cnt = len ? cnt : 0, .rma = riov,
-                               .flags = ctx->write_flags | (with_imm ? FI_REMOTE_CQ_DATA : 0),
-                               .data = imm};
+    struct xport__held h = {.kind = op == XPORT_OP_READ ? XPORT__H_READ : XPORT__H_WRITE,
+                            .cnt = cnt, .rma = {addr, len, rk->key}, .flags = flags,
+                            .data = imm};
     return xport__post_hold(conn, req, &h, fiov, desc);
   }
   return xport__post_end(conn, req, ret);

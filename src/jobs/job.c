@@ -148,15 +148,12 @@ static void job_accepted(void *arg, xport_conn_t *conn)
  * Under the lock. */
 static void job_progress(xport_ctx_t *ctx)
 {
-  xport__cq_drain(ctx);
-  ctx->tp->progress(ctx);
-  if (ctx->shm) { /* peers on this node (XPORT_SHM): accepted there too */
-    XPORT__LOCK(ctx->shm);
-    xport__cq_drain(ctx->shm);
-    ctx->shm->tp->progress(ctx->shm);
-    xport__auto_accept(ctx->shm);
-    XPORT__UNLOCK(ctx->shm);
+  /* Every lane: peers on this node (XPORT_SHM) are accepted there. */
+  for (unsigned l = 0; l < ctx->nlanes; l++) {
+    xport__cq_drain(ctx->lanes[l]);
+    ctx->lanes[l]->tp->progress(ctx->lanes[l]);
   }
+  xport__auto_accept(ctx);
 }
 
 
@@ -317,7 +314,7 @@ static int err_from_pmix(pmix_status_t st)
 static void job_host(xport_ctx_t *ctx, char *host, size_t len)
 {
   const char *env = xport__env_str(XPORT__ENV_JOB_HOST);
-  const struct fi_info *info = ctx->info;
+  const struct fi_info *info = ctx->lanes[0]->info;
   snprintf(host, len, "127.0.0.1");
   if (env) {
     snprintf(host, len, "%s", env);
@@ -448,22 +445,19 @@ static int job_take_key(xport_job_t *job)
     XPORT__WARN("job: this rank's context holds a key of its own and rank 0's none: the job's "
                 "connections will fail authentication (give every rank the same key, or none)");
   } else if (have) {
-    /* Each under its own lock, one after the other (a sub-context's
-     * progress takes its parent's only by trying). Nothing makes a
-     * connection or a listener meanwhile: this thread is the caller's. */
+    /* Nothing makes a connection or a listener meanwhile: this thread
+     * is the caller's. */
     int busy = 0;
-    for (xport_ctx_t *x = ctx; x; x = x->shm) {
-      XPORT__LOCK(x);
-      busy |= x->conns || x->listeners;
-      XPORT__UNLOCK(x);
+    XPORT__LOCK(ctx);
+    for (unsigned l = 0; l < ctx->nlanes; l++)
+      busy |= ctx->lanes[l]->conns || ctx->lanes[l]->listeners;
+    if (!busy) {
+      ctx->auth_on = 1;
+      for (unsigned l = 0; l < ctx->nlanes; l++)
+        ctx->lanes[l]->caps.auth = XPORT_AUTH_JOB;
+      memcpy(ctx->auth_key, key, sizeof key);
     }
-    for (xport_ctx_t *x = ctx; x && !busy; x = x->shm) {
-      XPORT__LOCK(x);
-      x->auth_on = 1;
-      x->caps.auth = XPORT_AUTH_JOB;
-      memcpy(x->auth_key, key, sizeof key);
-      XPORT__UNLOCK(x);
-    }
+    XPORT__UNLOCK(ctx);
     if (busy)
       XPORT__WARN("job: the context has connections or listeners already: it takes no key "
                   "from the job, whose connections will fail authentication (join the job "

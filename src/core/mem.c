@@ -7,13 +7,13 @@
 
 #define BOUNCE_SLOTS 64 /* slots per registered chunk */
 
-int xport__reg(xport_ctx_t *ctx, void *buf, size_t len, uint64_t fi_access,
+int xport__reg(struct xport__lane *lane, void *buf, size_t len, uint64_t fi_access,
                struct fid_mr **mr_p)
 {
   int ret;
   for (int tries = 0; tries < 8; tries++) {
-    uint64_t key = ctx->prov_key ? 0 : xport__random_key(ctx->info->domain_attr->mr_key_size);
-    ret = fi_mr_reg(ctx->domain, buf, len, fi_access, 0, key, 0, mr_p, NULL);
+    uint64_t key = lane->prov_key ? 0 : xport__random_key(lane->info->domain_attr->mr_key_size);
+    ret = fi_mr_reg(lane->domain, buf, len, fi_access, 0, key, 0, mr_p, NULL);
     if (ret != -FI_ENOKEY) /* a duplicate random key: draw again */
       break;
   }
@@ -36,22 +36,18 @@ static int reg_args_ok(const void *buf, size_t len, unsigned access, xport_mr_t 
   return buf && mr_p && len && access && !(access & ~all);
 }
 
-static int xport_mr_reg__locked(xport_ctx_t *ctx, void *buf, size_t len,
-                           unsigned access, xport_mr_t **mr_p)
+/* One lane's part of a registration: in no list yet. */
+static int reg_part(struct xport__lane *lane, void *buf, size_t len, unsigned access,
+                    xport_mr_t **mr_p)
 {
   uint64_t fa = 0;
-  xport_mr_t *mr;
-  int ret;
-
-  if (!ctx || !reg_args_ok(buf, len, access, mr_p))
-    return -XPORT_EINVAL;
   if (access & XPORT_ACCESS_LOCAL)
     fa |= FI_SEND | FI_RECV | FI_READ | FI_WRITE;
   fa |= remote_access(access);
-  mr = calloc(1, sizeof *mr);
+  xport_mr_t *mr = calloc(1, sizeof *mr);
   if (!mr)
     return -XPORT_ENOMEM;
-  ret = xport__reg(ctx, buf, len, fa, &mr->mr);
+  int ret = xport__reg(lane, buf, len, fa, &mr->mr);
   if (ret) {
     free(mr);
     if (ret == -XPORT_ENOMEM)
@@ -59,12 +55,12 @@ static int xport_mr_reg__locked(xport_ctx_t *ctx, void *buf, size_t len,
                   "locked-memory limit (ulimit -l)", len);
     return ret;
   }
-  mr->ctx = ctx;
+  mr->ctx = lane->ctx;
+  mr->lane = lane;
   mr->desc = fi_mr_desc(mr->mr);
   mr->base = buf;
   mr->len = len;
   mr->access = access;
-  XPORT__LIST_PUSH(ctx->mrs, mr, next, prev);
   *mr_p = mr;
   return 0;
 }
@@ -90,7 +86,7 @@ int xport__mr_span(xport_mr_t *mr, size_t offset, size_t len, struct fid_mr **fm
   }
   if (!(s = calloc(1, sizeof *s)))
     return -XPORT_ENOMEM;
-  int ret = xport__reg(mr->ctx, mr->base + offset, len, remote_access(mr->access), &s->mr);
+  int ret = xport__reg(mr->lane, mr->base + offset, len, remote_access(mr->access), &s->mr);
   if (ret) {
     free(s);
     return ret;
@@ -131,12 +127,10 @@ int xport__mr_by_key(xport_ctx_t *ctx, uint64_t key, char **base_p, size_t *len_
   return -XPORT_EACCES;
 }
 
-static int xport_mr_dereg__locked(xport_mr_t *mr)
+/* Closes one lane's part: the keys packed from it die here, its
+ * sub-ranges first. */
+static int part_close(xport_mr_t *mr)
 {
-  if (!mr)
-    return 0;
-  xport_ctx_t *ctx = mr->ctx;
-  /* Every key packed from the region dies here: its sub-ranges first. */
   while (mr->spans) {
     struct xport__span *s = mr->spans;
     int ret = fi_close(&s->mr->fid);
@@ -149,14 +143,13 @@ static int xport_mr_dereg__locked(xport_mr_t *mr)
   int ret = fi_close(&mr->mr->fid);
   if (ret)
     return xport__err_from_fi(ret);
-  XPORT__LIST_UNLINK(ctx->mrs, mr, next, prev);
   free(mr);
   return 0;
 }
 
 /* Grows a pool by one registered chunk of slots of size slot: the copy
  * buffers (bounce_size), or the small slots (XPORT__SMALL_SLOT). */
-static int bounce_grow(xport_ctx_t *ctx, size_t slot, struct xport__bounce **free_p,
+static int bounce_grow(struct xport__lane *lane, size_t slot, struct xport__bounce **free_p,
                        struct xport__bounce_chunk **chunks_p)
 {
   struct xport__bounce_chunk *c = calloc(1, sizeof *c);
@@ -166,7 +159,7 @@ static int bounce_grow(xport_ctx_t *ctx, size_t slot, struct xport__bounce **fre
   c->slots = calloc(BOUNCE_SLOTS, sizeof *c->slots);
   if (!c->mem || !c->slots)
     goto fail;
-  if (xport__reg(ctx, c->mem, BOUNCE_SLOTS * slot, FI_SEND | FI_RECV | FI_READ | FI_WRITE,
+  if (xport__reg(lane, c->mem, BOUNCE_SLOTS * slot, FI_SEND | FI_RECV | FI_READ | FI_WRITE,
                  &c->mr))
     goto fail;
   void *desc = fi_mr_desc(c->mr);
@@ -187,34 +180,34 @@ fail:
   return -XPORT_ENOMEM;
 }
 
-struct xport__bounce *xport__bounce_get(xport_ctx_t *ctx)
+struct xport__bounce *xport__bounce_get(struct xport__lane *lane)
 {
-  struct xport__bounce *b = ctx->free_bounce;
+  struct xport__bounce *b = lane->free_bounce;
   if (XPORT__UNLIKELY(!b)) {
-    if (bounce_grow(ctx, ctx->bounce_size, &ctx->free_bounce, &ctx->bounce_chunks))
+    if (bounce_grow(lane, lane->bounce_size, &lane->free_bounce, &lane->bounce_chunks))
       return NULL;
-    b = ctx->free_bounce;
+    b = lane->free_bounce;
   }
-  ctx->free_bounce = b->next;
+  lane->free_bounce = b->next;
   return b;
 }
 
-struct xport__bounce *xport__small_get(xport_ctx_t *ctx)
+struct xport__bounce *xport__small_get(struct xport__lane *lane)
 {
-  struct xport__bounce *b = ctx->free_small;
+  struct xport__bounce *b = lane->free_small;
   if (!b) {
-    if (bounce_grow(ctx, XPORT__SMALL_SLOT, &ctx->free_small, &ctx->small_chunks))
+    if (bounce_grow(lane, XPORT__SMALL_SLOT, &lane->free_small, &lane->small_chunks))
       return NULL;
-    b = ctx->free_small;
+    b = lane->free_small;
   }
-  ctx->free_small = b->next;
+  lane->free_small = b->next;
   return b;
 }
 
-void xport__bounce_put(xport_ctx_t *ctx, struct xport__bounce *b)
+void xport__bounce_put(struct xport__lane *lane, struct xport__bounce *b)
 {
-  struct xport__bounce **free_p = XPORT__UNLIKELY(b->small) ? &ctx->free_small
-                                                            : &ctx->free_bounce;
+  struct xport__bounce **free_p = XPORT__UNLIKELY(b->small) ? &lane->free_small
+                                                            : &lane->free_bounce;
   b->next = *free_p;
   *free_p = b;
 }
@@ -232,61 +225,59 @@ static void pool_fini(struct xport__bounce_chunk **chunks_p, struct xport__bounc
   *free_p = NULL;
 }
 
-void xport__bounce_fini(xport_ctx_t *ctx)
+void xport__bounce_fini(struct xport__lane *lane)
 {
-  pool_fini(&ctx->bounce_chunks, &ctx->free_bounce);
-  pool_fini(&ctx->small_chunks, &ctx->free_small);
-}
-
-/* One context's registration, under its lock. */
-static int reg_one(xport_ctx_t *ctx, void *buf, size_t len, unsigned access, xport_mr_t **mr_p)
-{
-  XPORT__LOCK(ctx);
-  int ret = xport_mr_reg__locked(ctx, buf, len, access, mr_p);
-  XPORT__UNLOCK(ctx);
-  return ret;
+  pool_fini(&lane->bounce_chunks, &lane->free_bounce);
+  pool_fini(&lane->small_chunks, &lane->free_small);
 }
 
 XPORT_API int xport_mr_reg(xport_ctx_t *ctx, void *buf, size_t len,
                            unsigned access, xport_mr_t **mr_p)
 {
-  xport_mr_t *mr, *sub;
+  xport_mr_t *mr, *sub = NULL;
   if (!ctx || !reg_args_ok(buf, len, access, mr_p))
     return -XPORT_EINVAL;
-  /* XPORT_FAULT mr_reg fails the call's last registration: the node-local
-   * half where there is one, so that the first is undone as after a real
-   * failure there. */
+  XPORT__LOCK(ctx);
+  /* XPORT_FAULT mr_reg fails the call's last registration: the second
+   * lane's part where there is one, so that the first is undone as after
+   * a real failure there. */
   int inject = XPORT__UNLIKELY(ctx->fault != NULL) && xport__fault_mr_reg(ctx);
-  int ret = inject && !ctx->shm ? -XPORT_ENOMEM : reg_one(ctx, buf, len, access, &mr);
-  if (ret)
-    return ret;
-  if (ctx->shm) {
-    /* One region for every transport of the context: its node-local half
-     * too, so that any connection takes it and one packed key serves both. */
-    ret = inject ? -XPORT_ENOMEM : reg_one(ctx->shm, buf, len, access, &sub);
-    if (ret) {
-      xport_mr_dereg(mr);
-      return ret;
-    }
+  int ret = inject && ctx->nlanes == 1 ? -XPORT_ENOMEM
+                                       : reg_part(ctx->lanes[0], buf, len, access, &mr);
+  /* One region for every lane of the context, so that any connection
+   * takes it and one packed key serves all. */
+  if (!ret && ctx->nlanes > 1 &&
+      (ret = inject ? -XPORT_ENOMEM : reg_part(ctx->lanes[1], buf, len, access, &sub)))
+    part_close(mr);
+  if (!ret) {
     mr->sub = sub;
+    XPORT__LIST_PUSH(ctx->mrs, mr, next, prev);
+    *mr_p = mr; /* only now: a failed call writes nothing */
   }
-  *mr_p = mr; /* only now: a failed call writes nothing */
-  return 0;
+  XPORT__UNLOCK(ctx);
+  return ret;
 }
 
 XPORT_API int xport_mr_dereg(xport_mr_t *mr)
 {
   if (!mr)
-    return xport_mr_dereg__locked(mr);
-  if (mr->sub) {
-    int ret = xport_mr_dereg(mr->sub);
-    if (ret)
-      return ret;
+    return 0;
+  xport_ctx_t *ctx = mr->ctx;
+  XPORT__LOCK(ctx);
+  int ret = 0;
+  if (mr->sub && !(ret = part_close(mr->sub)))
     mr->sub = NULL;
+  if (!ret) {
+    xport_mr_t *next = mr->next, *prev = mr->prev;
+    if (!(ret = part_close(mr))) {
+      if (prev)
+        prev->next = next;
+      else
+        ctx->mrs = next;
+      if (next)
+        next->prev = prev;
+    }
   }
-  xport_ctx_t *lctx = mr->ctx;
-  XPORT__LOCK(lctx);
-  int ret = xport_mr_dereg__locked(mr);
-  XPORT__UNLOCK(lctx);
+  XPORT__UNLOCK(ctx);
   return ret;
 }

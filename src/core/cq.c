@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -84,10 +85,10 @@ static void scatter(const struct xport__req *req, size_t len)
   }
 }
 
-void xport__req_free_mem(xport_ctx_t *ctx, struct xport__req *req)
+void xport__req_free_mem(struct xport__lane *lane, struct xport__req *req)
 {
   if (req->bounce) {
-    xport__bounce_put(ctx, req->bounce);
+    xport__bounce_put(lane, req->bounce);
     req->bounce = NULL;
   }
   for (unsigned i = 0; i < req->ntmp; i++)
@@ -105,7 +106,7 @@ static inline __attribute__((always_inline)) void unlink_out(struct xport__req *
 {
   xport_conn_t *conn = req->conn;
   XPORT__LIST_UNLINK(conn->out, req, cnext, cprev);
-  conn->ndone++;
+  conn->heard.done++;
   if (req->op == XPORT_OP_RECV)
     conn->nrx--;
   else if (req->op != XPORT__OP_SILENT)
@@ -118,9 +119,9 @@ static inline __attribute__((always_inline)) void unlink_out(struct xport__req *
  * provider's: on the connection's outstanding or held lists, or orphaned
  * and not yet queued for the user (a shown one counts in unsig_failing
  * until delivered). Walked only while conn has unsignaled sends out. */
-static int unsig_before(const xport_ctx_t *ctx, const xport_conn_t *conn, uint64_t seq)
+static int unsig_before(const xport_conn_t *conn, uint64_t seq)
 {
-  const struct xport__req *lists[3] = {conn->out, conn->held, ctx->zombies};
+  const struct xport__req *lists[3] = {conn->out, conn->hq.head, conn->lane->zombies};
   for (int i = 0; i < 3; i++)
     for (const struct xport__req *r = lists[i]; r; r = i == 1 ? r->next : r->cnext)
       if ((r->unsig & XPORT__UNSIG) && r->conn == conn && r->tx_seq < seq &&
@@ -135,17 +136,16 @@ static void done_push(xport_ctx_t *ctx, struct xport__req *req);
  * unsignaled send before it that failed, so it fails the same way. */
 static void unsig_vouch(const xport_conn_t *conn, struct xport__req *r)
 {
-  if (!r->status && conn->unsig_fail_seq && r->tx_seq >= conn->unsig_fail_seq)
-    r->status = conn->unsig_fail_status;
+  if (!r->status && conn->unsig.fail_seq && r->tx_seq >= conn->unsig.fail_seq)
+    r->status = conn->unsig.fail_status;
 }
 
 /* 1 while a signaled send on conn must wait (on ctx->sig_wait) for an
  * unsignaled send posted before it: the provider's still, or its failure
  * not yet delivered (the failure comes first). */
-static int unsig_wait(const xport_ctx_t *ctx, const xport_conn_t *conn,
-                      const struct xport__req *r)
+static int unsig_wait(const xport_conn_t *conn, const struct xport__req *r)
 {
-  return conn->unsig_failing || (conn->unsig_out && unsig_before(ctx, conn, r->tx_seq));
+  return conn->unsig.failing || (conn->unsig.out && unsig_before(conn, r->tx_seq));
 }
 
 /* Delivers the signaled sends on conn that waited and have nothing left
@@ -154,7 +154,7 @@ static void sig_release(xport_ctx_t *ctx, xport_conn_t *conn)
 {
   for (struct xport__req **pp = &ctx->sig_wait; *pp;) {
     struct xport__req *r = *pp;
-    if (r->conn != conn || unsig_wait(ctx, conn, r)) {
+    if (r->conn != conn || unsig_wait(conn, r)) {
       pp = &r->next;
       continue;
     }
@@ -171,10 +171,11 @@ static void sig_release(xport_ctx_t *ctx, xport_conn_t *conn)
 static void unsig_left(xport_ctx_t *ctx, xport_conn_t *conn, int status)
 {
   if (status) {
-    conn->unsig_failing++;
+    conn->unsig.failing++;
     return;
   }
-  conn->unsig_out--;
+  XPORT__ASSERT(conn->unsig.out > 0);
+  conn->unsig.out--;
   sig_release(ctx, conn);
 }
 
@@ -183,11 +184,11 @@ static void unsig_left(xport_ctx_t *ctx, xport_conn_t *conn, int status)
 static __attribute__((noinline)) void unsig_failed(xport_ctx_t *ctx, struct xport__req *req)
 {
   xport_conn_t *conn = req->conn;
-  conn->unsig_failing--;
-  conn->unsig_out--;
-  if (!conn->unsig_fail_seq || req->tx_seq + 1 < conn->unsig_fail_seq) {
-    conn->unsig_fail_seq = req->tx_seq + 1;
-    conn->unsig_fail_status = req->status;
+  conn->unsig.failing--;
+  conn->unsig.out--;
+  if (!conn->unsig.fail_seq || req->tx_seq + 1 < conn->unsig.fail_seq) {
+    conn->unsig.fail_seq = req->tx_seq + 1;
+    conn->unsig.fail_status = req->status;
   }
   sig_release(ctx, conn);
 }
@@ -196,8 +197,10 @@ static __attribute__((noinline)) void unsig_failed(xport_ctx_t *ctx, struct xpor
  * received bytes are in the user's buffer, and it leaves its connection's
  * outstanding list. */
 static inline __attribute__((always_inline)) void
-finish(xport_ctx_t *ctx, struct xport__req *req, int status, size_t len)
+finish(struct xport__lane *lane, struct xport__req *req, int status, size_t len)
 {
+  /* A user request, of a connection of this lane, counted as posted. */
+  XPORT__ASSERT(req->conn && req->conn->lane == lane && lane->nposted > 0);
   /* The fetched value and the received bytes leave the bounce slot
    * before it goes back (an atomic has no user iov to scatter to). */
   if (XPORT__UNLIKELY(req->result != NULL) && !status)
@@ -205,17 +208,17 @@ finish(xport_ctx_t *ctx, struct xport__req *req, int status, size_t len)
   if (XPORT__UNLIKELY(req->bounce || req->ntmp)) {
     if (req->bounce && req->uiovcnt && !status)
       scatter(req, len);
-    xport__req_free_mem(ctx, req);
+    xport__req_free_mem(lane, req);
   }
   unlink_out(req);
-  ctx->nposted--;
+  lane->nposted--;
   if (XPORT__UNLIKELY(req->unsig & XPORT__UNSIG))
-    unsig_left(ctx, req->conn, status);
+    unsig_left(lane->ctx, req->conn, status);
 }
 
-static void req_finish(xport_ctx_t *ctx, struct xport__req *req, int status, size_t len)
+static void req_finish(struct xport__lane *lane, struct xport__req *req, int status, size_t len)
 {
-  finish(ctx, req, status, len);
+  finish(lane, req, status, len);
 }
 
 static void done_push(xport_ctx_t *ctx, struct xport__req *req)
@@ -224,8 +227,8 @@ static void done_push(xport_ctx_t *ctx, struct xport__req *req)
   ctx->done_in++;
   /* A lost connection's operations ended after its event was queued
    * (held posts, what the provider gave back) still come before it. */
-  if (XPORT__UNLIKELY(ctx->evq != NULL) && req->conn && req->conn->ev_queued)
-    req->conn->ev_after = ctx->done_in;
+  if (XPORT__UNLIKELY(ctx->evq != NULL) && req->conn && req->conn->ev.queued)
+    req->conn->ev.after = ctx->done_in;
 }
 
 void xport__done_push(xport_ctx_t *ctx, struct xport__req *req)
@@ -235,7 +238,7 @@ void xport__done_push(xport_ctx_t *ctx, struct xport__req *req)
 
 void xport__req_complete(xport_ctx_t *ctx, struct xport__req *req, int status)
 {
-  req_finish(ctx, req, status, 0);
+  req_finish(req->conn->lane, req, status, 0);
   req->status = status;
   req->len = 0;
   req->flags = 0;
@@ -245,7 +248,7 @@ void xport__req_complete(xport_ctx_t *ctx, struct xport__req *req, int status)
 void xport__req_done_now(xport_ctx_t *ctx, struct xport__req *req)
 {
   if (XPORT__UNLIKELY(req->bounce || req->ntmp))
-    xport__req_free_mem(ctx, req);
+    xport__req_free_mem(req->conn->lane, req);
   req->status = 0;
   req->flags = 0;
   req->conn->nreqs++;
@@ -260,13 +263,13 @@ void xport__req_done_now(xport_ctx_t *ctx, struct xport__req *req)
 #define GONE_WAIT_MS 50
 void xport__conn_check_gone(xport_conn_t *conn)
 {
-  if (conn->peer_gone || conn->pidfd < 0)
+  if (conn->proc.gone || conn->proc.pidfd < 0)
     return;
-  struct pollfd p = {.fd = conn->pidfd, .events = POLLIN};
-  int wait = conn->gone_waited ? 0 : GONE_WAIT_MS;
-  conn->gone_waited = 1;
+  struct pollfd p = {.fd = conn->proc.pidfd, .events = POLLIN};
+  int wait = conn->proc.waited ? 0 : GONE_WAIT_MS;
+  conn->proc.waited = 1;
   if (poll(&p, 1, wait) > 0)
-    conn->peer_gone = 1;
+    conn->proc.gone = 1;
 }
 
 /* ---- posts the provider pushed back (xport__post_hold) ---------------- */
@@ -280,13 +283,12 @@ static ssize_t held_post(xport_conn_t *conn, struct xport__req *req)
                           h->flags, h->data);
   case XPORT__H_MARK:
     return conn->ops->marker(conn, req, h->flags);
-  default: {
-    struct fi_msg_rma m = {.msg_iov = h->iov, .desc = (void **)h->desc, .iov_count = h->cnt,
-                           .addr = conn->dest, .rma_iov = &h->rma, .rma_iov_count = 1,
-                           .context = &req->fictx, .data = h->data};
-    return h->kind == XPORT__H_READ ? fi_readmsg(conn->ep, &m, h->flags)
-                                    : fi_writemsg(conn->ep, &m, h->flags);
-  }
+  case XPORT__H_READ:
+    return conn->ops->read(conn, req, (struct iovec *)h->iov, (void **)h->desc, h->cnt,
+                           h->rma.addr, h->rma.key);
+  default:
+    return conn->ops->write(conn, req, (struct iovec *)h->iov, (void **)h->desc, h->cnt,
+                            h->rma.addr, h->rma.key, h->flags, h->data);
   }
 }
 
@@ -294,11 +296,12 @@ static ssize_t held_post(xport_conn_t *conn, struct xport__req *req)
  * from now on, as xport__post_end would have left it. */
 static struct xport__req *held_pop(xport_conn_t *conn)
 {
-  struct xport__req *req = conn->held;
-  conn->held = req->next;
-  if (!conn->held) {
-    conn->held_tail = NULL;
-    XPORT__LIST_UNLINK(conn->ctx->holding, conn, hnext, hprev);
+  struct xport__req *req = conn->hq.head;
+  XPORT__ASSERT(req && req->held);
+  conn->hq.head = req->next;
+  if (!conn->hq.head) {
+    conn->hq.tail = NULL;
+    XPORT__LIST_UNLINK(conn->ctx->holding, conn, hq.next, hq.prev);
   }
   free(req->held);
   req->held = NULL;
@@ -308,13 +311,13 @@ static struct xport__req *held_pop(xport_conn_t *conn)
 
 void xport__held_retry(xport_ctx_t *ctx)
 {
-  if (ctx->ctl_owed)
-    return; /* they go first, at the next housekeeping */
   xport_conn_t *conn = ctx->holding;
   while (conn) {
-    xport_conn_t *next = conn->hnext; /* conn may leave the list */
-    while (conn->held) {
-      struct xport__req *req = conn->held;
+    xport_conn_t *next = conn->hq.next; /* conn may leave the list */
+    /* Its lane's control messages pushed back go first, at the next
+     * housekeeping. */
+    while (conn->hq.head && !conn->lane->ctl_owed) {
+      struct xport__req *req = conn->hq.head;
       ssize_t ret = held_post(conn, req);
       if (xport__pushed_back(ret))
         break;
@@ -323,7 +326,7 @@ void xport__held_retry(xport_ctx_t *ctx)
         xport__req_complete(ctx, req, xport__err_from_fi((int)ret));
         continue;
       }
-      if (XPORT__UNLIKELY(ctx->rma_timeout_ms) && req->posted_ms)
+      if (XPORT__UNLIKELY(conn->lane->rma_timeout_ms) && req->posted_ms)
         req->posted_ms = xport__now_ms(), req->posted_seq = ++ctx->rma_seq;
     }
     conn = next;
@@ -332,7 +335,7 @@ void xport__held_retry(xport_ctx_t *ctx)
 
 void xport__held_flush(xport_conn_t *conn, int status)
 {
-  while (conn->held)
+  while (conn->hq.head)
     xport__req_complete(conn->ctx, held_pop(conn), status);
 }
 
@@ -340,25 +343,25 @@ void xport__held_flush(xport_conn_t *conn, int status)
 
 /* fi_cq_read, or fi_cq_readfrom where completions name their sender
  * (RDM with FI_SOURCE), which control messages are checked against. */
-static inline ssize_t cq_read(xport_ctx_t *ctx, struct fi_cq_tagged_entry *ents, size_t n,
+static inline ssize_t cq_read(struct xport__lane *lane, struct fi_cq_tagged_entry *ents, size_t n,
                               fi_addr_t *srcs)
 {
-  if (ctx->source)
-    return fi_cq_readfrom(ctx->cq, ents, n, srcs);
-  return fi_cq_read(ctx->cq, ents, n);
+  if (lane->source)
+    return fi_cq_readfrom(lane->cq, ents, n, srcs);
+  return fi_cq_read(lane->cq, ents, n);
 }
 
 /* Gives back the pages a truncated message wrote into the sink. */
-static void sink_trim(xport_ctx_t *ctx, size_t used)
+static void sink_trim(struct xport__lane *lane, size_t used)
 {
-  size_t page = 4096, n = used < ctx->sink_len ? used : ctx->sink_len;
-  madvise(ctx->sink, (n + page - 1) / page * page, MADV_DONTNEED);
+  size_t page = 4096, n = used < lane->sink_len ? used : lane->sink_len;
+  madvise(lane->sink, (n + page - 1) / page * page, MADV_DONTNEED);
 }
 
 /* What a successful CQ entry says of its request: bytes, immediate data,
  * and which operation it turned out to be (a receive consumed by a
  * write-with-immediate, natively or by xport's emulation). */
-static inline void entry_result(xport_ctx_t *ctx, struct xport__req *req,
+static inline void entry_result(struct xport__lane *lane, struct xport__req *req,
                                 const struct fi_cq_data_entry *e, size_t len)
 {
   /* Longer than posted: the rest went to the sink (truncation_hangs). A
@@ -367,7 +370,7 @@ static inline void entry_result(xport_ctx_t *ctx, struct xport__req *req,
   int status = 0;
   if (XPORT__UNLIKELY(len > req->len) && !(e->flags & FI_REMOTE_WRITE)) {
     status = -XPORT_ETRUNC;
-    sink_trim(ctx, len - req->len);
+    sink_trim(lane, len - req->len);
     len = req->len; /* a truncated receive reports its buffer's length */
   }
   req->status = status;
@@ -385,78 +388,81 @@ static inline void entry_result(xport_ctx_t *ctx, struct xport__req *req,
 }
 
 /* Reads a successful CQ entry into the request. */
-static inline __attribute__((always_inline)) void take_entry(xport_ctx_t *ctx, struct xport__req *req,
+static inline __attribute__((always_inline)) void take_entry(struct xport__lane *lane, struct xport__req *req,
                               const struct fi_cq_data_entry *e)
 {
   size_t len = req->len;
   if (req->op == XPORT_OP_RECV) {
     len = e->len;
-    req->conn->heard = 1; /* any message from the peer says it is alive */
+    req->conn->heard.msg = 1; /* any message from the peer says it is alive */
   }
-  finish(ctx, req, 0, len); /* inline: the poll's own path */
-  entry_result(ctx, req, e, len);
+  finish(lane, req, 0, len); /* inline: the poll's own path */
+  entry_result(lane, req, e, len);
 }
 
-void xport__req_orphan(xport_ctx_t *ctx, struct xport__req *req, int status)
+void xport__req_orphan(struct xport__req *req, int status)
 {
   unlink_out(req);
   req->status = status;
   req->zombie = XPORT__Z_ORPHAN;
-  req->conn->nzombies++;
+  req->conn->orphans.n++;
   if (req->op == XPORT_OP_RECV)
-    req->conn->nrecv_orphans++;
+    req->conn->orphans.recvs++;
   /* Reported to the user only once the provider lets go of it. */
-  XPORT__LIST_PUSH(ctx->zombies, req, cnext, cprev);
+  XPORT__LIST_PUSH(req->conn->lane->zombies, req, cnext, cprev);
 }
 
 /* The provider let go of an orphaned request (its own completion, e; an
  * error or a confirmed cancel, or its endpoint closed: e NULL): the user
  * may now see it, with what the provider did if it finished the
  * operation, else with the status it was given when orphaned. */
-static void zombie_done(xport_ctx_t *ctx, struct xport__req *req,
+static void zombie_done(struct xport__lane *lane, struct xport__req *req,
                         const struct fi_cq_data_entry *e)
 {
   unsigned z = req->zombie;
-  XPORT__LIST_UNLINK(ctx->zombies, req, cnext, cprev);
+  /* Orphaned on this lane, and counted by its connection. */
+  XPORT__ASSERT((z & XPORT__Z_ORPHAN) && req->conn && req->conn->lane == lane &&
+                req->conn->orphans.n > 0);
+  XPORT__LIST_UNLINK(lane->zombies, req, cnext, cprev);
   if (req->op == XPORT_OP_RECV && !(z & XPORT__Z_SHOWN))
-    req->conn->nrecv_orphans--;
+    req->conn->orphans.recvs--;
   if (e && !(z & XPORT__Z_SHOWN)) {
     size_t len = req->op == XPORT_OP_RECV ? e->len : req->len;
     if (req->bounce && req->uiovcnt)
       scatter(req, len);
     if (req->result)
       atom_result(req);
-    entry_result(ctx, req, e, len);
+    entry_result(lane, req, e, len);
     if (req->unsig & XPORT__UNSIG)
-      unsig_left(ctx, req->conn, req->status);
+      unsig_left(lane->ctx, req->conn, req->status);
     z |= XPORT__Z_SHOWN; /* nothing to clear below */
-    done_push(ctx, req);
+    done_push(lane->ctx, req);
   } else if (!(z & XPORT__Z_SHOWN) && (req->unsig & XPORT__UNSIG)) {
-    unsig_left(ctx, req->conn, req->status); /* queued below, failed */
+    unsig_left(lane->ctx, req->conn, req->status); /* queued below, failed */
   }
-  xport__req_free_mem(ctx, req);
-  ctx->nposted--;
+  xport__req_free_mem(lane, req);
+  lane->nposted--;
   req->zombie = 0;
-  if (!--req->conn->nzombies)
-    ctx->reap = 1; /* its connection may let go of the peer now (transport/rdm.c) */
+  if (!--req->conn->orphans.n)
+    lane->reap = 1; /* its connection may let go of the peer now (transport/rdm.c) */
   if (z & XPORT__Z_DELIVERED) {
     req->conn = NULL; /* accounted for when the user saw it */
-    xport__req_release(ctx, req);
+    xport__req_release(lane->ctx, req);
   } else if (!(z & XPORT__Z_SHOWN)) {
     req->len = 0;
     req->flags = 0;
     req->imm = 0;
-    done_push(ctx, req);
+    done_push(lane->ctx, req);
   } /* else on the done list already: delivered as any other */
 }
 
 void xport__zombie_show(xport_ctx_t *ctx, xport_conn_t *conn)
 {
-  for (struct xport__req *z = ctx->zombies; z; z = z->cnext)
+  for (struct xport__req *z = conn->lane->zombies; z; z = z->cnext)
     if (z->conn == conn && !(z->zombie & XPORT__Z_SHOWN)) {
       z->zombie |= XPORT__Z_SHOWN;
       if (z->op == XPORT_OP_RECV)
-        conn->nrecv_orphans--;
+        conn->orphans.recvs--;
       if (z->unsig & XPORT__UNSIG)
         unsig_left(ctx, conn, z->status);
       z->len = 0;
@@ -466,12 +472,12 @@ void xport__zombie_show(xport_ctx_t *ctx, xport_conn_t *conn)
     }
 }
 
-void xport__zombie_reclaim(xport_ctx_t *ctx, struct xport__rep *rep)
+void xport__zombie_reclaim(struct xport__lane *lane, struct xport__rep *rep)
 {
-  for (struct xport__req *z = ctx->zombies; z;) {
+  for (struct xport__req *z = lane->zombies; z;) {
     if (z->rep == rep) {
-      zombie_done(ctx, z, NULL);
-      z = ctx->zombies;
+      zombie_done(lane, z, NULL);
+      z = lane->zombies;
     } else {
       z = z->cnext;
     }
@@ -480,7 +486,7 @@ void xport__zombie_reclaim(xport_ctx_t *ctx, struct xport__rep *rep)
 
 /* Entries xport handles itself: control traffic and zombies (e: the
  * entry, a successful one where status is 0). */
-static void internal_entry(xport_ctx_t *ctx, struct xport__req *req, int status,
+static void internal_entry(struct xport__lane *lane, struct xport__req *req, int status,
                            const struct fi_cq_data_entry *e, fi_addr_t src)
 {
   if (req->zombie) {
@@ -490,19 +496,19 @@ static void internal_entry(xport_ctx_t *ctx, struct xport__req *req, int status,
     if (status == -XPORT_EACCES && !(req->zombie & XPORT__Z_SHOWN) && req->conn &&
         !req->conn->closing)
       req->status = status;
-    zombie_done(ctx, req, status ? NULL : e);
+    zombie_done(lane, req, status ? NULL : e);
   } else {
-    req->on_done(ctx, req, status, e, src); /* its owner's: a transport's */
+    req->on_done(lane, req, status, e, src); /* its owner's: a transport's */
   }
 }
 
 /* Entry i of what fi_cq_read returned: the CQ's format is tagged over
  * RDM and data otherwise, and fi_cq_data_entry begins every tagged one. */
-static inline const struct fi_cq_data_entry *entry_at(const xport_ctx_t *ctx,
+static inline const struct fi_cq_data_entry *entry_at(const struct xport__lane *lane,
                                                       const struct fi_cq_tagged_entry *ents,
                                                       ssize_t i)
 {
-  return (const void *)((const char *)ents + (size_t)i * ctx->cq_entry_size);
+  return (const void *)((const char *)ents + (size_t)i * lane->cq_entry_size);
 }
 
 static inline __attribute__((always_inline)) void fill_comp(xport_ctx_t *ctx, xport_completion_t *c,
@@ -536,7 +542,7 @@ static inline __attribute__((always_inline)) void fill_comp(xport_ctx_t *ctx, xp
     if ((req->op == XPORT_OP_READ || req->op == XPORT_OP_WRITE || req->op == XPORT_OP_ATOMIC) &&
         (req->status == -XPORT_ECANCELED || req->status == -XPORT_ECONNRESET ||
          req->status == -XPORT_EIO) && req->conn && !req->conn->closing)
-      c->hint = req->conn->peer_gone
+      c->hint = req->conn->proc.gone
                     ? "the target is gone (its process ended, or it stopped answering) with "
                       "the operation outstanding"
                     : "the target may have refused the remote key (revoked, forged or out "
@@ -590,7 +596,7 @@ deliver_one(xport_ctx_t *ctx, struct xport__req *req, xport_completion_t *c, int
   int shown = req->op != XPORT__OP_SILENT;
   if (XPORT__UNLIKELY(req->unsig)) {
     if (!(req->unsig & XPORT__UNSIG)) {
-      if (unsig_wait(ctx, req->conn, req)) {
+      if (unsig_wait(req->conn, req)) {
         req->next = ctx->sig_wait; /* until those before it are finished */
         ctx->sig_wait = req;
         return 0;
@@ -635,12 +641,13 @@ static int deliver(xport_ctx_t *ctx, struct xport__req *req, xport_completion_t 
 /* A user request's CQ entry, finished and delivered into *c in one call:
  * the poll's own path, out of line so that a poll that finds nothing
  * keeps a small frame. */
-static __attribute__((noinline)) int take_deliver(xport_ctx_t *ctx, struct xport__req *req,
+static __attribute__((noinline)) int take_deliver(struct xport__lane *lane,
+                                                  struct xport__req *req,
                                                   const struct fi_cq_data_entry *e,
                                                   xport_completion_t *c)
 {
-  take_entry(ctx, req, e);
-  return deliver_one(ctx, req, c, 0); /* the poll sent zombies elsewhere */
+  take_entry(lane, req, e);
+  return deliver_one(lane->ctx, req, c, 0); /* the poll sent zombies elsewhere */
 }
 
 /* Delivers from the done list into comps[n..max); returns the new n. */
@@ -658,18 +665,18 @@ static inline int deliver_done(xport_ctx_t *ctx, xport_completion_t *comps, int 
 }
 
 /* Reads one error entry into its request; 1 if there was one. */
-static int read_error(xport_ctx_t *ctx, struct xport__req **req_p)
+static int read_error(struct xport__lane *lane, struct xport__req **req_p)
 {
   struct fi_cq_err_entry err;
   memset(&err, 0, sizeof err);
-  if (fi_cq_readerr(ctx->cq, &err, 0) != 1)
+  if (fi_cq_readerr(lane->cq, &err, 0) != 1)
     return 0;
   struct xport__req *req = err.op_context;
   if (!req)
     return 1; /* an error with no request of ours behind it */
   int status = xport__err_from_fi(err.err ? err.err : FI_EIO);
-  if (ctx->prof && ctx->prof->cq_error) {
-    int mapped = ctx->prof->cq_error(err.err, err.prov_errno, req->op == XPORT_OP_RECV);
+  if (lane->prof && lane->prof->cq_error) {
+    int mapped = lane->prof->cq_error(err.err, err.prov_errno, req->op == XPORT_OP_RECV);
     if (mapped)
       status = mapped;
   }
@@ -683,14 +690,14 @@ static int read_error(xport_ctx_t *ctx, struct xport__req **req_p)
     status = req->conn->closing ? -XPORT_ECANCELED : -XPORT_ECONNRESET;
   if (XPORT__UNLIKELY(req->op >= XPORT__OP_CTL_SEND || req->zombie)) {
     struct fi_cq_data_entry e = {err.op_context, err.flags, err.len, err.buf, err.data};
-    internal_entry(ctx, req, status, &e, FI_ADDR_NOTAVAIL);
+    internal_entry(lane, req, status, &e, FI_ADDR_NOTAVAIL);
     return 1;
   }
   /* A truncated receive reports its buffer's length, on every provider
    * (which report the message's, or nothing). */
   size_t len = status == -XPORT_ETRUNC && req->op == XPORT_OP_RECV ? req->len : 0;
-  req_finish(ctx, req, status, len);
-  ctx->tp->op_failed(ctx, req, status);
+  req_finish(lane, req, status, len);
+  lane->tp->op_failed(lane, req, status);
   req->status = status;
   req->len = len;
   req->flags = 0;
@@ -698,7 +705,7 @@ static int read_error(xport_ctx_t *ctx, struct xport__req **req_p)
   /* The text goes with this completion: it may be delivered long after
    * other errors were read (by the progress thread, say). */
   char text[256];
-  const char *t = fi_cq_strerror(ctx->cq, err.prov_errno, err.err_data, text, sizeof text);
+  const char *t = fi_cq_strerror(lane->cq, err.prov_errno, err.err_data, text, sizeof text);
   /* A cancellation is the user's own close: the provider has no cause to
    * tell (tcp's text there is a stale errno, "No such file or directory"). */
   if (t && *t && status != -XPORT_ECANCELED) {
@@ -709,44 +716,44 @@ static int read_error(xport_ctx_t *ctx, struct xport__req **req_p)
       req->detail->text[n] = '\0';
     }
   }
-  ctx->eq_skip = XPORT__EQ_EVERY; /* errors often mean a disconnect */
+  lane->eq_skip = XPORT__EQ_EVERY; /* errors often mean a disconnect */
   *req_p = req;
   return 1;
 }
 
-void xport__cq_drain(xport_ctx_t *ctx)
+void xport__cq_drain(struct xport__lane *lane)
 {
   struct fi_cq_tagged_entry ents[XPORT__CQ_BATCH];
   fi_addr_t srcs[XPORT__CQ_BATCH];
   for (;;) {
-    ssize_t n = cq_read(ctx, ents, XPORT__CQ_BATCH, srcs);
+    ssize_t n = cq_read(lane, ents, XPORT__CQ_BATCH, srcs);
     if (n == -FI_EAVAIL) {
       struct xport__req *req = NULL;
-      if (!read_error(ctx, &req))
+      if (!read_error(lane, &req))
         break;
       if (req)
-        done_push(ctx, req);
+        done_push(lane->ctx, req);
       continue;
     }
     if (n <= 0)
       break;
     for (ssize_t i = 0; i < n; i++) {
-      const struct fi_cq_data_entry *e = entry_at(ctx, ents, i);
+      const struct fi_cq_data_entry *e = entry_at(lane, ents, i);
       struct xport__req *req = e->op_context;
       if (!req)
         continue;
       if (XPORT__UNLIKELY(req->op >= XPORT__OP_CTL_SEND || req->zombie)) {
-        internal_entry(ctx, req, 0, e, ctx->source ? srcs[i] : FI_ADDR_NOTAVAIL);
+        internal_entry(lane, req, 0, e, lane->source ? srcs[i] : FI_ADDR_NOTAVAIL);
         continue;
       }
-      take_entry(ctx, req, e);
-      done_push(ctx, req);
+      take_entry(lane, req, e);
+      done_push(lane->ctx, req);
     }
   }
   /* A request drained here may be for a listener that accepts in the
    * background (waits of connect and accept drain, and never poll). */
-  if (XPORT__UNLIKELY(ctx->accept_due) && ctx->auto_accept)
-    ctx->auto_accept(ctx);
+  if (XPORT__UNLIKELY(lane->ctx->accept_due) && lane->ctx->auto_accept)
+    lane->ctx->auto_accept(lane->ctx);
 }
 
 static void sig_clear(xport_ctx_t *ctx);
@@ -760,27 +767,106 @@ static void sig_clear(xport_ctx_t *ctx);
  * come in the order they happened. */
 static int deliver_events(xport_ctx_t *ctx, xport_completion_t *comps, int n, int max)
 {
-  while (ctx->evq && n < max && (int64_t)(ctx->evq->ev_after - ctx->done_out) <= 0 &&
-         !ctx->evq->nrecv_orphans) {
+  while (ctx->evq && n < max && (int64_t)(ctx->evq->ev.after - ctx->done_out) <= 0 &&
+         !ctx->evq->orphans.recvs) {
     xport_conn_t *conn = ctx->evq;
     xport_completion_t *c = &comps[n++];
-    ctx->evq = conn->ev_next;
+    ctx->evq = conn->ev.next;
     if (!ctx->evq)
       ctx->evq_tail = NULL;
-    conn->ev_queued = 0;
+    conn->ev.queued = 0;
     memset(c, 0, sizeof *c);
     c->op = XPORT_OP_DISCONNECT;
-    c->status = conn->ev_status;
+    c->status = conn->ev.status;
     c->conn = conn;
-    c->hint = xport__err_hint(conn->ev_status);
+    c->hint = xport__err_hint(conn->ev.status);
   }
   return n;
 }
 
-static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t *ctx, xport_completion_t *comps, int max)
+/* A lane with nothing of the application's on it: no connection, nothing
+ * posted. Its CQ is read only with its housekeeping: a poll then costs
+ * what the busy lanes cost (an empty read of rxm's CQ runs its progress). */
+static inline int lane_idle(const struct xport__lane *lane)
+{
+  return !lane->conns && !lane->nposted;
+}
+
+/* One lane's part of a poll: its CQ read into comps[n, max), its pushed
+ * back heartbeats paid, and its housekeeping every XPORT__EQ_EVERY polls.
+ * Returns the new n. */
+static inline __attribute__((always_inline)) int
+poll_lane(struct xport__lane *lane, xport_completion_t *comps, int n, int max, int idle)
 {
   struct fi_cq_tagged_entry ents[XPORT__CQ_BATCH];
   fi_addr_t srcs[XPORT__CQ_BATCH];
+  xport_ctx_t *ctx = lane->ctx;
+  if (n < max && !idle) {
+    size_t want = (size_t)(max - n) < XPORT__CQ_BATCH ? (size_t)(max - n) : XPORT__CQ_BATCH;
+    ssize_t got = cq_read(lane, ents, want, srcs);
+    if (got > 0) {
+      for (ssize_t i = 0; i < got; i++) {
+        const struct fi_cq_data_entry *e = entry_at(lane, ents, i);
+        struct xport__req *req = e->op_context;
+        if (XPORT__UNLIKELY(!req))
+          continue;
+        if (XPORT__UNLIKELY(req->op >= XPORT__OP_CTL_SEND || req->zombie)) {
+          internal_entry(lane, req, 0, e, lane->source ? srcs[i] : FI_ADDR_NOTAVAIL);
+          continue;
+        }
+        n += take_deliver(lane, req, e, &comps[n]);
+      }
+    } else if (got == -FI_EAVAIL) {
+      struct xport__req *req = NULL;
+      if (read_error(lane, &req) && req)
+        n += deliver(ctx, req, &comps[n]);
+    }
+  }
+  /* What the provider pushed back may fit now: the entries just read
+   * gave room back, or the target served what held its channel.
+   * Heartbeats first: the caller's next post would take that room. */
+  if (XPORT__UNLIKELY(lane->ka_owed != 0))
+    lane->tp->pay_owed(lane);
+  /* Connection events are rare: look at the EQ (or run the RDM checks,
+   * which read the clock) once every XPORT__EQ_EVERY polls, and at once
+   * after an error completion. Busy or idle alike: a CQ that always has
+   * entries must not starve disconnects, heartbeats and peer checks. */
+  if (XPORT__UNLIKELY(++lane->eq_skip >= XPORT__EQ_EVERY)) {
+    lane->eq_skip = 0;
+    if (idle)
+      xport__cq_drain(lane); /* what came for it meanwhile (control traffic) */
+    lane->tp->progress(lane);
+    /* A connection lost just now ended its operations: they come before
+     * its disconnect event, as they do where the loss was seen earlier. */
+    n = deliver_done(ctx, comps, n, max);
+  }
+  return n;
+}
+
+/* The lanes after the first, the one that went first last time first,
+ * so that none starves another. */
+static __attribute__((noinline)) int poll_lanes(xport_ctx_t *ctx, xport_completion_t *comps,
+                                                int n, int max)
+{
+  unsigned nl = ctx->nlanes, l = ctx->poll_turn;
+  if (XPORT__LIKELY(nl == 2)) { /* a fabric and shm beside it: straight */
+    struct xport__lane *a = ctx->lanes[l], *b = ctx->lanes[l ^ 1];
+    ctx->poll_turn = l ^ 1;
+    n = poll_lane(a, comps, n, max, lane_idle(a));
+    return poll_lane(b, comps, n, max, lane_idle(b));
+  }
+  ctx->poll_turn = l + 1 < nl ? l + 1 : 0;
+  for (unsigned k = 0; k < nl; k++, l = l + 1 < nl ? l + 1 : 0) {
+    struct xport__lane *lane = ctx->lanes[l];
+    n = poll_lane(lane, comps, n, max, lane_idle(lane));
+  }
+  return n;
+}
+
+static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t *ctx,
+                                                                   xport_completion_t *comps,
+                                                                   int max)
+{
   int n = 0;
 
   if (XPORT__UNLIKELY(ctx->shown != NULL)) /* ctx: checked by xport_poll */
@@ -796,45 +882,13 @@ static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t 
   n = deliver_done(ctx, comps, n, max);
   if (XPORT__UNLIKELY(ctx->evq != NULL) && n < max)
     n = deliver_events(ctx, comps, n, max);
-  if (n < max) {
-    size_t want = (size_t)(max - n) < XPORT__CQ_BATCH ? (size_t)(max - n) : XPORT__CQ_BATCH;
-    ssize_t got = cq_read(ctx, ents, want, srcs);
-    if (got > 0) {
-      for (ssize_t i = 0; i < got; i++) {
-        const struct fi_cq_data_entry *e = entry_at(ctx, ents, i);
-        struct xport__req *req = e->op_context;
-        if (XPORT__UNLIKELY(!req))
-          continue;
-        if (XPORT__UNLIKELY(req->op >= XPORT__OP_CTL_SEND || req->zombie)) {
-          internal_entry(ctx, req, 0, e, ctx->source ? srcs[i] : FI_ADDR_NOTAVAIL);
-          continue;
-        }
-        n += take_deliver(ctx, req, e, &comps[n]);
-      }
-    } else if (got == -FI_EAVAIL) {
-      struct xport__req *req = NULL;
-      if (read_error(ctx, &req) && req)
-        n += deliver(ctx, req, &comps[n]);
-    }
-  }
-  /* What the provider pushed back may fit now: the entries just read
-   * gave room back, or the target served what held its channel.
-   * Heartbeats first: the caller's next post would take that room. */
-  if (XPORT__UNLIKELY(ctx->ka_owed != 0))
-    ctx->tp->pay_owed(ctx);
+  /* One lane: read whatever its state (the fast path). */
+  if (XPORT__LIKELY(ctx->nlanes == 1))
+    n = poll_lane(ctx->lanes[0], comps, n, max, 0);
+  else
+    n = poll_lanes(ctx, comps, n, max);
   if (XPORT__UNLIKELY(ctx->holding != NULL))
     xport__held_retry(ctx);
-  /* Connection events are rare: look at the EQ (or run the RDM checks,
-   * which read the clock) once every XPORT__EQ_EVERY polls, and at once
-   * after an error completion. Busy or idle alike: a CQ that always has
-   * entries must not starve disconnects, heartbeats and peer checks. */
-  if (XPORT__UNLIKELY(++ctx->eq_skip >= XPORT__EQ_EVERY)) {
-    ctx->eq_skip = 0;
-    ctx->tp->progress(ctx);
-    /* A connection lost just now ended its operations: they come before
-     * its disconnect event, as they do where the loss was seen earlier. */
-    n = deliver_done(ctx, comps, n, max);
-  }
   if (XPORT__UNLIKELY(ctx->evq != NULL))
     n = deliver_events(ctx, comps, n, max);
   if (XPORT__UNLIKELY(ctx->sig_set))
@@ -842,40 +896,104 @@ static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t 
   return n;
 }
 
-int xport__wait_fds(xport_ctx_t *ctx)
+/* How often a lane without a wait object wakes the context's descriptor. */
+#define TICK_NS 1000000L
+
+int xport__wait_fds(struct xport__lane *lane)
 {
   struct epoll_event ev = {.events = EPOLLIN};
+  xport_ctx_t *ctx = lane->ctx;
 
-  if (ctx->cq_fd < 0 || (ctx->eq && ctx->eq_fd < 0))
-    return 0; /* no wait fd: xport_wait sleeps in short steps instead */
-  ctx->epfd = epoll_create1(EPOLL_CLOEXEC);
-  if (ctx->epfd < 0)
-    return -XPORT_ENOMEM;
-  if (epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, ctx->cq_fd, &ev) ||
-      (ctx->eq && epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, ctx->eq_fd, &ev))) {
-    close(ctx->epfd);
-    ctx->epfd = -1;
+  if (lane->cq_fd < 0 || (lane->eq && lane->eq_fd < 0)) {
+    lane->no_wait = 1; /* xport_wait sleeps in short steps instead */
+    return 0;
   }
+  if (ctx->epfd < 0 && (ctx->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
+    return -XPORT_ENOMEM;
+  if (epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, lane->cq_fd, &ev) ||
+      (lane->eq && epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, lane->eq_fd, &ev)))
+    lane->no_wait = 1;
   return 0;
+}
+
+/* 1 if some lane has no wait object that the context's epfd holds. */
+static int steps_only(const xport_ctx_t *ctx)
+{
+  if (ctx->epfd < 0)
+    return 1;
+  for (unsigned l = 0; l < ctx->nlanes; l++)
+    if (ctx->lanes[l]->no_wait)
+      return 1;
+  return 0;
+}
+
+/* Gives lane, which has no wait object, a timer in ctx->epfd that fires
+ * every millisecond: 0, or a code with nothing made. */
+static int tick_open(struct xport__lane *lane)
+{
+  xport_ctx_t *ctx = lane->ctx;
+  struct epoll_event ev = {.events = EPOLLIN};
+  struct itimerspec every = {{0, TICK_NS}, {0, TICK_NS}};
+  int made = 0;
+  if (ctx->epfd < 0) {
+    if ((ctx->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
+      return -XPORT_ENOMEM;
+    made = 1;
+  }
+  int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (fd < 0 || timerfd_settime(fd, 0, &every, NULL) ||
+      epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+    if (fd >= 0)
+      close(fd);
+    if (made) {
+      close(ctx->epfd);
+      ctx->epfd = -1;
+    }
+    return -XPORT_ENOMEM;
+  }
+  lane->tick_fd = fd;
+  return 0;
+}
+
+/* Reads the lanes' timers, so that the descriptor sleeps again until the
+ * next millisecond (xport_wait, which the documented loop calls before it
+ * sleeps). */
+static void ticks_clear(xport_ctx_t *ctx)
+{
+  uint64_t n;
+  for (unsigned l = 0; l < ctx->nlanes; l++)
+    if (XPORT__UNLIKELY(ctx->lanes[l]->tick_fd >= 0) &&
+        read(ctx->lanes[l]->tick_fd, &n, sizeof n) < 0 && errno != EAGAIN)
+      XPORT__DEBUG("lane timer: %s", strerror(errno));
 }
 
 XPORT_API int xport_ctx_fd(xport_ctx_t *ctx, int *fd_p)
 {
   if (!ctx || !fd_p)
     return -XPORT_EINVAL;
-  /* shm has no wait object, and a context with shm beside its fabric
-   * (XPORT_SHM) none that covers both: such a caller polls, or waits. */
-  if (ctx->epfd < 0 || ctx->shm)
-    return -XPORT_ENOSYS;
-  *fd_p = ctx->epfd;
-  return 0;
+  int ret = 0;
+  XPORT__LOCK(ctx);
+  /* Wait objects turned off: the caller polls, or waits (in steps). */
+  for (unsigned l = 0; l < ctx->nlanes && !ret; l++)
+    if (ctx->lanes[l]->no_wait == 2)
+      ret = -XPORT_ENOSYS;
+  /* A lane without a wait object (shm) is covered by a timer: the
+   * descriptor wakes its sleeper within a millisecond of the lane's work,
+   * as xport_wait's steps do. */
+  for (unsigned l = 0; l < ctx->nlanes && !ret; l++)
+    if (ctx->lanes[l]->no_wait == 1 && ctx->lanes[l]->tick_fd < 0)
+      ret = tick_open(ctx->lanes[l]);
+  if (!ret)
+    *fd_p = ctx->epfd;
+  XPORT__UNLOCK(ctx);
+  return ret;
 }
 
 /* 1 when the wait fds may be slept on, 0 when something is pending. */
-static int may_sleep(xport_ctx_t *ctx)
+static int may_sleep(struct xport__lane *lane)
 {
-  struct fid *fids[2] = {&ctx->cq->fid, ctx->eq ? &ctx->eq->fid : NULL};
-  return fi_trywait(ctx->fabric, fids, ctx->eq ? 2 : 1) == FI_SUCCESS;
+  struct fid *fids[2] = {&lane->cq->fid, lane->eq ? &lane->eq->fid : NULL};
+  return fi_trywait(lane->fabric, fids, lane->eq ? 2 : 1) == FI_SUCCESS;
 }
 
 /* Reads the progress thread's signal once the work it announced is gone,
@@ -898,30 +1016,32 @@ static int work_queued(xport_ctx_t *ctx)
   return ctx->done || ctx->evq;
 }
 
-/* One look for work without sleeping: 1 if the caller should return. */
+/* One look for work without sleeping, on every lane: 1 if the caller
+ * should return. */
 static int wait_check(xport_ctx_t *ctx, int drain)
 {
   XPORT__LOCK(ctx);
-  if (drain)
-    xport__cq_drain(ctx);
+  for (unsigned l = 0; l < ctx->nlanes; l++)
+    if (drain)
+      xport__cq_drain(ctx->lanes[l]);
   if (ctx->holding)
     xport__held_retry(ctx);
-  if (!ctx->done && !ctx->evq)
-    ctx->tp->progress(ctx);
+  for (unsigned l = 0; l < ctx->nlanes && !ctx->done && !ctx->evq; l++)
+    ctx->lanes[l]->tp->progress(ctx->lanes[l]);
   int ready = work_queued(ctx);
   XPORT__UNLOCK(ctx);
   return ready;
 }
 
-/* No wait object (shm), or one that does not cover every transport of
- * the context: check for work, then sleep in growing steps (up to 1 ms)
- * so that an idle process does not burn a core. */
+/* No wait object (shm), or one that does not cover every lane of the
+ * context: check for work, then sleep in growing steps (up to 1 ms) so
+ * that an idle process does not burn a core. */
 static int wait_steps(xport_ctx_t *ctx, int timeout_ms)
 {
   long deadline = timeout_ms < 0 ? -1 : xport__now_ms() + timeout_ms;
   long step_us = 10;
   for (;;) {
-    if (wait_check(ctx, 1) || (ctx->shm && wait_check(ctx->shm, 1)))
+    if (wait_check(ctx, 1))
       return 0;
     if (deadline >= 0 && xport__now_ms() >= deadline)
       return -XPORT_ETIMEDOUT;
@@ -944,48 +1064,61 @@ XPORT_API int xport_wait(xport_ctx_t *ctx, int timeout_ms)
   return wait_any(ctx, timeout_ms);
 }
 
+/* 1 if lane watches its peers by the clock and has some to watch. */
+static int watching(const struct xport__lane *lane)
+{
+  return lane->tp->watches_peers && (lane->conns || lane->draining);
+}
+
 static int wait_any(xport_ctx_t *ctx, int timeout_ms)
 {
-  if (ctx->shm)
+  if (steps_only(ctx)) {
+    ticks_clear(ctx);
     return wait_steps(ctx, timeout_ms);
+  }
   /* Where peers are watched for death (RDM), never sleep past a check. */
-  int cap = ctx->tp->watches_peers && (ctx->conns || ctx->draining) ? (int)(ctx->peer_check_ms / 4)
-                                                                      : -1;
-  if (ctx->epfd >= 0) {
-    struct epoll_event ev;
-    /* The done list, the drain (control traffic over RDM must not look
-     * like work) and fi_trywait are one step under the lock: the progress
-     * thread may fill the done list from the CQ just before fi_trywait
-     * finds the CQ empty; from then on it signals sig_fd, which is in
-     * epfd, for whatever it queues. */
-    XPORT__LOCK(ctx);
-    if (ctx->ka_owed)
-      ctx->tp->pay_owed(ctx);
-    if (ctx->holding)
-      xport__held_retry(ctx);
-    /* Held posts wake nothing when they fit again: look often. */
-    if (ctx->holding)
-      cap = 1;
-    int ready = work_queued(ctx);
-    if (!ready && ctx->tp->watches_peers) {
-      xport__cq_drain(ctx);
-      ctx->tp->progress(ctx);
+  int cap = -1, watches = 0;
+  for (unsigned l = 0; l < ctx->nlanes; l++) {
+    watches |= ctx->lanes[l]->tp->watches_peers;
+    if (watching(ctx->lanes[l]))
+      cap = (int)(ctx->peer_check_ms / 4);
+  }
+  struct epoll_event ev;
+  /* The done list, the drain (control traffic over RDM must not look
+   * like work) and fi_trywait are one step under the lock: the progress
+   * thread may fill the done list from the CQ just before fi_trywait
+   * finds the CQ empty; from then on it signals sig_fd, which is in
+   * epfd, for whatever it queues. */
+  XPORT__LOCK(ctx);
+  for (unsigned l = 0; l < ctx->nlanes; l++)
+    if (ctx->lanes[l]->ka_owed)
+      ctx->lanes[l]->tp->pay_owed(ctx->lanes[l]);
+  if (ctx->holding)
+    xport__held_retry(ctx);
+  /* Held posts wake nothing when they fit again: look often. */
+  if (ctx->holding)
+    cap = 1;
+  int ready = work_queued(ctx);
+  for (unsigned l = 0; l < ctx->nlanes && !ready; l++) {
+    struct xport__lane *lane = ctx->lanes[l];
+    if (lane->tp->watches_peers) {
+      xport__cq_drain(lane);
+      lane->tp->progress(lane);
       ready = work_queued(ctx);
     }
-    if (!ready)
-      ready = !may_sleep(ctx);
-    XPORT__UNLOCK(ctx);
-    if (ready)
-      return 0;
-    int t = timeout_ms < 0 ? cap : cap < 0 ? timeout_ms : timeout_ms < cap ? timeout_ms : cap;
-    int r = epoll_wait(ctx->epfd, &ev, 1, t);
-    if (r < 0 && errno != EINTR)
-      return -XPORT_EIO;
-    if (r == 0 && ctx->tp->watches_peers && wait_check(ctx, 0))
-      return 0;
-    return r != 0 ? 0 : (t == timeout_ms ? -XPORT_ETIMEDOUT : 0);
   }
-  return wait_steps(ctx, timeout_ms);
+  for (unsigned l = 0; l < ctx->nlanes && !ready; l++)
+    ready = !may_sleep(ctx->lanes[l]);
+  XPORT__UNLOCK(ctx);
+  if (ready)
+    return 0;
+  int t = timeout_ms < 0 ? cap : cap < 0 ? timeout_ms : timeout_ms < cap ? timeout_ms : cap;
+  int r = epoll_wait(ctx->epfd, &ev, 1, t);
+  if (r < 0 && errno != EINTR)
+    return -XPORT_EIO;
+  if (r == 0 && watches && wait_check(ctx, 0))
+    return 0;
+  return r != 0 ? 0 : (t == timeout_ms ? -XPORT_ETIMEDOUT : 0);
 }
 
 /* The progress thread reads the CQ on the application's behalf, under
@@ -995,34 +1128,44 @@ static int wait_any(xport_ctx_t *ctx, int timeout_ms)
 static void *progress_main(void *arg)
 {
   xport_ctx_t *ctx = arg;
-  int fd = ctx->cq_fd;
-  struct fid *cq = &ctx->cq->fid;
+  /* It sleeps on the CQ's fd only where there is one lane, with one:
+   * else it looks every 100 us. */
+  struct xport__lane *only = ctx->nlanes == 1 && !steps_only(ctx) ? ctx->lanes[0] : NULL;
+  int fd = only ? only->cq_fd : -1;
+  struct fid *cq = only ? &only->cq->fid : NULL;
   for (;;) {
     pthread_mutex_lock(&ctx->progress_lock);
     if (ctx->progress_stop) {
       pthread_mutex_unlock(&ctx->progress_lock);
       break;
     }
-    xport__cq_drain(ctx);
-    if (ctx->ka_owed)
-      ctx->tp->pay_owed(ctx);
+    for (unsigned l = 0; l < ctx->nlanes; l++) {
+      struct xport__lane *lane = ctx->lanes[l];
+      xport__cq_drain(lane);
+      if (lane->ka_owed)
+        lane->tp->pay_owed(lane);
+    }
     if (ctx->holding)
       xport__held_retry(ctx);
-    /* A listener that accepts in the background (a job's) is served from
-     * here too: over MSG its requests and handshakes come through the EQ
-     * (RDM ones through the CQ, just drained). Within one sleep below. */
-    if (XPORT__UNLIKELY(ctx->nhooked) && ctx->tp->background)
-      ctx->tp->background(ctx);
-    /* Where peers are watched by the clock, what keeps a connection
-     * alive (heartbeats, answers to the RMA probe, peer checks) runs here
-     * too: an application that computes outside xport for longer than
-     * XPORT_KEEPALIVE_TIMEOUT must not look dead to its peers. Only
-     * when a check is due and there are peers to keep: the transport's
-     * progress does more each call (a peek for unexpected messages, which
-     * may leave an entry in the CQ and wake a waiting application). */
-    if (ctx->tp->watches_peers && (ctx->conns || ctx->draining) &&
-        xport__now_ms() - ctx->last_check >= ctx->peer_check_ms / 4)
-      ctx->tp->progress(ctx);
+    for (unsigned l = 0; l < ctx->nlanes; l++) {
+      struct xport__lane *lane = ctx->lanes[l];
+      /* A listener that accepts in the background (a job's) is served
+       * from here too: over MSG its requests and handshakes come through
+       * the EQ (RDM ones through the CQ, just drained). Within one sleep
+       * below. */
+      if (XPORT__UNLIKELY(ctx->nhooked) && lane->tp->background)
+        lane->tp->background(lane);
+      /* Where peers are watched by the clock, what keeps a connection
+       * alive (heartbeats, answers to the RMA probe, peer checks) runs
+       * here too: an application that computes outside xport for longer
+       * than XPORT_KEEPALIVE_TIMEOUT must not look dead to its peers.
+       * Only when a check is due and there are peers to keep: the
+       * transport's progress does more each call (a peek for unexpected
+       * messages, which may leave an entry in the CQ and wake a waiting
+       * application). */
+      if (watching(lane) && xport__now_ms() - lane->last_check >= ctx->peer_check_ms / 4)
+        lane->tp->progress(lane);
+    }
     if (ctx->sig_fd >= 0 && !ctx->sig_set && (ctx->done || ctx->evq)) {
       uint64_t one = 1;
       ctx->sig_set = 1;
@@ -1031,7 +1174,7 @@ static void *progress_main(void *arg)
     }
     /* Only the CQ: the EQ is the application's (fi_trywait would keep
      * failing on an event it left there). */
-    int sleep_ok = fd >= 0 && fi_trywait(ctx->fabric, &cq, 1) == FI_SUCCESS;
+    int sleep_ok = fd >= 0 && fi_trywait(only->fabric, &cq, 1) == FI_SUCCESS;
     pthread_mutex_unlock(&ctx->progress_lock);
     if (fd >= 0) {
       /* Bounded, so that a stop request is seen soon. */
@@ -1112,33 +1255,34 @@ void xport__progress_stop(xport_ctx_t *ctx)
   ctx->progress_on = 0;
 }
 
-static int poll_one(xport_ctx_t *ctx, xport_completion_t *comps, int max)
+void xport__progress_beside(struct xport__lane *lane)
+{
+  xport_ctx_t *ctx = lane->ctx;
+  if (ctx->nlanes < 2 || ctx->in_beside)
+    return;
+  ctx->in_beside = 1;
+  for (unsigned l = 0; l < ctx->nlanes; l++) {
+    struct xport__lane *o = ctx->lanes[l];
+    if (o == lane)
+      continue;
+    xport__cq_drain(o);
+    o->tp->progress(o);
+  }
+  if (ctx->holding)
+    xport__held_retry(ctx);
+  if (ctx->accept_due && ctx->auto_accept)
+    ctx->auto_accept(ctx);
+  ctx->in_beside = 0;
+}
+
+/* xport_poll past its checks, for the fault injection's (src/core/fault.c). */
+static __attribute__((noinline)) int poll_any(xport_ctx_t *ctx, xport_completion_t *comps,
+                                              int max)
 {
   XPORT__LOCK(ctx);
   int ret = xport_poll__locked(ctx, comps, max);
   XPORT__UNLOCK(ctx);
   return ret;
-}
-
-/* A context with shm beside its fabric (XPORT_SHM): both, the one that
- * went second last time first, so that neither starves the other. */
-static __attribute__((noinline)) int poll_both(xport_ctx_t *ctx, xport_completion_t *comps,
-                                               int max)
-{
-  xport_ctx_t *first = ctx->poll_turn++ & 1 ? ctx->shm : ctx;
-  xport_ctx_t *second = first == ctx ? ctx->shm : ctx;
-  int n = poll_one(first, comps, max);
-  if (n < 0 || n == max)
-    return n;
-  int m = poll_one(second, comps + n, max - n);
-  return m < 0 ? (n ? n : m) : n + m;
-}
-
-/* xport_poll past its checks, for the fault injection's (src/fault.c). */
-static __attribute__((noinline)) int poll_any(xport_ctx_t *ctx, xport_completion_t *comps,
-                                              int max)
-{
-  return ctx->shm ? poll_both(ctx, comps, max) : poll_one(ctx, comps, max);
 }
 
 XPORT_API int xport_poll(xport_ctx_t *ctx, xport_completion_t *comps, int max)
@@ -1147,8 +1291,6 @@ XPORT_API int xport_poll(xport_ctx_t *ctx, xport_completion_t *comps, int max)
     return -XPORT_EINVAL;
   if (XPORT__UNLIKELY(ctx->fault != NULL))
     return xport__fault_poll(ctx, comps, max, poll_any);
-  if (XPORT__UNLIKELY(ctx->shm != NULL))
-    return poll_both(ctx, comps, max);
   xport_ctx_t *lctx = ctx;
   XPORT__LOCK(lctx);
   int ret = xport_poll__locked(ctx, comps, max);

@@ -48,12 +48,12 @@ int xport__addr_split(const char *addr, char *host, size_t hlen, char *port,
  * domain (verbs and verbs;ofi_rxm endpoints must stay on their device),
  * then on any of the provider's (tcp names domains by interface, and the
  * endpoint still opens on ctx's domain). */
-int xport__resolve(xport_ctx_t *ctx, const char *host, const char *port, uint64_t flags,
+int xport__resolve(struct xport__lane *lane, const char *host, const char *port, uint64_t flags,
                    struct fi_info **info_p)
 {
   int ret = -FI_ENODATA;
   for (int keep = 1; keep >= 0 && ret; keep--) {
-    struct fi_info *h = fi_dupinfo(ctx->info);
+    struct fi_info *h = fi_dupinfo(lane->info);
     if (!h)
       return -XPORT_ENOMEM;
     free(h->src_addr);
@@ -74,7 +74,7 @@ int xport__resolve(xport_ctx_t *ctx, const char *host, const char *port, uint64_
     /* Some providers (verbs, rxm over it) bind while resolving: a taken
      * port then looks like a bad address. Tell the two apart. */
     struct fi_info *any = NULL;
-    if (!xport__resolve(ctx, host, "0", flags, &any)) {
+    if (!xport__resolve(lane, host, "0", flags, &any)) {
       fi_freeinfo(any);
       return -XPORT_EADDRINUSE;
     }

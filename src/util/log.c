@@ -4,6 +4,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -33,3 +34,11 @@ void xport__log(int level, const char *fmt, ...)
   va_end(ap);
   fprintf(stderr, "xport: %s: %s\n", tags[level], line);
 }
+
+#ifdef XPORT_ASSERTS
+void xport__assert_fail(const char *what, const char *file, int line)
+{
+  fprintf(stderr, "xport: %s:%d: invariant broken: %s\n", file, line, what);
+  abort();
+}
+#endif

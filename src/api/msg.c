@@ -16,14 +16,14 @@ check_post(const xport_conn_t *conn, const xport_iov_t *iov, size_t iovcnt)
     /* CLOSED: misuse seen while the handle still exists; not promised. */
     return conn->state == XPORT__CONN_CLOSED ? -XPORT_EINVAL : -XPORT_ENOTCONN;
   /* The single-buffer posts pass a constant 1: the test folds away. */
-  if (XPORT__UNLIKELY(!iovcnt || (iovcnt > 1 && iovcnt > conn->ctx->caps.max_iov)))
+  if (XPORT__UNLIKELY(!iovcnt || (iovcnt > 1 && iovcnt > conn->lane->caps.max_iov)))
     return -XPORT_EINVAL;
   for (size_t i = 0; i < iovcnt; i++) {
     const xport_iov_t *v = &iov[i];
     if (XPORT__UNLIKELY(!v->base && v->len))
       return -XPORT_EINVAL;
     if (v->mr) {
-      const xport_mr_t *mr = xport__mr_for(v->mr, conn->ctx);
+      const xport_mr_t *mr = xport__mr_for(v->mr, conn->lane);
       if (XPORT__UNLIKELY(!mr))
         return -XPORT_EINVAL;
       /* Below the region's start, the offset wraps and is too large. */
@@ -41,7 +41,7 @@ check_post(const xport_conn_t *conn, const xport_iov_t *iov, size_t iovcnt)
     if (XPORT__UNLIKELY(total < v->len))
       return -XPORT_EMSGSIZE;
   }
-  if (XPORT__UNLIKELY(total > conn->ctx->caps.max_msg_size))
+  if (XPORT__UNLIKELY(total > conn->lane->caps.max_msg_size))
     return -XPORT_EMSGSIZE;
   return (ssize_t)total;
 }
@@ -49,13 +49,13 @@ check_post(const xport_conn_t *conn, const xport_iov_t *iov, size_t iovcnt)
 /* Where the provider needs local registration and the caller brought
  * none: copies through a bounce buffer, or registers for the operation
  * (prepare_local's slow half). */
-static int prepare_copy(xport_ctx_t *ctx, struct xport__req *req, int is_send,
+static int prepare_copy(struct xport__lane *lane, struct xport__req *req, int is_send,
                         const xport_iov_t *iov, size_t *cnt, size_t total,
                         struct iovec *fiov, void **desc)
 {
   size_t n = *cnt;
-  if (total <= ctx->eager_size) {
-    struct xport__bounce *b = xport__bounce_get(ctx);
+  if (total <= lane->ctx->eager_size) {
+    struct xport__bounce *b = xport__bounce_get(lane);
     if (!b)
       return -XPORT_ENOMEM;
     if (is_send) {
@@ -80,7 +80,7 @@ static int prepare_copy(xport_ctx_t *ctx, struct xport__req *req, int is_send,
       continue;
     struct fid_mr *mr;
     uint64_t acc = is_send ? FI_SEND | FI_WRITE : FI_RECV | FI_READ;
-    int ret = xport__reg(ctx, iov[i].base, iov[i].len, acc, &mr);
+    int ret = xport__reg(lane, iov[i].base, iov[i].len, acc, &mr);
     if (ret)
       return ret;
     req->tmp[req->ntmp++] = mr;
@@ -91,29 +91,29 @@ static int prepare_copy(xport_ctx_t *ctx, struct xport__req *req, int is_send,
 
 /* Gives every element a descriptor. Fills fiov/desc, sets *cnt. */
 static inline __attribute__((always_inline)) int
-prepare_local(xport_ctx_t *ctx, struct xport__req *req, int is_send, const xport_iov_t *iov,
+prepare_local(struct xport__lane *lane, struct xport__req *req, int is_send, const xport_iov_t *iov,
               size_t *cnt, size_t total, struct iovec *fiov, void **desc)
 {
   int need = 0;
   for (size_t i = 0; i < *cnt; i++) {
     fiov[i].iov_base = iov[i].base;
     fiov[i].iov_len = iov[i].len;
-    desc[i] = iov[i].mr ? xport__mr_for(iov[i].mr, ctx)->desc : NULL; /* checked */
+    desc[i] = iov[i].mr ? xport__mr_for(iov[i].mr, lane)->desc : NULL; /* checked */
     need |= !iov[i].mr && iov[i].len;
   }
-  if (XPORT__LIKELY(!ctx->need_local_mr || !need))
+  if (XPORT__LIKELY(!lane->need_local_mr || !need))
     return 0;
-  return prepare_copy(ctx, req, is_send, iov, cnt, total, fiov, desc);
+  return prepare_copy(lane, req, is_send, iov, cnt, total, fiov, desc);
 }
 
-static void undo_prepare(xport_ctx_t *ctx, struct xport__req *req)
+static void undo_prepare(struct xport__lane *lane, struct xport__req *req)
 {
   if (req->bounce)
-    xport__bounce_put(ctx, req->bounce);
+    xport__bounce_put(lane, req->bounce);
   for (unsigned i = 0; i < req->ntmp; i++)
     fi_close(&req->tmp[i]->fid);
   req->conn = NULL;
-  xport__req_release(ctx, req);
+  xport__req_release(lane->ctx, req);
 }
 
 /* Inlined into each public post below, where op, iovcnt and the rest are
@@ -138,9 +138,9 @@ post_begin(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_t iov
   /* Data flows out of the local buffer for sends and writes, into it for
    * receives and reads. */
   int out = op == XPORT_OP_SEND || op == XPORT_OP_WRITE || op == XPORT__OP_SILENT;
-  int ret = prepare_local(ctx, req, out, iov, cnt, (size_t)total, fiov, desc);
+  int ret = prepare_local(conn->lane, req, out, iov, cnt, (size_t)total, fiov, desc);
   if (XPORT__UNLIKELY(ret)) {
-    undo_prepare(ctx, req);
+    undo_prepare(conn->lane, req);
     return ret;
   }
   *req_p = req;
@@ -159,7 +159,7 @@ static inline __attribute__((always_inline)) int
 post_end(xport_conn_t *conn, struct xport__req *req, xport_op_t op, ssize_t ret)
 {
   if (XPORT__UNLIKELY(ret)) {
-    undo_prepare(conn->ctx, req);
+    undo_prepare(conn->lane, req);
     /* A full queue shows as EAGAIN, or as ENOMEM where the provider's
      * per-endpoint entry pool is what ran out (shm). */
     return ret == -FI_EAGAIN || ret == -FI_ENOMEM ? -XPORT_EAGAIN : xport__err_from_fi((int)ret);
@@ -170,7 +170,9 @@ post_end(xport_conn_t *conn, struct xport__req *req, xport_op_t op, ssize_t ret)
     conn->nrx++;
   else if (op != XPORT__OP_SILENT) /* a write_imm counts once, by its user half */
     conn->ntx++;
-  conn->ctx->nposted++;
+  conn->lane->nposted++;
+  /* The CQ has an entry for each (xport__post_room). */
+  XPORT__ASSERT(conn->lane->nposted <= conn->lane->max_posted);
   return 0;
 }
 
@@ -186,8 +188,8 @@ int xport__post_hold(xport_conn_t *conn, struct xport__req *req, const struct xp
   struct xport__held *copy = malloc(sizeof *copy);
   if (XPORT__UNLIKELY(!copy)) {
     if (req->unsig & XPORT__UNSIG)
-      conn->unsig_out--; /* counted by post(), which posted nothing */
-    undo_prepare(ctx, req);
+      conn->unsig.out--; /* counted by post(), which posted nothing */
+    undo_prepare(conn->lane, req);
     return -XPORT_EAGAIN;
   }
   *copy = *h;
@@ -196,24 +198,23 @@ int xport__post_hold(xport_conn_t *conn, struct xport__req *req, const struct xp
     memcpy(copy->desc, desc, h->cnt * sizeof *desc);
   }
   req->held = copy;
-  if (!conn->held)
-    XPORT__LIST_PUSH(ctx->holding, conn, hnext, hprev);
-  XPORT__FIFO_PUSH(conn->held, conn->held_tail, req, next);
+  if (!conn->hq.head)
+    XPORT__LIST_PUSH(ctx->holding, conn, hq.next, hq.prev);
+  XPORT__FIFO_PUSH(conn->hq.head, conn->hq.tail, req, next);
   /* Counted as posted: the depth and the CQ's room are promised to it. */
   conn->nreqs++;
   conn->ntx += req->op != XPORT__OP_SILENT;
-  ctx->nposted++;
+  conn->lane->nposted++;
   return 0;
 }
 
 int xport__post_room(const xport_conn_t *conn, xport_op_t op, size_t n)
 {
-  const xport_ctx_t *ctx = conn->ctx;
   size_t used = op == XPORT_OP_RECV ? conn->nrx : conn->ntx;
-  size_t depth = op == XPORT_OP_RECV ? ctx->caps.rx_depth : ctx->caps.tx_depth;
+  size_t depth = op == XPORT_OP_RECV ? conn->lane->caps.rx_depth : conn->lane->caps.tx_depth;
   /* The silent half of a write_imm takes room in the CQ only. */
   size_t d = op == XPORT__OP_SILENT ? 0 : n;
-  if (XPORT__UNLIKELY(used + d > depth || ctx->nposted + n > ctx->max_posted))
+  if (XPORT__UNLIKELY(used + d > depth || conn->lane->nposted + n > conn->lane->max_posted))
     return -XPORT_EAGAIN;
   return 0;
 }
@@ -223,7 +224,7 @@ int xport__post_room(const xport_conn_t *conn, xport_op_t op, size_t n)
 static inline void order_send(xport_conn_t *conn, struct xport__req *req, int unsig)
 {
   req->unsig = unsig ? XPORT__UNSIG : XPORT__ORDERED;
-  req->tx_seq = ++conn->tx_seq;
+  req->tx_seq = ++conn->unsig.seq;
 }
 
 static inline __attribute__((always_inline)) int
@@ -258,14 +259,14 @@ post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_t iovcnt, i
   /* Small sends go out by inject: the provider copies the bytes at once,
    * so the send is complete as soon as it is posted and the provider
    * need not report it. */
-  if (op == XPORT_OP_SEND && cnt == 1 && fiov[0].iov_len <= conn->ctx->caps.inject_size &&
-      conn->ctx->quick_inject && !conn->held) {
+  if (op == XPORT_OP_SEND && cnt == 1 && fiov[0].iov_len <= conn->lane->caps.inject_size &&
+      conn->lane->quick_inject && !conn->hq.head) {
     ret = conn->ops->inject(conn, fiov[0].iov_base, fiov[0].iov_len, with_imm, imm);
     if (!ret) {
       if (unsig) {
-        undo_prepare(conn->ctx, req); /* finished, and nothing to say */
+        undo_prepare(conn->lane, req); /* finished, and nothing to say */
       } else {
-        if (XPORT__UNLIKELY(conn->unsig_out))
+        if (XPORT__UNLIKELY(conn->unsig.out))
           order_send(conn, req, 0);
         xport__req_done_now(conn->ctx, req);
       }
@@ -282,15 +283,15 @@ post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_t iovcnt, i
   /* An unsignaled small send is copied before the call returns (the rule
    * of xport_send_flags(3)): it goes by FI_INJECT, or not at all. */
   uint64_t unsig_inject = 0;
-  if (XPORT__UNLIKELY(unsig) && req->len <= conn->ctx->caps.inject_size) {
-    if (conn->held) {
-      undo_prepare(conn->ctx, req); /* behind held sends: they keep their order */
+  if (XPORT__UNLIKELY(unsig) && req->len <= conn->lane->caps.inject_size) {
+    if (conn->hq.head) {
+      undo_prepare(conn->lane, req); /* behind held sends: they keep their order */
       XPORT__UNLOCK(conn->ctx);
       return -XPORT_EAGAIN;
     }
     unsig_inject = FI_INJECT;
   }
-  if (XPORT__UNLIKELY(conn->held != NULL) && op == XPORT_OP_SEND)
+  if (XPORT__UNLIKELY(conn->hq.head != NULL) && op == XPORT_OP_SEND)
     ret = -FI_EAGAIN; /* behind those: messages stay in order */
   else if (op == XPORT_OP_SEND)
     ret = conn->ops->send(conn, req, fiov, desc, cnt,
@@ -298,14 +299,14 @@ post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_t iovcnt, i
   else
     ret = conn->ops->recv(conn, req, fiov, desc, cnt);
   if (XPORT__UNLIKELY(unsig_inject) && xport__pushed_back(ret)) {
-    undo_prepare(conn->ctx, req);
+    undo_prepare(conn->lane, req);
     XPORT__UNLOCK(conn->ctx);
     return -XPORT_EAGAIN;
   }
-  if (op == XPORT_OP_SEND && XPORT__UNLIKELY(unsig || conn->unsig_out) &&
+  if (op == XPORT_OP_SEND && XPORT__UNLIKELY(unsig || conn->unsig.out) &&
       (!ret || xport__pushed_back(ret))) {
     order_send(conn, req, unsig);
-    conn->unsig_out += unsig != 0;
+    conn->unsig.out += unsig != 0;
   }
   if (XPORT__UNLIKELY(xport__pushed_back(ret)) && op == XPORT_OP_SEND) {
     struct xport__held h = {.kind = XPORT__H_SEND, .flags = with_imm ? FI_REMOTE_CQ_DATA : 0,
@@ -347,13 +348,13 @@ static __attribute__((noinline)) int send_unsig(xport_conn_t *conn, const void *
   xport_iov_t v = {(void *)buf, len, mr};
   XPORT__LOCK(ctx);
   /* With fault injection on, the ordinary path, where it is counted. */
-  if (ctx->quick_inject && !conn->held && !conn->wimm_deferred && XPORT__LIKELY(!ctx->fault)) {
+  if (conn->lane->quick_inject && !conn->hq.head && !conn->wimm_deferred && XPORT__LIKELY(!ctx->fault)) {
     ssize_t total = check_post(conn, &v, 1);
     if (total < 0) {
       XPORT__UNLOCK(ctx);
       return (int)total;
     }
-    if ((size_t)total <= ctx->caps.inject_size) {
+    if ((size_t)total <= conn->lane->caps.inject_size) {
       ssize_t ret = conn->ops->inject(conn, buf, len, 0, 0);
       if (ret != -FI_ENOSYS && ret != -FI_EOPNOTSUPP) {
         XPORT__UNLOCK(ctx);

@@ -249,59 +249,56 @@ static int judge(const struct fi_info *fi, const struct settings *s,
   return rank;
 }
 
-static void close_fids(xport_ctx_t *ctx)
+static void close_fids(struct xport__lane *lane)
 {
-  if (ctx->epfd >= 0)
-    close(ctx->epfd);
-  ctx->epfd = -1;
-  if (ctx->sig_fd >= 0)
-    close(ctx->sig_fd);
-  ctx->sig_fd = -1;
-  if (ctx->halfopen_spare >= 0)
-    close(ctx->halfopen_spare);
-  ctx->halfopen_spare = -1;
+  if (lane->halfopen_spare >= 0)
+    close(lane->halfopen_spare);
+  lane->halfopen_spare = -1;
+  if (lane->tick_fd >= 0)
+    close(lane->tick_fd); /* its epfd entry goes with it */
+  lane->tick_fd = -1;
   /* An endpoint left open (close_after_refusal_crashes, settle_names) is
    * bound to these. */
-  if (ctx->keep_fids) {
-    xport__fid_keep(ctx->cq ? &ctx->cq->fid : NULL);
-    xport__fid_keep(ctx->eq ? &ctx->eq->fid : NULL);
-    xport__fid_keep(ctx->domain ? &ctx->domain->fid : NULL);
-    xport__fid_keep(ctx->fabric ? &ctx->fabric->fid : NULL);
-    ctx->cq = NULL, ctx->eq = NULL, ctx->domain = NULL, ctx->fabric = NULL;
+  if (lane->keep_fids) {
+    xport__fid_keep(lane->cq ? &lane->cq->fid : NULL);
+    xport__fid_keep(lane->eq ? &lane->eq->fid : NULL);
+    xport__fid_keep(lane->domain ? &lane->domain->fid : NULL);
+    xport__fid_keep(lane->fabric ? &lane->fabric->fid : NULL);
+    lane->cq = NULL, lane->eq = NULL, lane->domain = NULL, lane->fabric = NULL;
   }
-  if (ctx->cq)
-    fi_close(&ctx->cq->fid);
-  if (ctx->eq)
-    fi_close(&ctx->eq->fid);
-  if (ctx->domain)
-    fi_close(&ctx->domain->fid);
-  if (ctx->fabric)
-    fi_close(&ctx->fabric->fid);
-  ctx->cq = NULL;
-  ctx->eq = NULL;
-  ctx->cq_fd = ctx->eq_fd = -1;
-  ctx->domain = NULL;
-  ctx->fabric = NULL;
-  if (ctx->sink)
-    munmap(ctx->sink, ctx->sink_len);
-  ctx->sink = NULL;
+  if (lane->cq)
+    fi_close(&lane->cq->fid);
+  if (lane->eq)
+    fi_close(&lane->eq->fid);
+  if (lane->domain)
+    fi_close(&lane->domain->fid);
+  if (lane->fabric)
+    fi_close(&lane->fabric->fid);
+  lane->cq = NULL;
+  lane->eq = NULL;
+  lane->cq_fd = lane->eq_fd = -1;
+  lane->domain = NULL;
+  lane->fabric = NULL;
+  if (lane->sink)
+    munmap(lane->sink, lane->sink_len);
+  lane->sink = NULL;
 }
 
 /* truncation_hangs: reserves the sink, as large as the address space
  * allows up to 64 GiB, which then bounds messages. */
-static int sink_open(xport_ctx_t *ctx)
+static int sink_open(struct xport__lane *lane)
 {
-  if (ctx->caps.max_iov < 2)
+  if (lane->caps.max_iov < 2)
     return -XPORT_ENOSYS; /* no room for it; no such provider yet */
   for (size_t len = (size_t)64 << 30; len >= (size_t)16 << 20; len /= 2) {
     void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p != MAP_FAILED) {
-      ctx->sink = p;
-      ctx->sink_len = len;
-      ctx->caps.max_iov--;
-      if (ctx->caps.max_msg_size > len)
-        ctx->caps.max_msg_size = len;
+      lane->sink = p;
+      lane->sink_len = len;
+      lane->caps.max_iov--;
+      if (lane->caps.max_msg_size > len)
+        lane->caps.max_msg_size = len;
       return 0;
     }
   }
@@ -309,7 +306,7 @@ static int sink_open(xport_ctx_t *ctx)
 }
 
 /* Opens fabric, domain, EQ and CQ for one candidate; 0 or -FI_E*. */
-static int open_candidate(xport_ctx_t *ctx, struct fi_info *fi, const struct settings *s,
+static int open_candidate(struct xport__lane *lane, struct fi_info *fi, const struct settings *s,
                           const char **what)
 {
   int strict = s->strict;
@@ -329,19 +326,19 @@ static int open_candidate(xport_ctx_t *ctx, struct fi_info *fi, const struct set
     fi->domain_attr->mr_mode |= FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_ALLOCATED;
 
   *what = "fi_fabric";
-  ret = fi_fabric(fi->fabric_attr, &ctx->fabric, ctx);
+  ret = fi_fabric(fi->fabric_attr, &lane->fabric, lane);
   if (ret)
     goto fail;
   *what = "fi_domain";
-  ret = fi_domain(ctx->fabric, fi, &ctx->domain, ctx);
+  ret = fi_domain(lane->fabric, fi, &lane->domain, lane);
   if (ret)
     goto fail;
   if (fi->ep_attr->type == FI_EP_MSG) { /* RDM has no connection manager */
     *what = "fi_eq_open";
-    ret = fi_eq_open(ctx->fabric, &eq_attr, &ctx->eq, ctx);
+    ret = fi_eq_open(lane->fabric, &eq_attr, &lane->eq, lane);
     if (ret == -FI_ENOSYS || ret == -FI_EINVAL) {
       eq_attr.wait_obj = FI_WAIT_UNSPEC;
-      ret = fi_eq_open(ctx->fabric, &eq_attr, &ctx->eq, ctx);
+      ret = fi_eq_open(lane->fabric, &eq_attr, &lane->eq, lane);
     }
     if (ret)
       goto fail;
@@ -359,32 +356,32 @@ static int open_candidate(xport_ctx_t *ctx, struct fi_info *fi, const struct set
     cq_attr.size = 16384;
   /* Never more operations out than the CQ has entries for, less room for
    * the control messages of RDM endpoints. */
-  ctx->max_posted = cq_attr.size - (cq_attr.size / 8 > 64 ? cq_attr.size / 8 : 64);
-  ret = fi_cq_open(ctx->domain, &cq_attr, &ctx->cq, ctx);
+  lane->max_posted = cq_attr.size - (cq_attr.size / 8 > 64 ? cq_attr.size / 8 : 64);
+  ret = fi_cq_open(lane->domain, &cq_attr, &lane->cq, lane);
   if (ret == -FI_ENOSYS || ret == -FI_EINVAL) {
     /* No wait fd (shm): xport_wait sleeps in steps of its own. */
     cq_attr.wait_obj = FI_WAIT_NONE;
-    ret = fi_cq_open(ctx->domain, &cq_attr, &ctx->cq, ctx);
+    ret = fi_cq_open(lane->domain, &cq_attr, &lane->cq, lane);
   }
   if (ret)
     goto fail;
   /* The wait fds, asked for once, and only of objects opened with one:
    * FI_GETWAIT on an object without a wait fd is not safe everywhere. */
-  if (cq_attr.wait_obj == FI_WAIT_FD && fi_control(&ctx->cq->fid, FI_GETWAIT, &ctx->cq_fd))
-    ctx->cq_fd = -1;
-  if (ctx->eq && eq_attr.wait_obj == FI_WAIT_FD &&
-      fi_control(&ctx->eq->fid, FI_GETWAIT, &ctx->eq_fd))
-    ctx->eq_fd = -1;
+  if (cq_attr.wait_obj == FI_WAIT_FD && fi_control(&lane->cq->fid, FI_GETWAIT, &lane->cq_fd))
+    lane->cq_fd = -1;
+  if (lane->eq && eq_attr.wait_obj == FI_WAIT_FD &&
+      fi_control(&lane->eq->fid, FI_GETWAIT, &lane->eq_fd))
+    lane->eq_fd = -1;
   return 0;
 fail:
-  close_fids(ctx);
+  close_fids(lane);
   return ret;
 }
 
-static void fill_caps(xport_ctx_t *ctx, const struct settings *s)
+static void fill_caps(struct xport__lane *lane, const struct settings *s)
 {
-  const struct fi_info *fi = ctx->info;
-  xport_caps_t *c = &ctx->caps;
+  const struct fi_info *fi = lane->info;
+  xport_caps_t *c = &lane->caps;
   uint64_t m = fi->domain_attr->mr_mode;
   size_t iov = fi->tx_attr->iov_limit < fi->rx_attr->iov_limit ? fi->tx_attr->iov_limit
                                                                 : fi->rx_attr->iov_limit;
@@ -401,25 +398,25 @@ static void fill_caps(xport_ctx_t *ctx, const struct settings *s)
    * the provider's queue sizes, less the receives the transport keeps
    * posted, within the profile's limit and the CQ's. */
   c->tx_depth = fi->tx_attr->size;
-  size_t cap = ctx->prof && ctx->prof->max_tx_depth ? ctx->prof->max_tx_depth() : 0;
+  size_t cap = lane->prof && lane->prof->max_tx_depth ? lane->prof->max_tx_depth() : 0;
   if (cap && c->tx_depth > cap)
     c->tx_depth = cap;
   c->rx_depth = fi->rx_attr->size;
-  if (c->rx_depth > ctx->tp->rx_reserved)
-    c->rx_depth -= ctx->tp->rx_reserved;
+  if (c->rx_depth > lane->tp->rx_reserved)
+    c->rx_depth -= lane->tp->rx_reserved;
   /* An emulated write_imm holds two CQ entries (its write and its
    * message): a connection reaches tx_depth with any kind of post. */
-  size_t tx_room = ctx->native_wimm ? ctx->max_posted : ctx->max_posted / 2;
+  size_t tx_room = lane->native_wimm ? lane->max_posted : lane->max_posted / 2;
   if (c->tx_depth > tx_room)
     c->tx_depth = tx_room;
-  if (c->rx_depth > ctx->max_posted)
-    c->rx_depth = ctx->max_posted;
+  if (c->rx_depth > lane->max_posted)
+    c->rx_depth = lane->max_posted;
   c->imm_bits = 32;
   c->wire_imm_bytes = (unsigned)fi->domain_attr->cq_data_size;
   c->rma = (fi->caps & FI_RMA) ? XPORT_SUPPORT_NATIVE : XPORT_SUPPORT_NONE;
   /* Native where the provider has atomics xport may trust; else emulated
    * over MSG endpoints (atomic.c), which RDM ones cannot carry. */
-  const char *why = ctx->prof && ctx->prof->atomics_untrusted ? ctx->prof->atomics_untrusted()
+  const char *why = lane->prof && lane->prof->atomics_untrusted ? lane->prof->atomics_untrusted()
                                                                : NULL;
   if ((fi->caps & FI_ATOMIC) && !why)
     c->atomics = XPORT_SUPPORT_NATIVE;
@@ -441,8 +438,9 @@ static void fill_caps(xport_ctx_t *ctx, const struct settings *s)
     c->mr_mode |= XPORT_MR_RAW;
   if (s->strict)
     c->mr_mode |= XPORT_MR_LOCAL | XPORT_MR_VIRT_ADDR | XPORT_MR_PROV_KEY;
-  c->wait_fd = ctx->epfd >= 0;
-  c->progress = (ctx->prof && ctx->prof->manual_progress) ||
+  /* xport_ctx_fd(3) gives a descriptor unless wait objects are off. */
+  c->wait_fd = s->wait_fd;
+  c->progress = (lane->prof && lane->prof->manual_progress) ||
                         fi->domain_attr->data_progress == FI_PROGRESS_MANUAL
                     ? XPORT_PROGRESS_MANUAL
                     : XPORT_PROGRESS_AUTO;
@@ -579,7 +577,10 @@ static struct fi_info *with_atomics(const struct fi_info *fi)
   return h;
 }
 
-static int probe(xport_ctx_t *ctx, const struct settings *s)
+/* Ranks the candidates and opens the first that opens on lane; the
+ * verdicts go to *cands_p (*ncands_p of them), whatever the outcome. */
+static int probe(struct xport__lane *lane, const struct settings *s, xport_candidate_t **cands_p,
+                 int *ncands_p)
 {
   struct fi_info *list = NULL;
   struct ifaddrs *ifs = NULL;
@@ -595,8 +596,8 @@ static int probe(xport_ctx_t *ctx, const struct settings *s)
     total++;
   struct cand *ok = calloc(total + 1, sizeof *ok);
   xport_candidate_t *rejected = calloc(total + 1, sizeof *rejected);
-  ctx->cands = calloc(total + 1, sizeof *ctx->cands);
-  if (!ok || !rejected || !ctx->cands) {
+  (*cands_p) = calloc(total + 1, sizeof **cands_p);
+  if (!ok || !rejected || !(*cands_p)) {
     free(ok);
     free(rejected);
     fi_freeinfo(list);
@@ -619,14 +620,14 @@ static int probe(xport_ctx_t *ctx, const struct settings *s)
   qsort(ok, (size_t)nok, sizeof *ok, cand_cmp);
 
   for (int i = 0; i < nok; i++) {
-    xport_candidate_t *c = &ctx->cands[n++];
+    xport_candidate_t *c = &(*cands_p)[n++];
     if (chosen >= 0) {
       set_cand(c, ok[i].fi, XPORT_VERDICT_USABLE, "usable; ranked after the chosen one");
       continue;
     }
     const char *what = "";
     struct fi_info *fi = with_atomics(ok[i].fi);
-    ret = fi ? open_candidate(ctx, fi, s, &what) : -FI_ENOMEM;
+    ret = fi ? open_candidate(lane, fi, s, &what) : -FI_ENOMEM;
     if (ret) {
       char reason[160];
       snprintf(reason, sizeof reason, "failed to open: %s: %s", what, fi_strerror(-ret));
@@ -634,27 +635,27 @@ static int probe(xport_ctx_t *ctx, const struct settings *s)
       fi_freeinfo(fi);
       continue;
     }
-    ctx->info = fi;
+    lane->info = fi;
     chosen = i;
     set_cand(c, fi, XPORT_VERDICT_CHOSEN, s->provider ? "first requested that opened"
                                                       : "highest ranked that opened");
   }
   for (int i = 0; i < nrej; i++)
-    ctx->cands[n++] = rejected[i];
-  ctx->ncands = n;
+    (*cands_p)[n++] = rejected[i];
+  *ncands_p = n;
   free(ok);
   free(rejected);
   fi_freeinfo(list);
   if (chosen < 0) {
-    log_no_provider(s, ctx->cands, n);
+    log_no_provider(s, (*cands_p), n);
     return -XPORT_ENOPROV;
   }
-  ctx->prof = xport__profile_find(ctx->info->fabric_attr->prov_name);
+  lane->prof = xport__profile_find(lane->info->fabric_attr->prov_name);
   /* Named on purpose, yet its users must hear what it cannot protect. */
   static int takeover_told;
-  if (ctx->prof && ctx->prof->takeover && !__atomic_exchange_n(&takeover_told, 1, __ATOMIC_RELAXED))
+  if (lane->prof && lane->prof->takeover && !__atomic_exchange_n(&takeover_told, 1, __ATOMIC_RELAXED))
     XPORT__WARN("%s: %s; use tcp (or verbs) where the nodes' other users are not trusted "
-                "(xport(7), SECURITY)", ctx->prof->name, ctx->prof->takeover);
+                "(xport(7), SECURITY)", lane->prof->name, lane->prof->takeover);
   return 0;
 }
 
@@ -666,140 +667,91 @@ static void log_init(void)
       xport__profiles[i]->preinit();
 }
 
-static void progress_beside(xport_ctx_t *ctx);
-
-/* Opens one context on the settings' provider (the probe's choice): a
- * node-local sub-context of parent where parent is not NULL, made one
- * before its progress thread starts, which reads what makes it one. */
-static int ctx_open(struct settings s, xport_ctx_t *parent, xport_ctx_t **ctx_p)
+/* Frees what lane_open made of lane (its provider objects closed). */
+static void lane_free(struct xport__lane *lane)
 {
-  xport_ctx_t *ctx;
-  int ret;
+  if (!lane)
+    return;
+  close_fids(lane);
+  fi_freeinfo(lane->info);
+  free(lane->tpd);
+  free(lane);
+}
 
-  ctx = calloc(1, sizeof *ctx);
-  if (!ctx)
+/* Opens ctx's lane number index on the settings' provider (the probe's
+ * choice), with its transport; the probe's verdicts go to *cands_p. The
+ * context's settings (its id, its key, eager_size) are read already. */
+static int lane_open(xport_ctx_t *ctx, unsigned index, struct settings s,
+                     xport_candidate_t **cands_p, int *ncands_p, struct xport__lane **lane_p)
+{
+  int ret;
+  struct xport__lane *lane = calloc(1, sizeof *lane);
+  if (!lane)
     return -XPORT_ENOMEM;
-  ctx->epfd = ctx->cq_fd = ctx->eq_fd = ctx->sig_fd = ctx->halfopen_spare = -1;
-  ret = probe(ctx, &s);
+  lane->ctx = ctx;
+  lane->index = index;
+  lane->cq_fd = lane->eq_fd = lane->halfopen_spare = lane->tick_fd = -1;
+  ret = probe(lane, &s, cands_p, ncands_p);
   if (ret)
     goto fail;
   /* Processes killed earlier may have left their endpoints' files. */
-  if (ctx->prof && ctx->prof->sweep)
-    ctx->prof->sweep();
-  uint64_t mm = ctx->info->domain_attr->mr_mode;
-  ctx->id = xport__random_key(8);
-  if (parent) {
-    /* One identity: a peer sees the same context over either transport
-     * (hellos, jobs, keys bound to the peer context). */
-    ctx->id = parent->id;
-    ctx->is_sub = 1;
-    ctx->parent = parent;
-    ctx->beside = progress_beside;
-  }
-  ctx->need_local_mr = s.strict || (mm & FI_MR_LOCAL);
-  ctx->prov_key = !!(mm & FI_MR_PROV_KEY);
-  ctx->virt_addr = !!(mm & FI_MR_VIRT_ADDR);
-  ctx->raw_keys = !!(mm & FI_MR_RAW);
-  ctx->rdm = ctx->info->ep_attr->type == FI_EP_RDM;
-  ctx->tp = xport__transport_for(ctx->info->ep_attr->type);
-  ctx->tpd = calloc(1, ctx->tp->ctx_size ? ctx->tp->ctx_size : 1);
-  if (!ctx->tpd) {
+  if (lane->prof && lane->prof->sweep)
+    lane->prof->sweep();
+  uint64_t mm = lane->info->domain_attr->mr_mode;
+  lane->need_local_mr = s.strict || (mm & FI_MR_LOCAL);
+  lane->prov_key = !!(mm & FI_MR_PROV_KEY);
+  lane->virt_addr = !!(mm & FI_MR_VIRT_ADDR);
+  lane->raw_keys = !!(mm & FI_MR_RAW);
+  lane->rdm = lane->info->ep_attr->type == FI_EP_RDM;
+  lane->tp = xport__transport_for(lane->info->ep_attr->type);
+  lane->tpd = calloc(1, lane->tp->ctx_size ? lane->tp->ctx_size : 1);
+  if (!lane->tpd) {
     ret = -XPORT_ENOMEM;
     goto fail;
   }
-  ctx->wimm_write_done = xport__wimm_write_done;
-  ctx->wimm_retry = xport__wimm_retry;
-  ctx->cq_entry_size = ctx->rdm ? sizeof(struct fi_cq_tagged_entry)
-                                : sizeof(struct fi_cq_data_entry);
+  lane->cq_entry_size = lane->rdm ? sizeof(struct fi_cq_tagged_entry)
+                                  : sizeof(struct fi_cq_data_entry);
   /* Where the provider does not consume a receive for write_imm, xport
    * emulates it, and that needs room for a marker: a tag bit over RDM,
    * the upper half of the CQ data over MSG. */
-  ctx->native_wimm = (ctx->info->mode & FI_RX_CQ_DATA)                          ? 1
-                     : ctx->rdm || ctx->info->domain_attr->cq_data_size >= 8 ? 0
-                                                                              : -1;
-  ctx->quick_inject = !ctx->prof || !ctx->prof->inject_needs_completion;
-  ctx->peer_check_ms = (long)xport__env_size(XPORT__ENV_PEER_TIMEOUT, 500);
-  if (ctx->peer_check_ms < 4)
-    ctx->peer_check_ms = 4;
-  if (ctx->prof && ctx->prof->rma_never_fails)
-    ctx->rma_timeout_ms = (long)xport__env_size(XPORT__ENV_RMA_TIMEOUT, 5000);
-  ctx->eager_size = xport__env_size(XPORT__ENV_EAGER_SIZE, 8192);
-  if (!s.delivery_complete_set && ctx->prof && ctx->prof->dc_default)
+  lane->native_wimm = (lane->info->mode & FI_RX_CQ_DATA)                          ? 1
+                      : lane->rdm || lane->info->domain_attr->cq_data_size >= 8 ? 0
+                                                                                : -1;
+  lane->quick_inject = !lane->prof || !lane->prof->inject_needs_completion;
+  if (lane->prof && lane->prof->rma_never_fails)
+    lane->rma_timeout_ms = (long)xport__env_size(XPORT__ENV_RMA_TIMEOUT, 5000);
+  if (!s.delivery_complete_set && lane->prof && lane->prof->dc_default)
     s.delivery_complete = 1;
-  if (s.delivery_complete && !(ctx->prof && ctx->prof->writes_acked))
-    ctx->write_flags = FI_DELIVERY_COMPLETE;
-  if (ctx->eager_size > XPORT__EAGER_MAX) {
-    XPORT__WARN("XPORT_EAGER_SIZE=%zu is more than %zu; using %zu", ctx->eager_size,
-                (size_t)XPORT__EAGER_MAX, (size_t)XPORT__EAGER_MAX);
-    ctx->eager_size = XPORT__EAGER_MAX;
-  }
+  if (s.delivery_complete && !(lane->prof && lane->prof->writes_acked))
+    lane->write_flags = FI_DELIVERY_COMPLETE;
   /* Control messages (RDM) travel in bounce slots too, whatever the
    * eager size: a slot holds at least one. */
-  ctx->bounce_size = (ctx->eager_size + 63) & ~(size_t)63;
-  if (ctx->bounce_size < XPORT__CTL_SLOT)
-    ctx->bounce_size = XPORT__CTL_SLOT;
-  ctx->source = ctx->rdm && (ctx->info->caps & FI_SOURCE);
-  if (ctx->tp->open && (ret = ctx->tp->open(ctx)))
+  lane->bounce_size = (ctx->eager_size + 63) & ~(size_t)63;
+  if (lane->bounce_size < XPORT__CTL_SLOT)
+    lane->bounce_size = XPORT__CTL_SLOT;
+  lane->source = lane->rdm && (lane->info->caps & FI_SOURCE);
+  if (lane->tp->open && (ret = lane->tp->open(lane)))
     goto fail;
-  ret = xport__wait_fds(ctx);
+  ret = xport__wait_fds(lane);
   if (ret)
     goto fail;
-  fill_caps(ctx, &s);
-  ctx->caps.auth = s.auth;
-  ctx->auth_on = s.auth != XPORT_AUTH_OFF;
-  memcpy(ctx->auth_key, s.auth_key, sizeof ctx->auth_key);
-  if (ctx->prof && ctx->prof->truncation_hangs && (ret = sink_open(ctx)))
+  if (!s.wait_fd)
+    lane->no_wait = 2;
+  fill_caps(lane, &s);
+  lane->caps.auth = s.auth;
+  if (lane->prof && lane->prof->truncation_hangs && (ret = sink_open(lane)))
     goto fail;
-  ctx->atom_emulated = ctx->caps.atomics == XPORT_SUPPORT_EMULATED;
-  ctx->caps.write_imm = ctx->native_wimm > 0    ? XPORT_SUPPORT_NATIVE
-                        : ctx->native_wimm == 0 ? XPORT_SUPPORT_EMULATED
-                                                : XPORT_SUPPORT_NONE;
-  if (s.progress_thread) {
-    ret = xport__progress_start(ctx);
-    if (ret)
-      goto fail;
-  }
-  XPORT__INFO("chose %s on %s/%s%s", ctx->caps.provider, ctx->caps.fabric,
-              ctx->caps.domain, s.strict ? " (strict mode)" : "");
-  xport__auth_wipe(s.auth_key, sizeof s.auth_key);
-  *ctx_p = ctx;
+  lane->atom_emulated = lane->caps.atomics == XPORT_SUPPORT_EMULATED;
+  lane->caps.write_imm = lane->native_wimm > 0    ? XPORT_SUPPORT_NATIVE
+                         : lane->native_wimm == 0 ? XPORT_SUPPORT_EMULATED
+                                                  : XPORT_SUPPORT_NONE;
+  XPORT__INFO("chose %s on %s/%s%s", lane->caps.provider, lane->caps.fabric, lane->caps.domain,
+              s.strict ? " (strict mode)" : "");
+  *lane_p = lane;
   return 0;
 fail:
-  xport__auth_wipe(s.auth_key, sizeof s.auth_key);
-  close_fids(ctx);
-  fi_freeinfo(ctx->info);
-  free(ctx->cands);
-  free(ctx->tpd);
-  free(ctx);
+  lane_free(lane);
   return ret;
-}
-
-/* ctx->beside: one step of the other transport's progress (see
- * xport_int.h), skipped where another thread is inside it. */
-static void progress_beside(xport_ctx_t *ctx)
-{
-  xport_ctx_t *o = ctx->is_sub ? ctx->parent : ctx->shm, *top = ctx->is_sub ? ctx->parent : ctx;
-  if (!o)
-    return;
-  /* Both locks held from here (the caller holds its own): in_beside is
-   * read and written under both. */
-  if (o->progress_on && pthread_mutex_trylock(&o->progress_lock))
-    return;
-  if (top->in_beside) {
-    if (o->progress_on)
-      pthread_mutex_unlock(&o->progress_lock);
-    return;
-  }
-  top->in_beside = 1;
-  xport__cq_drain(o);
-  if (o->holding)
-    xport__held_retry(o);
-  o->tp->progress(o);
-  if (o->accept_due && o->auto_accept)
-    o->auto_accept(o);
-  top->in_beside = 0;
-  if (o->progress_on)
-    pthread_mutex_unlock(&o->progress_lock);
 }
 
 /* The profile of the provider that reaches only this node, or NULL. */
@@ -827,7 +779,7 @@ static xport_candidate_t *node_local_cand(xport_ctx_t *ctx, const char *prov)
 static void node_local_open(xport_ctx_t *ctx, struct settings s, const char *mode)
 {
   const struct xport__profile *nl = node_local_profile();
-  if (!nl || (ctx->prof && ctx->prof->node_local))
+  if (!nl || (ctx->lanes[0]->prof && ctx->lanes[0]->prof->node_local))
     return;
   xport_candidate_t *c = node_local_cand(ctx, nl->name);
   if (!strcmp(mode, "off")) {
@@ -838,28 +790,27 @@ static void node_local_open(xport_ctx_t *ctx, struct settings s, const char *mod
   s.provider = nl->name;
   s.domain = NULL; /* XPORT_DOMAIN and XPORT_IFACE name the fabric's */
   s.iface = NULL;
-  xport_ctx_t *sub;
-  int ret = ctx_open(s, ctx, &sub);
+  xport_candidate_t *cands = NULL;
+  int ncands = 0;
+  struct xport__lane *lane;
+  int ret = lane_open(ctx, 1, s, &cands, &ncands, &lane);
+  free(cands); /* the fabric's list tells what became of it */
+  struct xport__lane *fabric = ctx->lanes[0];
   if (ret) {
-    XPORT__INFO("%s beside %s: %s: peers on this node use %s", nl->name, ctx->caps.provider,
-                xport_strerror(ret), ctx->caps.provider);
+    XPORT__INFO("%s beside %s: %s: peers on this node use %s", nl->name, fabric->caps.provider,
+                xport_strerror(ret), fabric->caps.provider);
     if (c)
       snprintf(c->reason, sizeof c->reason, "XPORT_SHM=auto, but it failed to open: %s",
                xport_strerror(ret));
     return;
   }
-  /* Under the lock: the fabric's progress thread may be running. */
-  XPORT__LOCK(ctx);
-  ctx->shm = sub;
-  ctx->beside = progress_beside;
-  ctx->caps.wait_fd = 0; /* shm has no wait object: xport_ctx_fd(3) */
-  XPORT__UNLOCK(ctx);
+  ctx->lanes[ctx->nlanes++] = lane;
   if (c) {
     c->verdict = XPORT_VERDICT_CHOSEN;
     snprintf(c->reason, sizeof c->reason, "opened beside %s for peers on this node (XPORT_SHM=auto)",
-             ctx->caps.provider);
+             fabric->caps.provider);
   }
-  XPORT__INFO("%s opened beside %s for peers on this node", nl->name, ctx->caps.provider);
+  XPORT__INFO("%s opened beside %s for peers on this node", nl->name, fabric->caps.provider);
 }
 
 XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p)
@@ -903,13 +854,48 @@ XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p
     xport__auth_wipe(s.auth_key, sizeof s.auth_key);
     return ret;
   }
-  xport_ctx_t *ctx;
-  ret = ctx_open(s, NULL, &ctx);
-  if (!ret)
+  xport_ctx_t *ctx = calloc(1, sizeof *ctx);
+  if (!ctx) {
+    xport__fault_free(fault);
+    xport__auth_wipe(s.auth_key, sizeof s.auth_key);
+    return -XPORT_ENOMEM;
+  }
+  ctx->epfd = ctx->sig_fd = -1;
+  /* One identity over every lane: a peer sees the same context over
+   * either transport (hellos, jobs, keys bound to the peer context). */
+  ctx->id = xport__random_key(8);
+  ctx->auth_on = s.auth != XPORT_AUTH_OFF;
+  memcpy(ctx->auth_key, s.auth_key, sizeof ctx->auth_key);
+  ctx->wimm_write_done = xport__wimm_write_done;
+  ctx->wimm_retry = xport__wimm_retry;
+  ctx->peer_check_ms = (long)xport__env_size(XPORT__ENV_PEER_TIMEOUT, 500);
+  if (ctx->peer_check_ms < 4)
+    ctx->peer_check_ms = 4;
+  ctx->eager_size = xport__env_size(XPORT__ENV_EAGER_SIZE, 8192);
+  if (ctx->eager_size > XPORT__EAGER_MAX) {
+    XPORT__WARN("XPORT_EAGER_SIZE=%zu is more than %zu; using %zu", ctx->eager_size,
+                (size_t)XPORT__EAGER_MAX, (size_t)XPORT__EAGER_MAX);
+    ctx->eager_size = XPORT__EAGER_MAX;
+  }
+  ret = lane_open(ctx, 0, s, &ctx->cands, &ctx->ncands, &ctx->lanes[0]);
+  if (!ret) {
+    ctx->nlanes = 1;
     node_local_open(ctx, s, mode); /* the same key: one identity over both */
+    if (s.progress_thread)
+      ret = xport__progress_start(ctx);
+  }
   xport__auth_wipe(s.auth_key, sizeof s.auth_key);
   if (ret) {
     xport__fault_free(fault);
+    for (unsigned l = 0; l < ctx->nlanes; l++)
+      lane_free(ctx->lanes[l]);
+    if (ctx->sig_fd >= 0)
+      close(ctx->sig_fd);
+    if (ctx->epfd >= 0)
+      close(ctx->epfd);
+    free(ctx->cands);
+    xport__auth_wipe(ctx->auth_key, sizeof ctx->auth_key);
+    free(ctx);
     return ret;
   }
   xport__fault_attach(ctx, fault);
@@ -926,39 +912,38 @@ XPORT_API int xport_ctx_destroy(xport_ctx_t *ctx)
     XPORT__WARN("xport_ctx_destroy: a job still uses this context: xport_job_fini it first");
     return -XPORT_EBUSY;
   }
-  if (ctx->shm && ctx->shm->nhooked) {
-    XPORT__WARN("xport_ctx_destroy: a job still uses this context: xport_job_fini it first");
-    return -XPORT_EBUSY;
-  }
   xport__progress_stop(ctx);
   /* What it holds back goes first, as the done list's does below. */
   xport__fault_fini(ctx);
-  while (ctx->conns)
-    xport_conn_close(ctx->conns);
-  while (ctx->listeners)
-    xport_listener_close(ctx->listeners); /* with their node-local halves */
-  if (ctx->shm) {
-    /* The sub-context owns the node-local halves of the regions. */
-    for (xport_mr_t *mr = ctx->mrs; mr; mr = mr->next)
-      mr->sub = NULL;
-    xport_ctx_destroy(ctx->shm);
-    ctx->shm = NULL;
-  }
-  if (ctx->tp->fini)
-    ctx->tp->fini(ctx);
+  for (unsigned l = 0; l < ctx->nlanes; l++)
+    while (ctx->lanes[l]->conns)
+      xport_conn_close(ctx->lanes[l]->conns);
+  /* The application's listeners, with their second lane's halves; then
+   * any half left. */
+  for (unsigned l = 0; l < ctx->nlanes; l++)
+    while (ctx->lanes[l]->listeners)
+      xport_listener_close(ctx->lanes[l]->listeners);
+  /* The second lane first, as it opened last. */
+  for (unsigned l = ctx->nlanes; l-- > 0;)
+    if (ctx->lanes[l]->tp->fini)
+      ctx->lanes[l]->tp->fini(ctx->lanes[l]);
   xport__wimm_retry(ctx, 1);
   /* Closed connections wait for their requests to be delivered; nobody
    * will poll now, so drop them along with their connections. */
   xport__done_discard(ctx);
   while (ctx->mrs)
     xport_mr_dereg(ctx->mrs);
-  xport__bounce_fini(ctx);
+  for (unsigned l = ctx->nlanes; l-- > 0;) {
+    xport__bounce_fini(ctx->lanes[l]);
+    lane_free(ctx->lanes[l]);
+  }
   xport__req_fini(ctx);
-  close_fids(ctx);
-  fi_freeinfo(ctx->info);
+  if (ctx->sig_fd >= 0)
+    close(ctx->sig_fd);
+  if (ctx->epfd >= 0)
+    close(ctx->epfd);
   free(ctx->cands);
   xport__auth_wipe(ctx->auth_key, sizeof ctx->auth_key);
-  free(ctx->tpd);
   free(ctx);
   return 0;
 }
@@ -967,7 +952,7 @@ XPORT_API int xport_ctx_query(const xport_ctx_t *ctx, xport_caps_t *caps_p)
 {
   if (!ctx || !caps_p)
     return -XPORT_EINVAL;
-  *caps_p = ctx->caps;
+  *caps_p = ctx->lanes[0]->caps;
   return 0;
 }
 

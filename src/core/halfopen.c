@@ -61,16 +61,16 @@ static unsigned listener_port(const xport_listener_t *lst)
   return colon ? (unsigned)strtoul(colon + 1, NULL, 10) : 0;
 }
 
-static int port_listened(xport_ctx_t *ctx, unsigned port)
+static int port_listened(struct xport__lane *lane, unsigned port)
 {
-  for (const xport_listener_t *l = ctx->listeners; l; l = l->next)
+  for (const xport_listener_t *l = lane->listeners; l; l = l->next)
     if (!l->closing && listener_port(l) == port)
       return 1;
   return 0;
 }
 
 /* 1, with its age, if fd is an unfinished request on one of ctx's listeners. */
-static int unfinished(xport_ctx_t *ctx, int fd, size_t min_bytes, unsigned *age_p)
+static int unfinished(struct xport__lane *lane, int fd, size_t min_bytes, unsigned *age_p)
 {
   union {
     struct sockaddr sa;
@@ -87,7 +87,7 @@ static int unfinished(xport_ctx_t *ctx, int fd, size_t min_bytes, unsigned *age_
     port = ntohs(name.s6.sin6_port);
   else
     return 0;
-  if (!port_listened(ctx, port))
+  if (!port_listened(lane, port))
     return 0;
   int listening = 0;
   len = sizeof listening;
@@ -108,27 +108,27 @@ static int unfinished(xport_ctx_t *ctx, int fd, size_t min_bytes, unsigned *age_
   return 1;
 }
 
-void xport__halfopen_watch(xport_ctx_t *ctx, size_t greeting)
+void xport__halfopen_watch(struct xport__lane *lane, size_t greeting)
 {
-  if (!ctx->prof || !ctx->prof->cm_header || !ctx->listeners)
+  if (!lane->prof || !lane->prof->cm_header || !lane->listeners)
     return;
   long now = xport__now_ms();
-  if (now < ctx->halfopen_at)
+  if (now < lane->halfopen_at)
     return;
-  ctx->halfopen_at = now + WATCH_EVERY_MS;
+  lane->halfopen_at = now + WATCH_EVERY_MS;
   /* The look itself takes a descriptor: one is held for it, since it
    * matters most when there are none left. */
-  if (ctx->halfopen_spare < 0)
-    ctx->halfopen_spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (lane->halfopen_spare < 0)
+    lane->halfopen_spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
   DIR *d = opendir("/proc/self/fd");
-  if (!d && errno == EMFILE && ctx->halfopen_spare >= 0) {
-    close(ctx->halfopen_spare);
-    ctx->halfopen_spare = -1;
+  if (!d && errno == EMFILE && lane->halfopen_spare >= 0) {
+    close(lane->halfopen_spare);
+    lane->halfopen_spare = -1;
     d = opendir("/proc/self/fd");
   }
   if (!d)
     return;
-  size_t min_bytes = ctx->prof->cm_header + greeting;
+  size_t min_bytes = lane->prof->cm_header + greeting;
   struct unfinished *u = NULL;
   size_t nu = 0, cap = 0, nfds = 0, nshut = 0;
   for (struct dirent *e; (e = readdir(d));) {
@@ -137,7 +137,7 @@ void xport__halfopen_watch(xport_ctx_t *ctx, size_t greeting)
     int fd = atoi(e->d_name);
     nfds++;
     unsigned age;
-    if (fd == dirfd(d) || !unfinished(ctx, fd, min_bytes, &age))
+    if (fd == dirfd(d) || !unfinished(lane, fd, min_bytes, &age))
       continue;
     if (age >= XPORT__GREET_MS) {
       shutdown(fd, SHUT_RDWR);
@@ -155,8 +155,8 @@ void xport__halfopen_watch(xport_ctx_t *ctx, size_t greeting)
     u[nu++] = (struct unfinished){fd, age};
   }
   closedir(d);
-  if (ctx->halfopen_spare < 0) /* given up for the look: taken again */
-    ctx->halfopen_spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (lane->halfopen_spare < 0) /* given up for the look: taken again */
+    lane->halfopen_spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
   /* Descriptors about to run out: the oldest unfinished go now, so that
    * the provider can accept the honest clients queued behind them. */
   struct rlimit rl;
