@@ -444,6 +444,7 @@ END_TEST
 struct cpt_side {
   int index;
   int fd;              /* server: where it writes its address; client: unused */
+  const char *listen;  /* server: where it listens (xt_listen_addr, read once) */
   char addr[128];      /* client: its server thread's listener */
   const char *failed;  /* NULL, or what went wrong */
   char why[160];
@@ -489,7 +490,7 @@ static void *cpt_server(void *arg)
   int rc;
   if (!rbuf || !sbuf)
     CPT_FAIL(S, "malloc");
-  if ((rc = xport_ctx_create(NULL, &ctx)) || (rc = xport_listen(ctx, xt_listen_addr(), &lst)) ||
+  if ((rc = xport_ctx_create(NULL, &ctx)) || (rc = xport_listen(ctx, S->listen, &lst)) ||
       (rc = xport_listener_addr(lst, a, sizeof a)))
     CPT_FAIL(S, "server %d: set-up: %s", S->index, xport_strerror(rc));
   char line[160];
@@ -571,8 +572,11 @@ START_TEST(context_per_thread)
     close(p[0]);
     pthread_t t[CPT_THREADS];
     struct cpt_side S[CPT_THREADS];
+    /* The harness's address lives in one buffer: read it before the
+     * threads start. */
+    const char *listen = xt_listen_addr();
     for (int i = 0; i < CPT_THREADS; i++) {
-      S[i] = (struct cpt_side){.index = i, .fd = p[1]};
+      S[i] = (struct cpt_side){.index = i, .fd = p[1], .listen = listen};
       XT_CHECK(pthread_create(&t[i], NULL, cpt_server, &S[i]) == 0, "pthread_create");
     }
     int bad = 0;

@@ -72,18 +72,25 @@ static uint64_t pid_ns(void)
   return stat("/proc/self/ns/pid", &st) ? 0 : (uint64_t)st.st_ino;
 }
 
+/* The kernel's boot id, read once per process: contexts of several
+ * threads ask at once (a context per thread). */
+static char boot_id_buf[40];
+static pthread_once_t boot_id_once = PTHREAD_ONCE_INIT;
+
+static void boot_id_read(void)
+{
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (!f || !fgets(boot_id_buf, sizeof boot_id_buf, f))
+    snprintf(boot_id_buf, sizeof boot_id_buf, "unknown");
+  if (f)
+    fclose(f);
+  boot_id_buf[strcspn(boot_id_buf, "\n")] = '\0';
+}
+
 static const char *boot_id(void)
 {
-  static char id[40];
-  if (!id[0]) {
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-    if (!f || !fgets(id, sizeof id, f))
-      snprintf(id, sizeof id, "unknown");
-    if (f)
-      fclose(f);
-    id[strcspn(id, "\n")] = '\0';
-  }
-  return id;
+  pthread_once(&boot_id_once, boot_id_read);
+  return boot_id_buf;
 }
 
 /* ---- peers in an endpoint's address vector -------------------------- */
