@@ -29,6 +29,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SHM_DIR "/dev/shm/"
@@ -172,18 +173,31 @@ static int refuse(const char *path, const char *why, const char *name, int quiet
   return -XPORT_EADDRINUSE;
 }
 
+/* How many times, a millisecond apart, a claim tries a lock held by
+ * someone: a sweep holds a fresh name's lock for the instant it takes to
+ * judge it, and must not make the name look taken. */
+#define CLAIM_TRIES 20
+
 static int claim(const char *name, int *lock_p, int quiet)
 {
   char path[512], ep[512];
   const char *why;
   lock_path(name, path, sizeof path);
   snprintf(ep, sizeof ep, SHM_DIR "%s", name);
-  for (;;) {
+  for (int held = 0;;) {
     int fd = own_open(path, O_RDWR | O_CREAT, &why);
     if (fd < 0)
       return fd == -XPORT_EADDRINUSE ? refuse(path, why, name, quiet) : fd;
     if (flock(fd, LOCK_EX | LOCK_NB)) {
       close(fd);
+      /* A sweep (shm_sweep: another context opening, in this process or
+       * another) may hold it, and unlink it, meanwhile; a live owner
+       * holds it still after these tries. */
+      if (++held < CLAIM_TRIES) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+        continue;
+      }
       return -XPORT_EADDRINUSE; /* a live process holds it */
     }
     /* The file may have been unlinked by its previous owner between our
