@@ -860,9 +860,9 @@ struct xport_ctx {
   int sig_set;
 
   struct xport__detail *shown; /* details delivered by the last xport_poll */
-  /* XPORT_FAULT (src/core/fault.c): its rules and what it holds, the fabric
-   * context's and shared with its sub-context; NULL when off, which is
-   * all that the posts and xport_poll test. */
+  /* XPORT_FAULT (src/core/fault.c): its rules and what it holds, for
+   * every lane; NULL when off, which is all that the posts and xport_poll
+   * test. */
   struct xport__fault *fault;
 };
 
@@ -1007,8 +1007,8 @@ struct xport__transport {
 /* The transport for endpoints of type t, or NULL (transport/registry.c). */
 const struct xport__transport *xport__transport_for(enum fi_ep_type t);
 
-/* The registration of mr that ctx's endpoints take (its own, or its
- * node-local half), or NULL where mr belongs to another context. */
+/* The part of mr that lane's endpoints take (mr itself, or its second
+ * lane's part), or NULL where mr belongs to another context. */
 static inline const xport_mr_t *xport__mr_for(const xport_mr_t *mr,
                                               const struct xport__lane *lane)
 {
@@ -1257,7 +1257,7 @@ struct xport__fault;
 /* Reads XPORT_FAULT: 0 with its rules in *f_p (NULL where it is unset),
  * or -XPORT_EINVAL, logged, for a malformed value. */
 int xport__fault_new(struct xport__fault **f_p);
-/* ctx (the application's, with its sub-context) injects f's faults;
+/* ctx (on every lane) injects f's faults;
  * f NULL does nothing. xport__fault_fini ends them and frees f;
  * xport__fault_free frees one never attached (NULL: nothing). */
 void xport__fault_attach(xport_ctx_t *ctx, struct xport__fault *f);

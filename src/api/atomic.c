@@ -3,7 +3,7 @@
  * Native where libfabric does them right (shm, rxm): one provider call.
  * Where it does not (tcp has no atomics; verbs 1.17 sends the operand's
  * address as its value), the context's transport carries them where it
- * can (ctx->tp->atomic: the MSG transport's service channel, whose
+ * can (lane->tp->atomic: the MSG transport's service channel, whose
  * target applies them with the CPU's atomic instructions).
  */
 #include "xport_int.h"

@@ -6,7 +6,7 @@
  * Each fault goes the way the real one goes: an injected push-back is
  * the one a full queue gives (nothing posted, nothing kept, the caller
  * posts again), a dropped connection is lost through its transport's own
- * loss path (ctx->tp->drop), and a held completion is one xport_poll has
+ * loss path (lane->tp->drop), and a held completion is one xport_poll has
  * not found yet. Grammar, documented in xport_env(7):
  *   XPORT_FAULT=RULE[,RULE]...   RULE: mr_reg:N | drop_conn:N | delay_ms:N | eagain:N
  */
