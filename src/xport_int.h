@@ -669,7 +669,6 @@ struct xport__connreq {
 
 /* An unpacked remote key, bound to the connection it was unpacked on. */
 struct xport_rkey {
-  xport_ctx_t *ctx;
   struct xport__lane *lane; /* its connection's: it may outlive the connection */
   const xport_conn_t *conn;
   uint64_t addr;   /* remote address of the packed range's start */
@@ -737,7 +736,6 @@ struct xport__lane {
   int atom_emulated;
   size_t cq_entry_size; /* fi_cq_tagged_entry over RDM, else fi_cq_data_entry */
   int quick_inject;   /* small sends finish at post (fi_inject) */
-  int rdm;            /* FI_EP_RDM: tagged messages, an address per peer */
   /* How connections are made and kept (src/transport/): the core reaches
    * it only through this table. */
   const struct xport__transport *tp;

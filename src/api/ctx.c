@@ -702,20 +702,20 @@ static int lane_open(xport_ctx_t *ctx, unsigned index, struct settings s,
   lane->prov_key = !!(mm & FI_MR_PROV_KEY);
   lane->virt_addr = !!(mm & FI_MR_VIRT_ADDR);
   lane->raw_keys = !!(mm & FI_MR_RAW);
-  lane->rdm = lane->info->ep_attr->type == FI_EP_RDM;
+  int rdm = lane->info->ep_attr->type == FI_EP_RDM;
   lane->tp = xport__transport_for(lane->info->ep_attr->type);
   lane->tpd = calloc(1, lane->tp->ctx_size ? lane->tp->ctx_size : 1);
   if (!lane->tpd) {
     ret = -XPORT_ENOMEM;
     goto fail;
   }
-  lane->cq_entry_size = lane->rdm ? sizeof(struct fi_cq_tagged_entry)
+  lane->cq_entry_size = rdm ? sizeof(struct fi_cq_tagged_entry)
                                   : sizeof(struct fi_cq_data_entry);
   /* Where the provider does not consume a receive for write_imm, xport
    * emulates it, and that needs room for a marker: a tag bit over RDM,
    * the upper half of the CQ data over MSG. */
   lane->native_wimm = (lane->info->mode & FI_RX_CQ_DATA)                          ? 1
-                      : lane->rdm || lane->info->domain_attr->cq_data_size >= 8 ? 0
+                      : rdm || lane->info->domain_attr->cq_data_size >= 8 ? 0
                                                                                 : -1;
   lane->quick_inject = !lane->prof || !lane->prof->inject_needs_completion;
   if (lane->prof && lane->prof->rma_never_fails)
@@ -729,7 +729,7 @@ static int lane_open(xport_ctx_t *ctx, unsigned index, struct settings s,
   lane->bounce_size = (ctx->eager_size + 63) & ~(size_t)63;
   if (lane->bounce_size < XPORT__CTL_SLOT)
     lane->bounce_size = XPORT__CTL_SLOT;
-  lane->source = lane->rdm && (lane->info->caps & FI_SOURCE);
+  lane->source = rdm && (lane->info->caps & FI_SOURCE);
   if (lane->tp->open && (ret = lane->tp->open(lane)))
     goto fail;
   ret = xport__wait_fds(lane);

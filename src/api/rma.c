@@ -203,7 +203,6 @@ static int xport_rkey_unpack__locked(xport_conn_t *conn, const void *buf, size_t
     return -XPORT_EINVAL;
   if (conn->state != XPORT__CONN_CONNECTED)
     return conn->state == XPORT__CONN_CLOSED ? -XPORT_EINVAL : -XPORT_ENOTCONN;
-  xport_ctx_t *ctx = conn->ctx;
   int ret = xport__rkey_parse(conn->lane, conn->peer_ctx_id, buf, len, &k);
   if (ret)
     return ret;
@@ -221,7 +220,6 @@ static int xport_rkey_unpack__locked(xport_conn_t *conn, const void *buf, size_t
     rk->key = xport__get64(k.key);
   }
   rk->conn = conn;
-  rk->ctx = ctx;
   rk->lane = conn->lane;
   rk->addr = k.addr;
   rk->len = k.len;
@@ -235,9 +233,9 @@ XPORT_API int xport_rkey_release(xport_rkey_t *rkey)
   if (!rkey)
     return 0;
   if (rkey->mapped) {
-    XPORT__LOCK(rkey->ctx);
+    XPORT__LOCK(rkey->lane->ctx);
     fi_mr_unmap_key(rkey->lane->domain, rkey->key);
-    XPORT__UNLOCK(rkey->ctx);
+    XPORT__UNLOCK(rkey->lane->ctx);
   }
   free(rkey);
   return 0;

@@ -1021,9 +1021,8 @@ static int work_queued(xport_ctx_t *ctx)
 static int wait_check(xport_ctx_t *ctx, int drain)
 {
   XPORT__LOCK(ctx);
-  for (unsigned l = 0; l < ctx->nlanes; l++)
-    if (drain)
-      xport__cq_drain(ctx->lanes[l]);
+  for (unsigned l = 0; drain && l < ctx->nlanes; l++)
+    xport__cq_drain(ctx->lanes[l]);
   if (ctx->holding)
     xport__held_retry(ctx);
   for (unsigned l = 0; l < ctx->nlanes && !ctx->done && !ctx->evq; l++)
