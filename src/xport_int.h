@@ -84,7 +84,7 @@ void xport__assert_fail(const char *what, const char *file, int line)
 
 /* Request kinds of xport's own, next to the public xport_op_t values. */
 #define XPORT__OP_SILENT 100   /* internal half of an emulated write_imm */
-#define XPORT__OP_CTL_SEND 101 /* RDM control message out (transport/rdm.c) */
+#define XPORT__OP_CTL_SEND 101 /* RDM control message out (transport/rdm_ctl.c) */
 #define XPORT__OP_CTL_RECV 102 /* RDM control receive */
 #define XPORT__OP_SINK 103     /* RDM receive draining a closed connection's tag */
 #define XPORT__OP_PEEK 104     /* RDM look into the unexpected queue (FI_PEEK) */
@@ -151,7 +151,7 @@ struct xport__profile {
    * one response queue per endpoint, smr_progress_resp stops at the first
    * unanswered entry): a dead target would stall every other connection
    * of the endpoint. xport then gives each destination of outgoing
-   * connections an endpoint of its own (transport/rdm.c, dest_rep). */
+   * connections an endpoint of its own (transport/rdm_ep.c, rdm_dest_rep). */
   int answers_in_order;
   /* 1: delivery-complete is on unless the user turns it off: the
    * provider drops and re-makes, without a word, a connection whose target
@@ -161,7 +161,7 @@ struct xport__profile {
   /* 1: a send to an address the provider has no connection to costs a
    * connection attempt, and memory it keeps (rxm 1.17: megabytes for each
    * attempt that fails): a listener sends nothing to the address a request
-   * names until a request has come from there (transport/rdm.c, on_connreq). */
+   * names until a request has come from there (transport/rdm_ctl.c, rdm_on_connreq). */
   int answer_needs_source;
   /* mr_mode bits to drop before opening the domain where the provider
    * merely allows them (shm checks keys only with offsets). */
@@ -206,7 +206,7 @@ struct xport__profile {
    * complete at once, into the CQ, during the call, and a claimed message
    * is received through the context its claim marked (rxm). xport then
    * discards unexpected messages under tags no connection receives, and
-   * claims and counts those a connection's peer sent ahead (rdm.c). */
+   * claims and counts those a connection's peer sent ahead (rdm_sink.c). */
   int peek_discard;
   /* 1: once a peer's process is gone, the provider can no longer touch
    * the buffers of operations to it (everything to that peer went through
@@ -283,7 +283,7 @@ struct xport__profile {
    * failed mapping of a name whose file was unlinked). 1 if the peer at
    * this address may still take it (its process lives). xport then waits,
    * at an endpoint's close, for every such peer to take it, and where one
-   * never does, leaves the endpoint open (transport/rdm.c, settle_names). */
+   * never does, leaves the endpoint open (transport/rdm_ep.c, settle_names). */
   int (*peer_may_map)(const void *addr, size_t len);
   /* Watches the process pid of this node, whose endpoint is at addr, for
    * as long as it lives (may be NULL): a provider whose senders take a
@@ -656,7 +656,7 @@ struct xport_conn {
   _Alignas(16) unsigned char tpd[];
 };
 
-struct xport__ctl; /* rdm.c */
+struct xport__ctl; /* rdm_wire.h */
 
 struct xport__connreq {
   struct xport__connreq *next;

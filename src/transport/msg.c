@@ -39,14 +39,12 @@
  * handshake budget for HANDSHAKE_MS. */
 #define SVC_WAIT_MS 5000
 
-/* A channel's receives: the peer's requests (as many as it may have
- * outstanding) and the answers to ours. */
-#define SVC_RX (2 * XPORT__SVC_DEPTH)
-
 struct cm_buf {
   struct fi_eq_cm_entry e;
   uint8_t data[256];
 };
+
+static void conn_discard(xport_conn_t *conn);
 
 /* This process's part of a greeting: where it runs. */
 static void hello_whence(struct xport__hello *h)
@@ -85,7 +83,6 @@ static void watch_pid(xport_conn_t *conn, uint32_t pid)
 #endif
 }
 
-
 /* How much of a greeting ep's connection data carries: the process tail
  * only where the provider has room for it (rdma_cm over verbs carries
  * 56 bytes less its own header; a longer one fails the connect). */
@@ -113,467 +110,6 @@ int xport__hello_parse(const void *buf, size_t len, struct xport__hello *h)
   return 1;
 }
 
-static void conn_discard(xport_conn_t *conn);
-static void svc_close(xport_conn_t *conn);
-static void auth_end_reqs(xport_conn_t *conn);
-static void msg_progress(struct xport__lane *lane);
-static void svc_internal(struct xport__lane *lane, struct xport__req *req, int status,
-                         const struct fi_cq_data_entry *e, fi_addr_t src);
-
-/* ---- the service channel --------------------------------------------- */
-
-static struct xport__req *svc_req(xport_conn_t *conn, xport_op_t op)
-{
-  struct xport__lane *lane = conn->lane;
-  struct xport__req *req = xport__req_new(lane->ctx, conn, op, NULL);
-  if (!req)
-    return NULL;
-  req->on_done = svc_internal;
-  req->bounce = xport__small_get(lane);
-  if (!req->bounce) {
-    req->conn = NULL;
-    xport__req_release(lane->ctx, req);
-    return NULL;
-  }
-  return req;
-}
-
-/* Gives a service request back; it had left conn->svc_out, or never joined. */
-static void svc_req_free(struct xport__lane *lane, struct xport__req *req)
-{
-  xport__req_free_mem(lane, req);
-  req->conn = NULL; /* never counted in the connection's nreqs */
-  xport__req_release(lane->ctx, req);
-}
-
-static int svc_post_recv(xport_conn_t *conn, struct xport__req *req)
-{
-  struct xport__lane *lane = conn->lane;
-  ssize_t ret = fi_recv(mconn(conn)->svc, req->bounce->buf, XPORT__SMALL_SLOT, req->bounce->desc, 0,
-                        &req->fictx);
-  if (ret)
-    return xport__err_from_fi((int)ret);
-  XPORT__LIST_PUSH(mconn(conn)->svc_out, req, cnext, cprev);
-  lane->nposted++;
-  return 0;
-}
-
-/* Sends len bytes the caller wrote into the returned buffer's request. */
-static int svc_send(xport_conn_t *conn, struct xport__req *req, size_t len)
-{
-  struct xport__lane *lane = conn->lane;
-  ssize_t ret = fi_send(mconn(conn)->svc, req->bounce->buf, len, req->bounce->desc, 0, &req->fictx);
-  if (ret) {
-    svc_req_free(lane, req);
-    /* A full queue: EAGAIN, or ENOMEM where the provider's entry pool ran out. */
-    return xport__pushed_back(ret) ? -XPORT_EAGAIN : xport__err_from_fi((int)ret);
-  }
-  XPORT__LIST_PUSH(mconn(conn)->svc_out, req, cnext, cprev);
-  lane->nposted++;
-  return 0;
-}
-
-static int svc_open(xport_conn_t *conn, struct fi_info *info)
-{
-  struct xport__lane *lane = conn->lane;
-  if (lane->nposted + SVC_RX > lane->max_posted)
-    return -XPORT_EAGAIN; /* the CQ has no room for another channel */
-  int ret = fi_endpoint(lane->domain, info, &mconn(conn)->svc, conn);
-  if (!ret)
-    ret = fi_ep_bind(mconn(conn)->svc, &lane->eq->fid, 0);
-  if (!ret)
-    ret = fi_ep_bind(mconn(conn)->svc, &lane->cq->fid, FI_TRANSMIT | FI_RECV);
-  if (!ret)
-    ret = fi_enable(mconn(conn)->svc);
-  if (ret) {
-    if (mconn(conn)->svc)
-      fi_close(&mconn(conn)->svc->fid);
-    mconn(conn)->svc = NULL;
-    return xport__err_from_fi(ret);
-  }
-  /* Posted before the channel connects: the peer may send at once. */
-  for (int i = 0; i < SVC_RX && !ret; i++) {
-    struct xport__req *req = svc_req(conn, XPORT__OP_SVC_RECV);
-    ret = req ? svc_post_recv(conn, req) : -XPORT_ENOMEM;
-    if (ret && req)
-      svc_req_free(lane, req);
-  }
-  if (ret)
-    svc_close(conn);
-  mconn(conn)->svc_state = ret ? -1 : 1;
-  return ret;
-}
-
-static void svc_lost(xport_conn_t *conn, int status)
-{
-  struct xport__lane *lane = conn->lane;
-  svc_close(conn);
-  /* Their answers would have come over it. */
-  for (struct xport__req *r = conn->out, *next; r; r = next) {
-    next = r->cnext;
-    if (r->op == XPORT_OP_ATOMIC) {
-      mconn(conn)->natom--;
-      xport__req_complete(lane->ctx, r, status);
-    }
-  }
-}
-
-static void svc_close(xport_conn_t *conn)
-{
-  struct xport__lane *lane = conn->lane;
-  if (!mconn(conn)->svc)
-    return;
-  xport__close_fid(lane->ctx, &mconn(conn)->svc->fid);
-  mconn(conn)->svc = NULL;
-  mconn(conn)->svc_state = -1;
-  /* What the close flushed comes through here too (svc_internal). */
-  xport__cq_drain(lane);
-  while (mconn(conn)->svc_out) {
-    struct xport__req *req = mconn(conn)->svc_out;
-    XPORT__LIST_UNLINK(mconn(conn)->svc_out, req, cnext, cprev);
-    lane->nposted--;
-    svc_req_free(lane, req);
-  }
-}
-
-/* Applies a request to this context's memory: the old value, or an error
- * for a key that names no region of ours with the atomic right, or a word
- * outside it or misaligned. */
-int xport__svc_apply(struct xport__lane *lane, const uint8_t *m, uint64_t *old_p)
-{
-  char *base;
-  size_t len;
-  unsigned access;
-  unsigned kind = xport__get32(m + 4);
-  uint64_t key = xport__get64(m + 16), addr = xport__get64(m + 24);
-  uint64_t operand = xport__get64(m + 32), compare = xport__get64(m + 40);
-  if (kind < XPORT__ATOM_FADD || kind > XPORT__ATOM_ADD)
-    return -XPORT_EPROTO;
-  if (xport__mr_by_key(lane->ctx, key, &base, &len, &access) ||
-      !(access & XPORT_ACCESS_REMOTE_ATOMIC))
-    return -XPORT_EACCES;
-  /* Outside the key's registration, or misaligned: the initiator checks
-   * both against the key it holds, so only a forged key gets here, and is
-   * refused as any key the target does not honour. */
-  uint64_t off = lane->virt_addr ? addr - (uint64_t)(uintptr_t)base : addr;
-  if (off > len || len - off < 8)
-    return -XPORT_EACCES;
-  uint64_t *word = (uint64_t *)(void *)(base + off);
-  if ((uintptr_t)word % 8)
-    return -XPORT_EACCES;
-  /* Sequentially consistent, as a device's atomics are to one another:
-   * other emulated operations on the word, and the target's own atomic
-   * operations on it, see one order. */
-  if (kind == XPORT__ATOM_CSWAP) {
-    uint64_t expect = compare;
-    __atomic_compare_exchange_n(word, &expect, operand, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-    *old_p = expect;
-  } else {
-    *old_p = __atomic_fetch_add(word, operand, __ATOMIC_SEQ_CST);
-  }
-  return 0;
-}
-
-/* Answers a request in the receive's own slot: the receive goes back up
- * once the answer is out (svc_internal). A peer that never takes its
- * answers thus runs this side's receives dry, and its own channel stalls,
- * instead of piling answers up here without bound. */
-static void on_request(xport_conn_t *conn, struct xport__req *req)
-{
-  uint8_t *m = (uint8_t *)req->bounce->buf;
-  uint64_t old = 0;
-  int status = xport__svc_apply(conn->lane, m, &old);
-  uint32_t seq = xport__get32(m + 8);
-  memset(m, 0, ATOM_ANS_LEN);
-  xport__put32(m, ATOM_ANS_MAGIC);
-  xport__put32(m + 4, (uint32_t)status);
-  xport__put32(m + 8, seq);
-  xport__put64(m + 16, old);
-  req->op = XPORT__OP_SVC_SEND;
-  req->pair = 1; /* a receive, lent */
-  if (svc_send(conn, req, ATOM_ANS_LEN))
-    XPORT__WARN("an atomic's answer could not be sent; its initiator waits for the "
-                "connection's end");
-}
-
-int xport__svc_kind(const void *buf, size_t len)
-{
-  if (len == ATOM_REQ_LEN && xport__get32(buf) == ATOM_REQ_MAGIC)
-    return XPORT__SVC_REQUEST;
-  if (len == ATOM_ANS_LEN && xport__get32(buf) == ATOM_ANS_MAGIC)
-    return XPORT__SVC_ANSWER;
-  return 0;
-}
-
-static void on_answer(xport_conn_t *conn, const uint8_t *m)
-{
-  uint32_t seq = xport__get32(m + 8);
-  for (struct xport__req *r = conn->out; r; r = r->cnext)
-    if (r->op == XPORT_OP_ATOMIC && r->imm == seq) {
-      /* The peer's word: only a code of ours reaches the user. */
-      int status = (int)xport__get32(m + 4);
-      if (!xport__err_known(status))
-        status = -XPORT_EPROTO;
-      r->atom[2] = xport__get64(m + 16);
-      mconn(conn)->natom--;
-      xport__req_complete(conn->lane->ctx, r, status);
-      r->len = status ? 0 : 8;
-      r->imm = 0;
-      return;
-    }
-  XPORT__INFO("an atomic's answer names no operation of ours; dropped");
-}
-
-static void svc_internal(struct xport__lane *lane, struct xport__req *req, int status,
-                         const struct fi_cq_data_entry *e, fi_addr_t src)
-{
-  (void)src;
-  xport_conn_t *conn = req->conn;
-  XPORT__LIST_UNLINK(mconn(conn)->svc_out, req, cnext, cprev);
-  lane->nposted--;
-  if (req->op == XPORT__OP_SVC_SEND && req->pair && !status && mconn(conn)->svc) {
-    req->op = XPORT__OP_SVC_RECV; /* an answer went out: its receive again */
-    req->pair = 0;
-    if (svc_post_recv(conn, req))
-      svc_req_free(lane, req);
-    return;
-  }
-  if (req->op == XPORT__OP_SVC_SEND || status || !mconn(conn)->svc) {
-    svc_req_free(lane, req);
-    return;
-  }
-  /* Data from the peer: checked before it is trusted. */
-  const uint8_t *m = (const uint8_t *)req->bounce->buf;
-  int kind = xport__svc_kind(m, e->len);
-  if (kind == XPORT__SVC_REQUEST) {
-    on_request(conn, req);
-    return;
-  }
-  if (kind == XPORT__SVC_ANSWER)
-    on_answer(conn, m);
-  else
-    XPORT__INFO("dropped a malformed message on a service channel (%zu bytes)", e->len);
-  if (svc_post_recv(conn, req))
-    svc_req_free(lane, req);
-}
-
-/* ---- authentication (msg_wire.h, xport(7) AUTHENTICATION) ------------- */
-
-enum {
-  AS_NONE = 0,    /* no key: nothing to prove */
-  AS_WAIT_HELLO,  /* listener: the client's nonce is awaited */
-  AS_WAIT_PROOF,  /* listener: its answer went, the client's proof is awaited */
-  AS_WAIT_ANSWER, /* client: the listener's nonce and proof are awaited */
-  AS_DONE,        /* the peer proved the key */
-  AS_FAILED       /* it did not, or the handshake broke */
-};
-
-static void auth_internal(struct xport__lane *lane, struct xport__req *req, int status,
-                          const struct fi_cq_data_entry *e, fi_addr_t src);
-
-static struct xport__req *auth_req(xport_conn_t *conn, xport_op_t op)
-{
-  struct xport__lane *lane = conn->lane;
-  struct xport__req *req = xport__req_new(lane->ctx, conn, op, NULL);
-  if (!req)
-    return NULL;
-  req->on_done = auth_internal;
-  req->bounce = xport__bounce_get(lane);
-  if (!req->bounce) {
-    req->conn = NULL;
-    xport__req_release(lane->ctx, req);
-    return NULL;
-  }
-  return req;
-}
-
-static void auth_req_free(struct xport__lane *lane, struct xport__req *req)
-{
-  xport__req_free_mem(lane, req);
-  req->conn = NULL; /* never counted in the connection's nreqs */
-  xport__req_release(lane->ctx, req);
-}
-
-/* A receive of xport's own on the connection's endpoint, posted before
- * the peer may send what it takes. */
-static int auth_post_recv(xport_conn_t *conn, struct xport__req *req)
-{
-  struct xport__lane *lane = conn->lane;
-  if (!req && !(req = auth_req(conn, XPORT__OP_SVC_RECV)))
-    return -XPORT_ENOMEM;
-  ssize_t ret = fi_recv(conn->ep, req->bounce->buf, AUTH_LEN, req->bounce->desc, 0, &req->fictx);
-  if (ret) {
-    auth_req_free(lane, req);
-    return xport__err_from_fi((int)ret);
-  }
-  XPORT__LIST_PUSH(mconn(conn)->auth_out, req, cnext, cprev);
-  lane->nposted++;
-  return 0;
-}
-
-static int auth_send(xport_conn_t *conn, unsigned kind, const uint8_t *nonce, const uint8_t *mac)
-{
-  struct xport__lane *lane = conn->lane;
-  struct xport__req *req = auth_req(conn, XPORT__OP_SVC_SEND);
-  if (!req)
-    return -XPORT_ENOMEM;
-  uint8_t *m = (uint8_t *)req->bounce->buf;
-  memset(m, 0, AUTH_LEN);
-  xport__put32(m, AUTH_MAGIC);
-  xport__put32(m + 4, kind);
-  if (nonce)
-    memcpy(m + 8, nonce, XPORT__AUTH_NONCE);
-  if (mac)
-    memcpy(m + 40, mac, XPORT__AUTH_MAC);
-  ssize_t ret = fi_send(conn->ep, m, AUTH_LEN, req->bounce->desc, 0, &req->fictx);
-  if (ret) {
-    auth_req_free(lane, req);
-    return xport__pushed_back(ret) ? -XPORT_EAGAIN : xport__err_from_fi((int)ret);
-  }
-  XPORT__LIST_PUSH(mconn(conn)->auth_out, req, cnext, cprev);
-  lane->nposted++;
-  return 0;
-}
-
-/* A proof: the MAC, keyed with the context's key, over the direction's
- * label, both nonces, both context ids and the service channel's cookie
- * (which the acceptance carried unauthenticated). */
-static void auth_proof(const struct xport__lane *lane, int by_listener, const uint8_t *client_nonce,
-                       const uint8_t *listener_nonce, uint64_t client_id, uint64_t listener_id,
-                       uint64_t cookie, uint8_t mac[XPORT__AUTH_MAC])
-{
-  static const char label[2][32] = {"xport msg 1: the client's proof",
-                                    "xport msg 1: the listener's"};
-  uint8_t t[32 + 2 * XPORT__AUTH_NONCE + 24];
-  memcpy(t, label[by_listener], 32);
-  memcpy(t + 32, client_nonce, XPORT__AUTH_NONCE);
-  memcpy(t + 32 + XPORT__AUTH_NONCE, listener_nonce, XPORT__AUTH_NONCE);
-  xport__put64(t + 32 + 2 * XPORT__AUTH_NONCE, client_id);
-  xport__put64(t + 40 + 2 * XPORT__AUTH_NONCE, listener_id);
-  xport__put64(t + 48 + 2 * XPORT__AUTH_NONCE, cookie);
-  xport__auth_mac(lane->ctx->auth_key, t, sizeof t, mac);
-}
-
-/* Acts on a message of the handshake (m, AUTH_LEN bytes checked), as the
- * connection's side and state say; anything out of turn fails it. */
-static void auth_step(xport_conn_t *conn, struct xport__req *req, const uint8_t *m)
-{
-  struct xport__lane *lane = conn->lane;
-  unsigned kind = xport__get32(m + 4);
-  uint8_t nonce[XPORT__AUTH_NONCE], mac[XPORT__AUTH_MAC];
-  int ret = -XPORT_EACCES;
-  if (mconn(conn)->auth_state == AS_WAIT_HELLO && kind == AUTH_HELLO) {
-    xport__auth_nonce(nonce);
-    auth_proof(lane, 1, m + 8, nonce, conn->peer_ctx_id, lane->ctx->id, mconn(conn)->svc_cookie, mac);
-    auth_proof(lane, 0, m + 8, nonce, conn->peer_ctx_id, lane->ctx->id, mconn(conn)->svc_cookie,
-               mconn(conn)->auth);
-    ret = auth_post_recv(conn, req);
-    req = NULL;
-    if (!ret)
-      ret = auth_send(conn, AUTH_ANSWER, nonce, mac);
-    if (!ret) {
-      mconn(conn)->auth_state = AS_WAIT_PROOF;
-      return;
-    }
-  } else if (mconn(conn)->auth_state == AS_WAIT_PROOF && kind == AUTH_PROOF &&
-             xport__auth_same(m + 40, mconn(conn)->auth)) {
-    mconn(conn)->auth_state = AS_DONE;
-  } else if (mconn(conn)->auth_state == AS_WAIT_ANSWER && kind == AUTH_ANSWER) {
-    auth_proof(lane, 1, mconn(conn)->auth, m + 8, lane->ctx->id, conn->peer_ctx_id, mconn(conn)->svc_cookie, mac);
-    int ok = xport__auth_same(mac, m + 40);
-    if (ok)
-      auth_proof(lane, 0, mconn(conn)->auth, m + 8, lane->ctx->id, conn->peer_ctx_id, mconn(conn)->svc_cookie,
-                 mac);
-    ret = auth_send(conn, ok ? AUTH_PROOF : AUTH_REFUSE, NULL, ok ? mac : NULL);
-    if (!ok) {
-      XPORT__WARN("authentication failed: the listener does not hold this context's key");
-      ret = -XPORT_EACCES;
-    }
-    mconn(conn)->auth_state = ret ? AS_FAILED : AS_DONE;
-    conn->fail_code = ret;
-  }
-  if (req)
-    auth_req_free(lane, req);
-  if (mconn(conn)->auth_state == AS_DONE || mconn(conn)->auth_state == AS_FAILED) {
-    xport__auth_wipe(mconn(conn)->auth, sizeof mconn(conn)->auth);
-    return;
-  }
-  if (mconn(conn)->auth_state == AS_WAIT_HELLO || mconn(conn)->auth_state == AS_WAIT_PROOF)
-    XPORT__INFO("a connection's handshake under a key failed: authentication failed: the "
-                "peer does not hold this listener's key%s",
-                kind == AUTH_REFUSE ? " (it refused ours)" : "");
-  mconn(conn)->auth_state = AS_FAILED;
-  conn->fail_code = ret ? ret : -XPORT_EACCES;
-  xport__auth_wipe(mconn(conn)->auth, sizeof mconn(conn)->auth);
-}
-
-static void auth_internal(struct xport__lane *lane, struct xport__req *req, int status,
-                          const struct fi_cq_data_entry *e, fi_addr_t src)
-{
-  (void)src;
-  xport_conn_t *conn = req->conn;
-  XPORT__LIST_UNLINK(mconn(conn)->auth_out, req, cnext, cprev);
-  lane->nposted--;
-  int waiting = mconn(conn)->auth_state != AS_DONE && mconn(conn)->auth_state != AS_FAILED;
-  if (req->op == XPORT__OP_SVC_SEND || status || !conn->ep) {
-    /* A message of the handshake that did not go, or a receive that broke
-     * (a longer message than any of the handshake's: the user's). */
-    if (status && waiting) {
-      mconn(conn)->auth_state = AS_FAILED;
-      /* Flushed before the connection was made, or as it failed to be:
-       * the connection manager's event says why (a refusal, which the job
-       * layer tells from a reset: it asks again). */
-      if (conn->state != XPORT__CONN_CONNECTING && conn->state != XPORT__CONN_FAILED)
-        conn->fail_code = status == -XPORT_ECANCELED ? -XPORT_ECONNRESET : status;
-    }
-    auth_req_free(lane, req);
-    return;
-  }
-  const uint8_t *m = (const uint8_t *)req->bounce->buf;
-  if (e->len != AUTH_LEN || xport__get32(m) != AUTH_MAGIC) {
-    auth_req_free(lane, req);
-    mconn(conn)->auth_state = AS_FAILED;
-    conn->fail_code = -XPORT_EACCES;
-    return;
-  }
-  auth_step(conn, req, m);
-}
-
-/* After the endpoint closed and the CQ was read: what the provider did
- * not flush is never reported. */
-static void auth_end_reqs(xport_conn_t *conn)
-{
-  while (mconn(conn)->auth_out) {
-    struct xport__req *req = mconn(conn)->auth_out;
-    XPORT__LIST_UNLINK(mconn(conn)->auth_out, req, cnext, cprev);
-    conn->lane->nposted--;
-    auth_req_free(conn->lane, req);
-  }
-}
-
-/* Waits for conn's handshake under a key to end: 0 when both proved it. */
-static int wait_auth(xport_conn_t *conn, long deadline)
-{
-  struct xport__lane *lane = conn->lane;
-  for (;;) {
-    xport__cq_drain(lane);
-    if (mconn(conn)->auth_state == AS_DONE)
-      return 0;
-    if (mconn(conn)->auth_state == AS_FAILED)
-      return conn->fail_code ? conn->fail_code : -XPORT_EACCES;
-    msg_progress(lane);
-    if (conn->state != XPORT__CONN_CONNECTED)
-      return -XPORT_ECONNRESET;
-    long left = deadline < 0 ? 1 : deadline - xport__now_ms();
-    if (left <= 0)
-      return -XPORT_ETIMEDOUT;
-    struct timespec ts = {0, 200 * 1000};
-    XPORT__UNLOCK(lane->ctx);
-    nanosleep(&ts, NULL);
-    XPORT__LOCK(lane->ctx);
-  }
-}
-
 /* Closes the endpoint and gives every operation still outstanding on it
  * exactly one completion: what the provider flushes, and status
  * (-XPORT_ECANCELED at the user's close, -XPORT_ECONNRESET when the peer
@@ -589,9 +125,9 @@ static void conn_release_ep(xport_conn_t *conn, int status)
     mconn(conn)->svc_gone_at = 0;
     mctx(lane)->nsvc_gone--;
   }
-  svc_close(conn);
+  msg_svc_close(conn);
   xport__cq_drain(lane);
-  auth_end_reqs(conn);
+  msg_auth_end_reqs(conn);
   while (conn->out)
     xport__req_complete(lane->ctx, conn->out, status);
   xport__held_flush(conn, status);
@@ -632,7 +168,7 @@ static void ep_lost(struct fid *fid, int status)
       mconn(conn)->svc_state = -1;
       return;
     }
-    svc_lost(conn, status);
+    msg_svc_lost(conn, status);
     /* A dead peer's connection may never hear of it by itself (tcp reads
      * nothing where no receive is posted): one that stays quiet ends. */
     if (conn->state == XPORT__CONN_CONNECTED && !mconn(conn)->svc_gone_at) {
@@ -673,9 +209,9 @@ static void on_svc_request(xport_listener_t *lst, struct fi_info *info,
   int ret = -FI_EINVAL;
   if (conn && !mconn(conn)->svc && h->ctx_id == conn->peer_ctx_id) {
     a.ctx_id = lst->lane->ctx->id;
-    ret = svc_open(conn, info);
+    ret = msg_svc_open(conn, info);
     if (!ret && (ret = fi_accept(mconn(conn)->svc, &a, hello_len(mconn(conn)->svc))))
-      svc_close(conn);
+      msg_svc_close(conn);
     mconn(conn)->svc_accepted = !ret;
   } else {
     /* A stranger's doing, as below: a debug line, so that strangers do not
@@ -866,7 +402,7 @@ static void eq_read_all(struct xport__lane *lane)
   }
 }
 
-static void msg_progress(struct xport__lane *lane)
+void msg_progress(struct xport__lane *lane)
 {
   if (XPORT__UNLIKELY(mctx(lane)->nbroken))
     lose_broken(lane);
@@ -971,10 +507,10 @@ static void conn_discard(xport_conn_t *conn)
   conn->ep = NULL;
   if (mconn(conn)->auth_out) {
     xport__cq_drain(lane); /* what the close flushed ends here */
-    auth_end_reqs(conn);
+    msg_auth_end_reqs(conn);
   }
   xport__auth_wipe(mconn(conn)->auth, sizeof mconn(conn)->auth);
-  svc_close(conn);
+  msg_svc_close(conn);
   if (conn->proc.pidfd >= 0)
     close(conn->proc.pidfd);
   /* Lost while it was being made: its event must not outlive it. */
@@ -1031,7 +567,7 @@ static int handshake_start(xport_listener_t *lst)
     /* Before the acceptance: the client's nonce comes as soon as it has it. */
     h.flags |= HELLO_AUTH;
     mconn(conn)->auth_state = AS_WAIT_HELLO;
-    if (auth_post_recv(conn, NULL))
+    if (msg_auth_post_recv(conn, NULL))
       ret = -FI_ENOMEM;
   }
   if (!ret)
@@ -1204,7 +740,7 @@ static int msg_connect(struct xport__lane *lane, const char *host, const char *p
     /* Before the request: the listener's answer may come at once. */
     mconn(conn)->auth_state = AS_WAIT_ANSWER;
     xport__auth_nonce(mconn(conn)->auth);
-    if (auth_post_recv(conn, NULL))
+    if (msg_auth_post_recv(conn, NULL))
       ret = -FI_ENOMEM;
   }
   if (!ret)
@@ -1217,14 +753,14 @@ static int msg_connect(struct xport__lane *lane, const char *host, const char *p
   ret = wait_connected(conn, deadline);
   /* Under a key: the nonce goes first, then both prove it, before the
    * service channel and before anything of the user's. */
-  if (!ret && lane->ctx->auth_on && !(ret = auth_send(conn, AUTH_HELLO, mconn(conn)->auth, NULL)))
-    ret = wait_auth(conn, deadline);
+  if (!ret && lane->ctx->auth_on && !(ret = msg_auth_send(conn, AUTH_HELLO, mconn(conn)->auth, NULL)))
+    ret = msg_wait_auth(conn, deadline);
   /* The server asked for the service channel (emulated atomics): made
    * now, on the same listener, before the connection is the user's. */
   if (!ret && mconn(conn)->svc_cookie && lane->atom_emulated) {
     h.flags = HELLO_SVC;
     h.cookie = mconn(conn)->svc_cookie;
-    ret = svc_open(conn, info);
+    ret = msg_svc_open(conn, info);
     if (!ret &&
         (ret = fi_connect(mconn(conn)->svc, info->dest_addr, &h, hello_len(mconn(conn)->svc))))
       ret = xport__err_from_fi(ret);
@@ -1322,35 +858,6 @@ static void msg_op_failed(struct xport__lane *lane, struct xport__req *req, int 
    * the same way: only the target's process can tell them apart. */
   xport__conn_check_gone(req->conn);
   conn_broken(req->conn);
-}
-
-/* An emulated atomic (atomic.c took req, XPORT_OP_ATOMIC, and counted
- * it): its request goes over the service channel, and the answer
- * completes req (on_answer). The request itself owes no CQ entry. */
-static int msg_atomic(xport_conn_t *conn, struct xport__req *req, unsigned kind, uint64_t key,
-                      uint64_t addr)
-{
-  if (XPORT__UNLIKELY(mconn(conn)->svc_state != 2))
-    return -XPORT_ENOSYS; /* a peer that made no service channel */
-  if (XPORT__UNLIKELY(mconn(conn)->natom >= XPORT__SVC_DEPTH))
-    return -XPORT_EAGAIN;
-  struct xport__req *msg = svc_req(conn, XPORT__OP_SVC_SEND);
-  if (XPORT__UNLIKELY(!msg))
-    return -XPORT_ENOMEM;
-  req->imm = ++mconn(conn)->atom_seq;
-  uint8_t *m = (uint8_t *)msg->bounce->buf;
-  xport__put32(m, ATOM_REQ_MAGIC);
-  xport__put32(m + 4, kind);
-  xport__put32(m + 8, req->imm);
-  xport__put32(m + 12, 0);
-  xport__put64(m + 16, key);
-  xport__put64(m + 24, addr);
-  xport__put64(m + 32, req->atom[0]);
-  xport__put64(m + 40, req->atom[1]);
-  int ret = svc_send(conn, msg, ATOM_REQ_LEN);
-  if (!ret)
-    mconn(conn)->natom++;
-  return ret;
 }
 
 /* ---- the data path: an endpoint per connection ---------------------------- */

@@ -52,4 +52,33 @@ static inline struct msg_ctx *mctx(const struct xport__lane *lane)
   return (struct msg_ctx *)lane->tpd;
 }
 
+/* ---- between the MSG transport's files -------------------------------- */
+/* A channel's receives: the peer's requests (as many as it may have
+ * outstanding) and the answers to ours. */
+#define SVC_RX (2 * XPORT__SVC_DEPTH)
+
+/* A connection's proof of the key, where it stands (msg_auth.c). */
+enum {
+  AS_NONE = 0,    /* no key: nothing to prove */
+  AS_WAIT_HELLO,  /* listener: the client's nonce is awaited */
+  AS_WAIT_PROOF,  /* listener: its answer went, the client's proof is awaited */
+  AS_WAIT_ANSWER, /* client: the listener's nonce and proof are awaited */
+  AS_DONE,        /* the peer proved the key */
+  AS_FAILED       /* it did not, or the handshake broke */
+};
+
+/* msg.c: */
+void msg_progress(struct xport__lane *lane);
+/* msg_svc.c: */
+int msg_svc_open(xport_conn_t *conn, struct fi_info *info);
+void msg_svc_lost(xport_conn_t *conn, int status);
+void msg_svc_close(xport_conn_t *conn);
+int msg_atomic(xport_conn_t *conn, struct xport__req *req, unsigned kind, uint64_t key,
+               uint64_t addr);
+/* msg_auth.c: */
+int msg_auth_post_recv(xport_conn_t *conn, struct xport__req *req);
+int msg_auth_send(xport_conn_t *conn, unsigned kind, const uint8_t *nonce, const uint8_t *mac);
+void msg_auth_end_reqs(xport_conn_t *conn);
+int msg_wait_auth(xport_conn_t *conn, long deadline);
+
 #endif /* XPORT_TRANSPORT_MSG_H */

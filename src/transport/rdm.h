@@ -134,4 +134,126 @@ static inline struct rdm_ctx *rctx(const struct xport__lane *lane)
   return (struct rdm_ctx *)lane->tpd;
 }
 
+/* ---- between the RDM transport's files -------------------------------- */
+#include "rdm_wire.h"
+#define CTL_MAGIC XPORT__CTL_MAGIC
+#define CTL_VERSION XPORT__CTL_VERSION
+#define CTL_CONNREQ XPORT__CTL_CONNREQ
+#define CTL_CONNACK XPORT__CTL_CONNACK
+#define CTL_CONNREJ XPORT__CTL_CONNREJ
+#define CTL_DISC XPORT__CTL_DISC
+#define CTL_KEEPALIVE XPORT__CTL_KEEPALIVE
+#define CTL_PING XPORT__CTL_PING
+#define CTL_PONG XPORT__CTL_PONG
+#define CTL_CHALLENGE XPORT__CTL_CHALLENGE
+#define CTL_AUTH XPORT__CTL_AUTH
+#define CTL_F_AUTH XPORT__CTL_F_AUTH
+
+/* What a control message says besides its type. */
+struct ctl_args {
+  uint32_t src_id, dst_id;
+  uint64_t cookie, tag;
+  int once;                   /* 1: a few quick tries: an rdm_answer to a requester, or
+                                 a message of housekeeping (which runs inside
+                                 xport_poll, where nothing waits on a peer), is
+                                 not worth waiting for; 2: one try, no progress
+                                 (an owed heartbeat, tried at every poll) */
+  struct xport__peer *peer;   /* a reference the send holds until it is done */
+  /* The peer it goes to, if known: a send waits while that peer holds the
+   * provider's lock (profile peer_locked) rather than spin on it. */
+  const struct xport__peer *to;
+  /* Under a key: CTL_F_AUTH, the sender's nonce (CONNREQ, CONNACK) and its
+   * proof (CONNACK, AUTH); a CONNACK then names the listener's address. */
+  uint32_t flags;
+  const uint8_t *nonce, *mac;
+};
+
+/* A closed connection's tag, drained (rdm_sink.c). */
+struct xport__sink {
+  struct xport__sink *next;
+  struct xport__rep *rep;
+  struct xport__req *req;
+  uint64_t tag, peer_ctx_id;
+  uint32_t id, peer_id;
+  long deadline;
+  int answered, hits, ending;
+};
+
+/* One end of a handshake as the transcript names it. */
+struct auth_end {
+  const uint8_t *nonce;
+  uint64_t ctx_id, tag;
+  uint32_t conn_id;
+  const uint8_t *addr;
+  size_t addrlen;
+};
+/* rep->lingering: left open for a peer; due for a look; being looked at. */
+enum { LINGER_OPEN = 1, LINGER_DUE, LINGER_LOOK };
+
+/* rdm.c: */
+int rdm_tag_ok(uint64_t tag);
+uint64_t rdm_pid_ns(void);
+const char *rdm_boot_id(void);
+xport_conn_t *rdm_find_conn(struct xport__lane *lane, uint32_t id);
+int rdm_same_node(const struct xport__ctl *m);
+int rdm_in_this_process(const struct xport__ctl *m);
+void rdm_watch_peer(xport_conn_t *conn, const struct xport__ctl *m);
+void rdm_conn_lost(xport_conn_t *conn, int status, int dead);
+void rdm_rma_probe_answered(xport_conn_t *conn);
+void rdm_rma_failed(xport_conn_t *conn, int status);
+int rdm_probe_ctl(struct xport__lane *lane, const struct xport__peer *to, uint32_t type,
+                  const struct ctl_args *a);
+void rdm_drop(xport_conn_t *conn);
+/* rdm_ep.c: */
+size_t rdm_addr_len(const struct xport__rep *rep, const void *addr, size_t len);
+struct xport__peer *rdm_peer_get(struct xport__rep *rep, const void *addr, size_t len, int *ret_p);
+void rdm_peer_put(struct xport__rep *rep, struct xport__peer *peer);
+void rdm_peer_reached(struct xport__rep *rep, fi_addr_t dest, int reached);
+void rdm_rep_close(struct xport__rep *rep);
+int rdm_rep_maybe_close(struct xport__rep *rep);
+int rdm_rep_open(struct xport__lane *lane, struct fi_info *info, const char *name,
+                 struct xport__rep **rep_p);
+int rdm_anon_rep_open(struct xport__lane *lane, struct xport__rep **rep_p);
+int rdm_dest_rep(struct xport__lane *lane, const uint8_t *addr, size_t alen,
+                 struct xport__rep **rep_p);
+/* rdm_ctl.c: */
+int rdm_ctl_post_recv(struct xport__rep *rep, struct xport__req *req);
+struct xport__req *rdm_ctl_req(struct xport__rep *rep, unsigned op);
+void rdm_ctl_req_free(struct xport__lane *lane, struct xport__req *req);
+struct xport__req *rdm_ctl_recv_req(struct xport__rep *rep);
+void rdm_ctl_recv_free(struct xport__lane *lane, struct xport__req *req);
+int rdm_ctl_send(struct xport__rep *rep, fi_addr_t dest, uint32_t type, const struct ctl_args *a);
+int rdm_ctl_send_conn(xport_conn_t *conn, uint32_t type, int once);
+void rdm_ctl_drop(struct xport__lane *lane, const char *why, uint32_t type, size_t len);
+int rdm_bye_start(xport_conn_t *conn);
+void rdm_bye_resent(xport_conn_t *conn);
+void rdm_byes_expire(struct xport__lane *lane);
+int rdm_byes_on(const struct xport__rep *rep);
+void rdm_byes_drop(struct xport__lane *lane, struct xport__rep *rep);
+void rdm_withdraw(xport_conn_t *conn);
+void rdm_answer(struct xport__rep *rep, const struct xport__ctl *m, uint32_t type, int pending);
+int rdm_from_named(struct xport__rep *rep, const struct xport__ctl *m, fi_addr_t src);
+void rdm_internal(struct xport__lane *lane, struct xport__req *req, int status,
+                  const struct fi_cq_data_entry *e, fi_addr_t src);
+/* rdm_sink.c: */
+void rdm_sink_start(xport_conn_t *conn);
+void rdm_sink_done(struct xport__lane *lane, struct xport__sink *k, int status);
+int rdm_sink_answered(struct xport__rep *rep, const struct xport__ctl *m);
+void rdm_sinks_expire(struct xport__lane *lane);
+void rdm_sinks_drop(struct xport__lane *lane, struct xport__rep *rep);
+void rdm_claims_drop(xport_conn_t *conn);
+ssize_t rdm_recv_claimed(xport_conn_t *conn, struct xport__req *req, struct iovec *iov,
+                         void **desc, size_t cnt);
+void rdm_discard_unused(struct xport__rep *rep);
+/* rdm_auth.c: */
+void rdm_auth_proof(const struct xport__lane *lane, int by_listener, const struct auth_end *client,
+                    const struct auth_end *listener, uint8_t mac[XPORT__AUTH_MAC]);
+int rdm_auth_client(xport_conn_t *conn, const struct xport__ctl *m, uint8_t mac[XPORT__AUTH_MAC]);
+void rdm_on_auth(struct xport__rep *rep, const struct xport__ctl *m, size_t len, fi_addr_t src);
+int rdm_on_withdraw(struct xport__rep *rep, const struct xport__ctl *m, fi_addr_t src);
+/* rdm_data.c: */
+extern const struct xport__data_ops rdm_data;
+void rdm_ops_plain(xport_conn_t *conn);
+void rdm_ops_claimed(xport_conn_t *conn);
+
 #endif /* XPORT_TRANSPORT_RDM_H */
