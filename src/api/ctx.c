@@ -682,7 +682,8 @@ static void lane_free(struct xport__lane *lane)
  * choice), with its transport; the probe's verdicts go to *cands_p. The
  * context's settings (its id, its key, eager_size) are read already. */
 static int lane_open(xport_ctx_t *ctx, unsigned index, struct settings s,
-                     xport_candidate_t **cands_p, int *ncands_p, struct xport__lane **lane_p)
+                     const struct xport__transport *own, xport_candidate_t **cands_p,
+                     int *ncands_p, struct xport__lane **lane_p)
 {
   int ret;
   struct xport__lane *lane = calloc(1, sizeof *lane);
@@ -691,7 +692,9 @@ static int lane_open(xport_ctx_t *ctx, unsigned index, struct settings s,
   lane->ctx = ctx;
   lane->index = index;
   lane->cq_fd = lane->eq_fd = lane->halfopen_spare = lane->tick_fd = -1;
-  ret = probe(lane, &s, cands_p, ncands_p);
+  /* A transport of its own provider describes itself; the others run on
+   * what the probe chose. */
+  ret = own ? own->describe(&lane->info) : probe(lane, &s, cands_p, ncands_p);
   if (ret)
     goto fail;
   /* Processes killed earlier may have left their endpoints' files. */
@@ -703,7 +706,7 @@ static int lane_open(xport_ctx_t *ctx, unsigned index, struct settings s,
   lane->virt_addr = !!(mm & FI_MR_VIRT_ADDR);
   lane->raw_keys = !!(mm & FI_MR_RAW);
   int rdm = lane->info->ep_attr->type == FI_EP_RDM;
-  lane->tp = xport__transport_for(lane->info->ep_attr->type);
+  lane->tp = own ? own : xport__transport_for(lane->info->ep_attr->type);
   lane->tpd = calloc(1, lane->tp->ctx_size ? lane->tp->ctx_size : 1);
   if (!lane->tpd) {
     ret = -XPORT_ENOMEM;
@@ -793,7 +796,7 @@ static void node_local_open(xport_ctx_t *ctx, struct settings s, const char *mod
   xport_candidate_t *cands = NULL;
   int ncands = 0;
   struct xport__lane *lane;
-  int ret = lane_open(ctx, 1, s, &cands, &ncands, &lane);
+  int ret = lane_open(ctx, 1, s, NULL, &cands, &ncands, &lane);
   free(cands); /* the fabric's list tells what became of it */
   struct xport__lane *fabric = ctx->lanes[0];
   if (ret) {
@@ -813,7 +816,9 @@ static void node_local_open(xport_ctx_t *ctx, struct settings s, const char *mod
   XPORT__INFO("%s opened beside %s for peers on this node", nl->name, fabric->caps.provider);
 }
 
-XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p)
+/* A context of one lane on own, or as the probe and XPORT_SHM decide. */
+static int ctx_create(const struct xport__transport *own, const xport_ctx_attr_t *attr,
+                      xport_ctx_t **ctx_p)
 {
   struct settings s;
   if (!ctx_p)
@@ -877,10 +882,11 @@ XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p
                 (size_t)XPORT__EAGER_MAX, (size_t)XPORT__EAGER_MAX);
     ctx->eager_size = XPORT__EAGER_MAX;
   }
-  ret = lane_open(ctx, 0, s, &ctx->cands, &ctx->ncands, &ctx->lanes[0]);
+  ret = lane_open(ctx, 0, s, own, &ctx->cands, &ctx->ncands, &ctx->lanes[0]);
   if (!ret) {
     ctx->nlanes = 1;
-    node_local_open(ctx, s, mode); /* the same key: one identity over both */
+    if (!own)
+      node_local_open(ctx, s, mode); /* the same key: one identity over both */
     if (s.progress_thread)
       ret = xport__progress_start(ctx);
   }
@@ -901,6 +907,19 @@ XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p
   xport__fault_attach(ctx, fault);
   *ctx_p = ctx;
   return 0;
+}
+
+XPORT_API int xport_ctx_create(const xport_ctx_attr_t *attr, xport_ctx_t **ctx_p)
+{
+  return ctx_create(NULL, attr, ctx_p);
+}
+
+int xport__ctx_create_on(const struct xport__transport *own, const xport_ctx_attr_t *attr,
+                         xport_ctx_t **ctx_p)
+{
+  if (!own || !own->describe)
+    return -XPORT_EINVAL;
+  return ctx_create(own, attr, ctx_p);
 }
 
 XPORT_API int xport_ctx_destroy(xport_ctx_t *ctx)

@@ -29,6 +29,12 @@ struct xport__transport {
   /* Receives of its own it keeps posted on an endpoint: what the user may
    * post is the provider's depth less these. */
   size_t rx_reserved;
+  /* A transport of its own provider, with none of libfabric's behind it
+   * (the provider-free tests' fake one): what it offers, as libfabric
+   * describes a provider (fi_allocinfo'd; the lane frees it), in place of
+   * the probe; its open then sets the lane's CQ. NULL for the transports
+   * that run on the probe's choice (msg, rdm). */
+  int (*describe)(struct fi_info **info_p);
   /* Fills its part of ctx, once the provider is open, the CQ and the
    * settings read (may be NULL); 0, or a code, logged. Does not block. */
   int (*open)(struct xport__lane *lane);
