@@ -1830,7 +1830,9 @@ static int refused_case(xport_ctx_t *ctx, xport_ctx_t *octx, xport_conn_t *ctl,
            : op == XPORT_OP_WRITE ? xport_write(victim, buf, size, NULL, rk, off, buf)
                                   : xport_read(victim, buf, size, NULL, rk, off, buf);
   XT_CHECK(rc == 0, "post: %s", xport_strerror(rc));
-  int shm = !strcmp(caps.provider, "shm"), verbs = !strncmp(caps.provider, "verbs", 5);
+  /* xshm checks the key itself, as a verbs adapter does, and says so. */
+  int shm = !strcmp(caps.provider, "shm"),
+      verbs = !strncmp(caps.provider, "verbs", 5) || !strcmp(caps.provider, "xshm");
   /* A write completes once the transport took it, unless delivery-complete
    * is on: tcp then drops the connection, shm (up to 4 KiB) says nothing;
    * a write_imm on shm waits for its write, whatever its size. */

@@ -1578,7 +1578,7 @@ struct greeting {
 static int msg_listener_config(const char *test)
 {
   const char *c = xt_transport();
-  if (strcmp(c, "shm") && !strstr(c, "ofi_rxm"))
+  if (strcmp(c, "shm") && strcmp(c, "xshm") && !strstr(c, "ofi_rxm"))
     return 1;
   printf("SKIP: %s on %s: its connections are not made by a FI_EP_MSG listener\n", test,
          xt_config());

@@ -59,6 +59,7 @@ static const struct xt_cfg cfgs[] = {
   {"tcp-strict", "tcp", 1, 0, 0},
   {"tcp;ofi_rxm", "tcp;ofi_rxm", 0, 0, 0},
   {"shm", "shm", 0, 0, 0},
+  {"xshm", "xshm", 0, 0, 0},
   {"verbs", "verbs", 0, 0, 0},
   {"verbs;ofi_rxm", "verbs;ofi_rxm", 0, 0, 0},
   {"shm+tcp", "tcp", 0, 1, 0},

@@ -420,7 +420,7 @@ static void fill_caps(struct xport__lane *lane, const struct settings *s)
                                                                : NULL;
   if ((fi->caps & FI_ATOMIC) && !why)
     c->atomics = XPORT_SUPPORT_NATIVE;
-  else if (c->ep_type == XPORT_EP_MSG)
+  else if (c->ep_type == XPORT_EP_MSG && lane->tp->atomic)
     c->atomics = XPORT_SUPPORT_EMULATED;
   else
     c->atomics = XPORT_SUPPORT_NONE;
@@ -828,6 +828,9 @@ static int ctx_create(const struct xport__transport *own, const xport_ctx_attr_t
   int ret = resolve_key(attr, &s);
   if (ret)
     return ret;
+  /* A transport of xport's own, named (XPORT_PROVIDER=xshm): no probe. */
+  if (!own && s.provider)
+    own = xport__transport_named(s.provider);
   const char *mode = xport__env_str(XPORT__ENV_SHM);
   if (!mode)
     mode = "auto";

@@ -281,3 +281,36 @@ XPORT_API int xport_mr_dereg(xport_mr_t *mr)
   XPORT__UNLOCK(ctx);
   return ret;
 }
+
+int xport__atomic_apply(struct xport__lane *lane, unsigned kind, uint64_t key, uint64_t addr,
+                        uint64_t operand, uint64_t compare, uint64_t *old_p)
+{
+  char *base;
+  size_t len;
+  unsigned access;
+  if (kind < XPORT__ATOM_FADD || kind > XPORT__ATOM_ADD)
+    return -XPORT_EPROTO;
+  if (xport__mr_by_key(lane->ctx, key, &base, &len, &access) ||
+      !(access & XPORT_ACCESS_REMOTE_ATOMIC))
+    return -XPORT_EACCES;
+  /* Outside the key's registration, or misaligned: the initiator checks
+   * both against the key it holds, so only a forged key gets here, and is
+   * refused as any key the target does not honour. */
+  uint64_t off = lane->virt_addr ? addr - (uint64_t)(uintptr_t)base : addr;
+  if (off > len || len - off < 8)
+    return -XPORT_EACCES;
+  uint64_t *word = (uint64_t *)(void *)(base + off);
+  if ((uintptr_t)word % 8)
+    return -XPORT_EACCES;
+  /* Sequentially consistent, as a device's atomics are to one another:
+   * other emulated operations on the word, and the target's own atomic
+   * operations on it, see one order. */
+  if (kind == XPORT__ATOM_CSWAP) {
+    uint64_t expect = compare;
+    __atomic_compare_exchange_n(word, &expect, operand, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    *old_p = expect;
+  } else {
+    *old_p = __atomic_fetch_add(word, operand, __ATOMIC_SEQ_CST);
+  }
+  return 0;
+}

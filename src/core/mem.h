@@ -20,4 +20,13 @@ int xport__mr_span(xport_mr_t *mr, size_t offset, size_t len, struct fid_mr **fm
 int xport__mr_by_key(xport_ctx_t *ctx, uint64_t key, char **base_p, size_t *len_p,
                      unsigned *access_p);
 
+/* Applies an atomic (XPORT__ATOM_*) that a peer asked for to the word at
+ * addr of lane's context, under key: 0 with the word's old value in
+ * *old_p, or why it is refused (a key not honoured, out of its range,
+ * misaligned: -XPORT_EACCES; no such kind: -XPORT_EPROTO). The emulated
+ * atomics of the transports that carry them (msg's service channel,
+ * xshm's control ring). */
+int xport__atomic_apply(struct xport__lane *lane, unsigned kind, uint64_t key, uint64_t addr,
+                        uint64_t operand, uint64_t compare, uint64_t *old_p);
+
 #endif /* XPORT_CORE_MEM_H */

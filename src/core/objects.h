@@ -31,6 +31,9 @@
 #define XPORT__LANES_MAX 2  /* transport instances in a context: a fabric, shm beside */
 
 
+/* The kinds of atomics, as the service channel's wire names them too. */
+enum { XPORT__ATOM_FADD = 1, XPORT__ATOM_CSWAP = 2, XPORT__ATOM_ADD = 3 };
+
 /* Request kinds of xport's own, next to the public xport_op_t values. */
 #define XPORT__OP_SILENT 100   /* internal half of an emulated write_imm */
 #define XPORT__OP_CTL_SEND 101 /* RDM control message out (transport/rdm_ctl.c) */
@@ -366,6 +369,7 @@ struct xport_listener {
   /* The same host:port on the context's second lane (shm beside the
    * fabric), owned by this one; NULL where there is none. */
   struct xport_listener *sub;
+  void *tpd;                      /* a transport's own state (xshm) */
   struct xport_listener *next, *prev; /* lane->listeners */
 };
 

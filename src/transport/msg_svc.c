@@ -142,37 +142,9 @@ void msg_svc_close(xport_conn_t *conn)
  * outside it or misaligned. */
 int xport__svc_apply(struct xport__lane *lane, const uint8_t *m, uint64_t *old_p)
 {
-  char *base;
-  size_t len;
-  unsigned access;
-  unsigned kind = xport__get32(m + 4);
-  uint64_t key = xport__get64(m + 16), addr = xport__get64(m + 24);
-  uint64_t operand = xport__get64(m + 32), compare = xport__get64(m + 40);
-  if (kind < XPORT__ATOM_FADD || kind > XPORT__ATOM_ADD)
-    return -XPORT_EPROTO;
-  if (xport__mr_by_key(lane->ctx, key, &base, &len, &access) ||
-      !(access & XPORT_ACCESS_REMOTE_ATOMIC))
-    return -XPORT_EACCES;
-  /* Outside the key's registration, or misaligned: the initiator checks
-   * both against the key it holds, so only a forged key gets here, and is
-   * refused as any key the target does not honour. */
-  uint64_t off = lane->virt_addr ? addr - (uint64_t)(uintptr_t)base : addr;
-  if (off > len || len - off < 8)
-    return -XPORT_EACCES;
-  uint64_t *word = (uint64_t *)(void *)(base + off);
-  if ((uintptr_t)word % 8)
-    return -XPORT_EACCES;
-  /* Sequentially consistent, as a device's atomics are to one another:
-   * other emulated operations on the word, and the target's own atomic
-   * operations on it, see one order. */
-  if (kind == XPORT__ATOM_CSWAP) {
-    uint64_t expect = compare;
-    __atomic_compare_exchange_n(word, &expect, operand, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-    *old_p = expect;
-  } else {
-    *old_p = __atomic_fetch_add(word, operand, __ATOMIC_SEQ_CST);
-  }
-  return 0;
+  return xport__atomic_apply(lane, xport__get32(m + 4), xport__get64(m + 16),
+                             xport__get64(m + 24), xport__get64(m + 32), xport__get64(m + 40),
+                             old_p);
 }
 
 /* Answers a request in the receive's own slot: the receive goes back up

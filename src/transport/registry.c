@@ -2,10 +2,16 @@
  * file that names them; they never name each other. */
 #include "xport_int.h"
 
-extern const struct xport__transport xport__transport_msg, xport__transport_rdm;
+#include <string.h>
+
+extern const struct xport__transport xport__transport_msg, xport__transport_rdm,
+    xport__transport_xshm;
 
 static const struct xport__transport *const transports[] = {&xport__transport_msg,
                                                             &xport__transport_rdm};
+
+/* Transports of xport's own provider, chosen by name (XPORT_PROVIDER). */
+static const struct xport__transport *const own[] = {&xport__transport_xshm};
 
 /* Every operation the core calls without looking is there (struct
  * xport__transport says which may be NULL). */
@@ -23,6 +29,16 @@ const struct xport__transport *xport__transport_for(enum fi_ep_type t)
     if (transports[i]->ep_type == t) {
       XPORT__ASSERT(complete(transports[i]));
       return transports[i];
+    }
+  return NULL;
+}
+
+const struct xport__transport *xport__transport_named(const char *name)
+{
+  for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+    if (!strcmp(own[i]->name, name)) {
+      XPORT__ASSERT(complete(own[i]));
+      return own[i];
     }
   return NULL;
 }

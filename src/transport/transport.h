@@ -101,6 +101,9 @@ struct xport__transport {
    * are connections, and runs progress when it wakes with nothing. */
   int watches_peers;
 };
+/* The transport of xport's own provider called name (XPORT_PROVIDER), or
+ * NULL (transport/registry.c). */
+const struct xport__transport *xport__transport_named(const char *name);
 /* The transport for endpoints of type t, or NULL (transport/registry.c). */
 const struct xport__transport *xport__transport_for(enum fi_ep_type t);
 
@@ -164,7 +167,5 @@ static inline int xport__check_remote(const xport_conn_t *conn, const xport_rkey
 }
 
 #define XPORT__SVC_DEPTH 8 /* emulated atomics outstanding per connection */
-/* The kinds of atomics, as the service channel's wire names them too. */
-enum { XPORT__ATOM_FADD = 1, XPORT__ATOM_CSWAP = 2, XPORT__ATOM_ADD = 3 };
 
 #endif /* XPORT_TRANSPORT_TRANSPORT_H */

@@ -1,0 +1,1291 @@
+/* xshm: xport's own shared-memory transport for peers on this node
+ * (XPORT_PROVIDER=xshm), beside libfabric rather than through it.
+ *
+ * - A connection is a segment of two single-producer rings, one per
+ *   direction (a memfd the client makes and hands over on the listener's
+ *   Unix socket, with nothing left in /dev/shm, and gone when both ends
+ *   unmap it). A ring per connection, not one per receiver shared by all
+ *   its senders: a sender stopped or killed half-way through a record
+ *   holds up its own connection only.
+ * - A message up to XSHM_EAGER bytes is copied into the ring and out into
+ *   the receive it matches; a longer one sends only where it lies, and the
+ *   receiver copies it out of the sender with process_vm_readv (cross-
+ *   memory attach: one copy, the sender's CPU idle). One-sided reads and
+ *   writes are the same calls from the initiator; the target's CPU never
+ *   runs. A write-with-immediate is the write, then a record that consumes
+ *   the target's receive.
+ * - A message waits in the ring until a receive takes it: a sender ahead
+ *   of the receiver fills its ring and is pushed back (EAGAIN, held by the
+ *   core), and no memory of the receiver grows.
+ * - The receiver reads every field a peer wrote as data that may be
+ *   garbage: a bad record ends that connection, never a read or write
+ *   outside the ring or the receive's buffer.
+ * - The listener's Unix socket (abstract, so of this network namespace
+ *   only) tells each end who the other is (SO_PEERCRED): another user, or
+ *   another PID namespace, is refused. The socket stays open as the
+ *   connection's life line: the peer's close or death ends it (EOF).
+ * - The lane presents libfabric objects of its own (a CQ whose read runs
+ *   the rings, a domain whose registrations go into a key table that
+ *   peers map read-only and check before they touch this process's
+ *   memory), so that the core runs on it unchanged. */
+#define _GNU_SOURCE
+#include "xshm.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+/* ---- private parts ------------------------------------------------------ */
+
+struct xshm_done {
+  struct fi_cq_data_entry e;
+  int err; /* FI_E* (positive), or 0 */
+};
+
+struct xshm_lane {
+  struct fid_fabric fabric;
+  struct fid_domain domain;
+  struct fid_cq cq;
+  struct xshm_done *q; /* finished operations the core has yet to read */
+  unsigned qsize, qhead, qtail;
+  int keys_fd;
+  struct xshm_key *keys;
+  unsigned keys_next;
+  uint32_t next_conn_id;
+};
+
+struct xshm_lst {
+  int fd;
+};
+
+static struct xshm_lane *xl(const struct xport__lane *lane)
+{
+  return lane->tpd;
+}
+
+static void xshm_lost(xport_conn_t *conn, int status);
+
+/* ---- the completion queue the core reads -------------------------------- */
+
+static void done_push(struct xport__lane *lane, struct xport__req *req, size_t len,
+                      uint64_t flags, uint64_t data, int err)
+{
+  struct xshm_lane *x = xl(lane);
+  /* Room for every operation posted: the core never has more out than
+   * max_posted, which the queue's size exceeds. */
+  struct xshm_done *d = &x->q[x->qtail++ % x->qsize];
+  d->e.op_context = &req->fictx;
+  d->e.flags = flags;
+  d->e.len = len;
+  d->e.buf = NULL;
+  d->e.data = data;
+  d->err = err;
+}
+
+static void rings_run(struct xport__lane *lane);
+
+static ssize_t cq_read(struct fid_cq *cq, void *buf, size_t count)
+{
+  struct xport__lane *lane = cq->fid.context;
+  struct xshm_lane *x = xl(lane);
+  if (x->qhead == x->qtail)
+    rings_run(lane);
+  struct fi_cq_data_entry *out = buf;
+  size_t n = 0;
+  while (n < count && x->qhead != x->qtail && !x->q[x->qhead % x->qsize].err)
+    out[n++] = x->q[x->qhead++ % x->qsize].e;
+  if (n)
+    return (ssize_t)n;
+  return x->qhead != x->qtail ? -FI_EAVAIL : -FI_EAGAIN;
+}
+
+static ssize_t cq_readfrom(struct fid_cq *cq, void *buf, size_t count, fi_addr_t *src)
+{
+  (void)src;
+  return cq_read(cq, buf, count);
+}
+
+static ssize_t cq_readerr(struct fid_cq *cq, struct fi_cq_err_entry *buf, uint64_t flags)
+{
+  (void)flags;
+  struct xshm_lane *x = xl(cq->fid.context);
+  if (x->qhead == x->qtail || !x->q[x->qhead % x->qsize].err)
+    return -FI_EAGAIN;
+  struct xshm_done *d = &x->q[x->qhead++ % x->qsize];
+  memset(buf, 0, sizeof *buf);
+  buf->op_context = d->e.op_context;
+  buf->flags = d->e.flags;
+  buf->len = d->e.len;
+  buf->err = d->err;
+  buf->prov_errno = d->err;
+  return 1;
+}
+
+static ssize_t cq_sread(struct fid_cq *cq, void *buf, size_t count, const void *cond,
+                        int timeout)
+{
+  (void)cq, (void)buf, (void)count, (void)cond, (void)timeout;
+  return -FI_ENOSYS;
+}
+
+static ssize_t cq_sreadfrom(struct fid_cq *cq, void *buf, size_t count, fi_addr_t *src,
+                            const void *cond, int timeout)
+{
+  (void)src;
+  return cq_sread(cq, buf, count, cond, timeout);
+}
+
+static int cq_signal(struct fid_cq *cq)
+{
+  (void)cq;
+  return 0;
+}
+
+static const char *cq_strerror(struct fid_cq *cq, int prov_errno, const void *err_data,
+                               char *buf, size_t len)
+{
+  (void)cq, (void)err_data;
+  snprintf(buf, len, "xshm: %s", fi_strerror(prov_errno));
+  return buf;
+}
+
+static int fid_noop_close(struct fid *fid)
+{
+  (void)fid;
+  return 0;
+}
+
+static int fid_no_control(struct fid *fid, int command, void *arg)
+{
+  (void)fid, (void)command, (void)arg;
+  return -FI_ENOSYS;
+}
+
+static struct fi_ops obj_ops = {.size = sizeof(struct fi_ops), .close = fid_noop_close,
+                                .control = fid_no_control};
+static struct fi_ops_cq cq_ops = {.size = sizeof(struct fi_ops_cq),
+                                  .read = cq_read,
+                                  .readfrom = cq_readfrom,
+                                  .readerr = cq_readerr,
+                                  .sread = cq_sread,
+                                  .sreadfrom = cq_sreadfrom,
+                                  .signal = cq_signal,
+                                  .strerror = cq_strerror};
+
+/* ---- registrations: the key table peers check ---------------------------- */
+
+struct xshm_mr {
+  struct fid_mr mr;
+  struct xport__lane *lane;
+  unsigned slot;
+};
+
+static int mr_close(struct fid *fid)
+{
+  struct xshm_mr *m = (struct xshm_mr *)(void *)fid;
+  struct xshm_lane *x = xl(m->lane);
+  /* Peers that check from now on find no key; one already past its check
+   * races the deregistration, as an RDMA in flight does. (A context being
+   * destroyed has unmapped its table already.) */
+  if (x->keys)
+    __atomic_store_n(&x->keys[m->slot].key, 0, __ATOMIC_RELEASE);
+  free(m);
+  return 0;
+}
+
+static struct fi_ops mr_fid_ops = {.size = sizeof(struct fi_ops), .close = mr_close,
+                                   .control = fid_no_control};
+
+static int mr_reg(struct fid *fid, const void *buf, size_t len, uint64_t access, uint64_t offset,
+                  uint64_t requested_key, uint64_t flags, struct fid_mr **mr_p, void *context)
+{
+  (void)offset, (void)requested_key, (void)flags;
+  struct xport__lane *lane = fid->context;
+  struct xshm_lane *x = xl(lane);
+  unsigned slot = XSHM_KEYS;
+  for (unsigned i = 0; i < XSHM_KEYS; i++) {
+    unsigned s = (x->keys_next + i) % XSHM_KEYS;
+    if (!x->keys[s].key) {
+      slot = s;
+      break;
+    }
+  }
+  if (slot == XSHM_KEYS)
+    return -FI_ENOSPC;
+  struct xshm_mr *m = calloc(1, sizeof *m);
+  if (!m)
+    return -FI_ENOMEM;
+  x->keys_next = slot + 1;
+  uint64_t gen;
+  do
+    gen = xport__random_key(8) >> XSHM_SLOT_BITS;
+  while (!gen);
+  struct xshm_key *k = &x->keys[slot];
+  k->base = (uintptr_t)buf;
+  k->len = len;
+  k->access = (uint32_t)(access & (FI_REMOTE_READ | FI_REMOTE_WRITE));
+  __atomic_store_n(&k->key, gen << XSHM_SLOT_BITS | slot, __ATOMIC_RELEASE);
+  m->lane = lane;
+  m->slot = slot;
+  m->mr.fid.fclass = FI_CLASS_MR;
+  m->mr.fid.context = context;
+  m->mr.fid.ops = &mr_fid_ops;
+  m->mr.key = k->key;
+  *mr_p = &m->mr;
+  return 0;
+}
+
+static int mr_regv(struct fid *fid, const struct iovec *iov, size_t count, uint64_t access,
+                   uint64_t offset, uint64_t requested_key, uint64_t flags, struct fid_mr **mr_p,
+                   void *context)
+{
+  if (count != 1)
+    return -FI_EINVAL;
+  return mr_reg(fid, iov->iov_base, iov->iov_len, access, offset, requested_key, flags, mr_p,
+                context);
+}
+
+static int mr_regattr(struct fid *fid, const struct fi_mr_attr *attr, uint64_t flags,
+                      struct fid_mr **mr_p)
+{
+  return mr_regv(fid, attr->mr_iov, attr->iov_count, attr->access, attr->offset,
+                 attr->requested_key, flags, mr_p, attr->context);
+}
+
+static struct fi_ops_mr mr_ops = {.size = sizeof(struct fi_ops_mr),
+                                  .reg = mr_reg,
+                                  .regv = mr_regv,
+                                  .regattr = mr_regattr};
+
+/* The peer's registration that key names, if [addr, addr + len) lies in
+ * it and it allows what is asked (FI_REMOTE_READ or FI_REMOTE_WRITE). */
+static int key_ok(const xport_conn_t *conn, uint64_t key, uint64_t addr, size_t len,
+                  uint32_t want)
+{
+  const struct xshm_key *k = &xc(conn)->peer_keys[key & (XSHM_KEYS - 1)];
+  if (!key || __atomic_load_n(&k->key, __ATOMIC_ACQUIRE) != key)
+    return 0;
+  uint64_t base = k->base, klen = k->len;
+  uint32_t access = k->access;
+  return (access & want) == want && addr >= base && len <= klen && addr - base <= klen - len;
+}
+
+/* ---- the rings -------------------------------------------------------------- */
+
+static size_t rec_size(size_t payload)
+{
+  return sizeof(struct xshm_rec) + ((payload + 15) & ~(size_t)15);
+}
+
+/* Room for a record of payload bytes at the tail of conn's outgoing ring:
+ * its offset, with a wrap record written before it where it would not fit
+ * before the end; -FI_EAGAIN where the ring is full, -FI_EIO where the
+ * peer's head makes no sense. */
+static ssize_t ring_reserve(xport_conn_t *conn, size_t payload, uint64_t *tail_p)
+{
+  struct xshm_conn *c = xc(conn);
+  struct xshm_ring *r = &c->seg->ring[c->side];
+  uint64_t head = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE), tail = c->out_tail;
+  if (tail - head > XSHM_RING)
+    return -FI_EIO;
+  size_t need = rec_size(payload), off = tail % XSHM_RING;
+  size_t wrap = off + need > XSHM_RING ? XSHM_RING - off : 0;
+  if (tail + wrap + need - head > XSHM_RING)
+    return -FI_EAGAIN;
+  if (wrap) {
+    struct xshm_rec w = {.len = 0, .type = XSHM_R_WRAP};
+    memcpy(r->data + off, &w, sizeof w);
+    tail += wrap;
+  }
+  *tail_p = tail;
+  return (ssize_t)(tail % XSHM_RING);
+}
+
+static void ring_publish(xport_conn_t *conn, uint64_t tail, size_t payload)
+{
+  struct xshm_conn *c = xc(conn);
+  c->out_tail = tail + rec_size(payload);
+  __atomic_store_n(&c->seg->ring[c->side].tail, c->out_tail, __ATOMIC_RELEASE);
+}
+
+/* Copies iov (total bytes) into a MSG record: 0, or -FI_EAGAIN. */
+static ssize_t put_msg(xport_conn_t *conn, const struct iovec *iov, size_t cnt, size_t total,
+                       int with_imm, uint32_t imm)
+{
+  uint64_t tail;
+  ssize_t off = ring_reserve(conn, total, &tail);
+  if (off < 0)
+    return off;
+  uint8_t *p = xc(conn)->seg->ring[xc(conn)->side].data + off;
+  struct xshm_rec h = {.len = (uint32_t)total, .type = XSHM_R_MSG,
+                       .imm = imm, .flags = with_imm ? XSHM_F_IMM : 0};
+  size_t at = sizeof h;
+  for (size_t i = 0; i < cnt; i++) {
+    memcpy(p + at, iov[i].iov_base, iov[i].iov_len);
+    at += iov[i].iov_len;
+  }
+  memcpy(p, &h, sizeof h);
+  ring_publish(conn, tail, total);
+  return 0;
+}
+
+static size_t iov_sum(const struct iovec *iov, size_t cnt)
+{
+  size_t t = 0;
+  for (size_t i = 0; i < cnt; i++)
+    t += iov[i].iov_len;
+  return t;
+}
+
+/* A receive's buffer, trimmed to len bytes, into out[]: its count. */
+static size_t iov_trim(const struct iovec *iov, size_t cnt, size_t len, struct iovec *out)
+{
+  size_t n = 0;
+  for (size_t i = 0; i < cnt && len; i++) {
+    size_t l = iov[i].iov_len < len ? iov[i].iov_len : len;
+    out[n].iov_base = iov[i].iov_base;
+    out[n++].iov_len = l;
+    len -= l;
+  }
+  return n;
+}
+
+/* Takes conn's next incoming record into its oldest receive, if both are
+ * there: 1 if one was taken, 0 if not, -1 if the ring is corrupt. */
+static int take_one(struct xport__lane *lane, xport_conn_t *conn)
+{
+  struct xshm_conn *c = xc(conn);
+  struct xshm_ring *r = &c->seg->ring[!c->side];
+  uint64_t head = c->in_head, tail = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
+  if (tail == head)
+    return 0;
+  if (tail - head > XSHM_RING)
+    return -1;
+  size_t off = head % XSHM_RING, avail = tail - head;
+  struct xshm_rec h;
+  memcpy(&h, r->data + off, sizeof h);
+  if (h.type == XSHM_R_WRAP) {
+    size_t skip = XSHM_RING - off;
+    if (skip > avail)
+      return -1;
+    c->in_head = head + skip;
+    __atomic_store_n(&r->head, c->in_head, __ATOMIC_RELEASE);
+    return 1;
+  }
+  if (c->rx_head == c->rx_tail)
+    return 0; /* it waits for a receive */
+  struct xshm_rx *rx = &c->rx[c->rx_head % XSHM_RXQ];
+  size_t payload = h.type == XSHM_R_MSG    ? h.len
+                   : h.type == XSHM_R_RNDV ? (size_t)h.niov * 16
+                                           : 0;
+  if ((h.type != XSHM_R_MSG && h.type != XSHM_R_RNDV && h.type != XSHM_R_WIMM) ||
+      (h.type == XSHM_R_MSG && h.len > XSHM_EAGER) ||
+      (h.type == XSHM_R_RNDV && (h.niov == 0 || h.niov > XSHM_IOV)) ||
+      rec_size(payload) > avail || off + rec_size(payload) > XSHM_RING)
+    return -1;
+  const uint8_t *p = r->data + off + sizeof h;
+  uint64_t flags = FI_RECV | FI_MSG, data = 0;
+  size_t len = 0;
+  int err = 0;
+  if (h.flags & XSHM_F_IMM) {
+    flags |= FI_REMOTE_CQ_DATA;
+    data = h.imm;
+  }
+  if (h.type == XSHM_R_MSG) {
+    len = h.len;
+    size_t left = len < rx->len ? len : rx->len, at = 0;
+    for (size_t i = 0; i < rx->cnt && left; i++) {
+      size_t l = rx->iov[i].iov_len < left ? rx->iov[i].iov_len : left;
+      memcpy(rx->iov[i].iov_base, p + at, l);
+      at += l;
+      left -= l;
+    }
+  } else if (h.type == XSHM_R_RNDV) {
+    struct iovec remote[XSHM_IOV], local[XSHM_IOV];
+    size_t total = 0;
+    for (unsigned i = 0; i < h.niov; i++) {
+      uint64_t a, l;
+      memcpy(&a, p + 16 * i, 8);
+      memcpy(&l, p + 16 * i + 8, 8);
+      if (__builtin_add_overflow(total, l, &total))
+        return -1;
+      remote[i].iov_base = (void *)(uintptr_t)a;
+      remote[i].iov_len = l;
+    }
+    len = total;
+    size_t want = total < rx->len ? total : rx->len;
+    size_t nl = iov_trim(rx->iov, rx->cnt, want, local);
+    size_t nr = iov_trim(remote, h.niov, want, remote);
+    ssize_t got = want ? process_vm_readv(c->peer_pid, local, nl, remote, nr, 0) : 0;
+    /* The sender may free its buffer once it has closed (its sends then
+     * end with ECANCELED): bytes read after that are not its message. */
+    if (got != (ssize_t)want ||
+        __atomic_load_n(&c->seg->closed[!c->side], __ATOMIC_ACQUIRE))
+      err = got < 0 && errno == EFAULT ? FI_EIO : FI_ECONNRESET;
+    __atomic_store_n(&r->rndv_done, r->rndv_done + 1, __ATOMIC_RELEASE);
+  } else { /* WIMM: the write landed before the record was published */
+    flags |= FI_REMOTE_WRITE;
+  }
+  c->in_head = head + rec_size(payload);
+  __atomic_store_n(&r->head, c->in_head, __ATOMIC_RELEASE);
+  c->rx_head++;
+  if (!err && len > rx->len && h.type != XSHM_R_WIMM)
+    err = FI_ETRUNC;
+  done_push(lane, rx->req, err == FI_ETRUNC ? rx->len : len, flags, data, err);
+  return 1;
+}
+
+/* A control record into conn's outgoing control ring: 0, or -FI_EAGAIN
+ * where it is full (a peer that takes none of its answers). */
+static int ctl_put(xport_conn_t *conn, const struct xshm_ctl *m)
+{
+  struct xshm_conn *c = xc(conn);
+  struct xshm_cring *r = &c->seg->ctl[c->side];
+  uint64_t head = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
+  if (c->ctl_tail - head >= XSHM_CSLOTS)
+    return -FI_EAGAIN;
+  r->slot[c->ctl_tail % XSHM_CSLOTS] = *m;
+  __atomic_store_n(&r->tail, ++c->ctl_tail, __ATOMIC_RELEASE);
+  return 0;
+}
+
+/* conn's incoming control records: requests applied to this context's
+ * memory and answered, answers given to their atomics. 0, or -1 where
+ * the peer wrote nonsense. */
+static int ctl_run(struct xport__lane *lane, xport_conn_t *conn)
+{
+  struct xshm_conn *c = xc(conn);
+  struct xshm_cring *r = &c->seg->ctl[!c->side];
+  uint64_t tail = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
+  if (tail - c->ctl_head > XSHM_CSLOTS)
+    return -1;
+  while (c->ctl_head != tail) {
+    struct xshm_ctl m = r->slot[c->ctl_head % XSHM_CSLOTS];
+    if (m.type == XSHM_C_REQUEST) {
+      struct xshm_ctl a = {.type = XSHM_C_ANSWER, .token = m.token};
+      a.status = xport__atomic_apply(lane, (unsigned)m.kind, m.key, m.addr, m.operand,
+                                     m.compare, &a.operand);
+      if (ctl_put(conn, &a))
+        break; /* its answers untaken: the request waits */
+    } else if (m.type == XSHM_C_ANSWER) {
+      struct xport__req *req = conn->out;
+      while (req && !(req->op == XPORT_OP_ATOMIC && req->imm == m.token))
+        req = req->cnext;
+      if (!req) { /* one of ours it answered already, or none: as a stray answer on
+                     the service channel, dropped */
+        XPORT__INFO("xshm: an atomic's answer names no operation of ours; dropped");
+        __atomic_store_n(&r->head, ++c->ctl_head, __ATOMIC_RELEASE);
+        continue;
+      }
+      /* The peer's word: only a code of ours reaches the user. */
+      int status = xport__err_known(m.status) ? m.status : -XPORT_EPROTO;
+      req->atom[2] = m.operand;
+      c->natom--;
+      xport__req_complete(conn->ctx, req, status);
+      req->len = status ? 0 : 8;
+      req->imm = 0;
+    } else {
+      return -1;
+    }
+    __atomic_store_n(&r->head, ++c->ctl_head, __ATOMIC_RELEASE);
+  }
+  return 0;
+}
+
+/* What the rings hold for the receives posted, and the long sends the
+ * peers have copied out: run by every read of the CQ that finds it empty. */
+static void rings_run(struct xport__lane *lane)
+{
+  for (xport_conn_t *conn = lane->conns, *next; conn; conn = next) {
+    next = conn->next;
+    struct xshm_conn *c = xc(conn);
+    if (!c->seg || c->releasing)
+      continue;
+    if (XPORT__UNLIKELY(c->doomed)) {
+      xshm_lost(conn, -XPORT_ECONNRESET);
+      continue;
+    }
+    if (XPORT__UNLIKELY(c->seg->ctl[!c->side].tail != c->ctl_head) && ctl_run(lane, conn)) {
+      XPORT__WARN("xshm: connection %u: its peer wrote a control record that makes no sense: "
+                  "the connection ends", conn->id);
+      xshm_lost(conn, -XPORT_ECONNRESET);
+      continue;
+    }
+    if (c->rndv_seen != c->rndv_posted) {
+      uint64_t done = __atomic_load_n(&c->seg->ring[c->side].rndv_done, __ATOMIC_ACQUIRE);
+      if (done - c->rndv_seen > c->rndv_posted - c->rndv_seen) {
+        xshm_lost(conn, -XPORT_ECONNRESET); /* a peer that says it took more than went */
+        continue;
+      }
+      while (c->rndv_seen != done) {
+        struct xport__req *req = c->rndv[c->rndv_seen++ % XSHM_RNDV];
+        done_push(lane, req, req->len, FI_SEND | FI_MSG, 0, 0);
+      }
+    }
+    int ret = 1;
+    for (int budget = 0; budget < 64 && ret == 1; budget++)
+      ret = take_one(lane, conn);
+    if (ret < 0) {
+      XPORT__WARN("xshm: connection %u: its peer wrote a record that makes no sense: "
+                  "the connection ends", conn->id);
+      xshm_lost(conn, -XPORT_ECONNRESET);
+    }
+  }
+}
+
+/* ---- the data path ------------------------------------------------------------ */
+
+static ssize_t xshm_send(xport_conn_t *conn, struct xport__req *req, struct iovec *iov,
+                         void **desc, size_t cnt, uint64_t flags, uint64_t data)
+{
+  (void)desc;
+  struct xshm_conn *c = xc(conn);
+  if (XPORT__UNLIKELY(c->doomed))
+    return -FI_ECONNRESET;
+  size_t total = iov_sum(iov, cnt);
+  int imm = !!(flags & FI_REMOTE_CQ_DATA);
+  if (total <= XSHM_EAGER) {
+    ssize_t ret = put_msg(conn, iov, cnt, total, imm, (uint32_t)data);
+    if (!ret)
+      done_push(conn->lane, req, total, FI_SEND | FI_MSG, 0, 0);
+    return ret;
+  }
+  if (total > UINT32_MAX)
+    return -FI_EMSGSIZE;
+  if (c->rndv_posted - c->rndv_seen >= XSHM_RNDV)
+    return -FI_EAGAIN;
+  uint64_t tail;
+  ssize_t off = ring_reserve(conn, 16 * cnt, &tail);
+  if (off < 0)
+    return off;
+  uint8_t *p = c->seg->ring[c->side].data + off;
+  struct xshm_rec h = {.len = (uint32_t)total, .type = XSHM_R_RNDV, .niov = (uint16_t)cnt,
+                       .imm = (uint32_t)data, .flags = imm ? XSHM_F_IMM : 0};
+  for (size_t i = 0; i < cnt; i++) {
+    uint64_t a = (uintptr_t)iov[i].iov_base, l = iov[i].iov_len;
+    memcpy(p + sizeof h + 16 * i, &a, 8);
+    memcpy(p + sizeof h + 16 * i + 8, &l, 8);
+  }
+  memcpy(p, &h, sizeof h);
+  c->rndv[c->rndv_posted++ % XSHM_RNDV] = req;
+  ring_publish(conn, tail, 16 * cnt);
+  return 0;
+}
+
+static ssize_t xshm_inject(xport_conn_t *conn, const void *buf, size_t len, int with_imm,
+                           uint32_t imm)
+{
+  struct iovec v = {(void *)buf, len};
+  if (XPORT__UNLIKELY(xc(conn)->doomed))
+    return -FI_ECONNRESET;
+  return put_msg(conn, &v, 1, len, with_imm, imm);
+}
+
+static ssize_t xshm_recv(xport_conn_t *conn, struct xport__req *req, struct iovec *iov,
+                         void **desc, size_t cnt)
+{
+  (void)desc;
+  struct xshm_conn *c = xc(conn);
+  if (c->rx_tail - c->rx_head >= XSHM_RXQ)
+    return -FI_EAGAIN;
+  struct xshm_rx *rx = &c->rx[c->rx_tail++ % XSHM_RXQ];
+  rx->req = req;
+  rx->cnt = cnt;
+  memcpy(rx->iov, iov, cnt * sizeof *iov);
+  rx->len = iov_sum(iov, cnt);
+  return 0;
+}
+
+static ssize_t xshm_marker(xport_conn_t *conn, struct xport__req *req, uint64_t flags)
+{
+  (void)conn, (void)req, (void)flags;
+  return -FI_ENOSYS; /* write_imm is native here */
+}
+
+static int xshm_is_marker(const struct fi_cq_data_entry *e)
+{
+  (void)e;
+  return 0;
+}
+
+/* A one-sided transfer between iov here and [addr, addr + total) of the
+ * peer, checked against its key table first. */
+static ssize_t rma(xport_conn_t *conn, struct xport__req *req, struct iovec *iov, size_t cnt,
+                   uint64_t addr, uint64_t key, int write)
+{
+  struct xshm_conn *c = xc(conn);
+  size_t total = iov_sum(iov, cnt);
+  int err = 0;
+  if (!key_ok(conn, key, addr, total, write ? FI_REMOTE_WRITE : FI_REMOTE_READ)) {
+    /* As a device refuses a key: the operation fails, the connection
+     * ends (both sides), and nothing sent after it is delivered. */
+    err = FI_EACCES;
+    c->doomed = 1;
+  } else if (total) {
+    struct iovec remote = {(void *)(uintptr_t)addr, total};
+    ssize_t n = write ? process_vm_writev(c->peer_pid, iov, cnt, &remote, 1, 0)
+                      : process_vm_readv(c->peer_pid, iov, cnt, &remote, 1, 0);
+    if (n != (ssize_t)total) {
+      err = FI_EIO;
+      if (n < 0 && errno == ESRCH) { /* the target's process is gone */
+        err = FI_ECONNRESET;
+        conn->proc.gone = 1;
+      }
+      c->doomed = 1;
+    }
+  }
+  done_push(conn->lane, req, err ? 0 : total, write ? FI_RMA | FI_WRITE : FI_RMA | FI_READ, 0,
+            err);
+  return 0;
+}
+
+static ssize_t xshm_read(xport_conn_t *conn, struct xport__req *req, struct iovec *iov,
+                         void **desc, size_t cnt, uint64_t addr, uint64_t key)
+{
+  (void)desc;
+  return rma(conn, req, iov, cnt, addr, key, 0);
+}
+
+static ssize_t xshm_write(xport_conn_t *conn, struct xport__req *req, struct iovec *iov,
+                          void **desc, size_t cnt, uint64_t addr, uint64_t key, uint64_t flags,
+                          uint64_t data)
+{
+  (void)desc;
+  if (!(flags & FI_REMOTE_CQ_DATA))
+    return rma(conn, req, iov, cnt, addr, key, 1);
+  /* With an immediate: the record's room first, so that a write is never
+   * done whose notice cannot follow. */
+  uint64_t tail;
+  ssize_t off = ring_reserve(conn, 0, &tail);
+  if (off < 0)
+    return off;
+  struct xshm_lane *x = xl(conn->lane);
+  unsigned before = x->qtail;
+  rma(conn, req, iov, cnt, addr, key, 1);
+  if (x->q[before % x->qsize].err)
+    return 0; /* refused or failed: no notice */
+  struct xshm_conn *c = xc(conn);
+  struct xshm_rec h = {.type = XSHM_R_WIMM, .imm = (uint32_t)data, .flags = XSHM_F_IMM};
+  memcpy(c->seg->ring[c->side].data + off, &h, sizeof h);
+  ring_publish(conn, tail, 0);
+  return 0;
+}
+
+/* An atomic, applied by the target's xport when it next makes progress
+ * (its poll, or its progress thread): the answer completes req. */
+static int xshm_atomic(xport_conn_t *conn, struct xport__req *req, unsigned kind, uint64_t key,
+                       uint64_t addr)
+{
+  struct xshm_conn *c = xc(conn);
+  if (XPORT__UNLIKELY(c->doomed))
+    return -XPORT_ECONNRESET;
+  if (c->natom >= XSHM_ATOM)
+    return -XPORT_EAGAIN;
+  req->imm = ++c->atom_seq;
+  struct xshm_ctl m = {.type = XSHM_C_REQUEST, .token = req->imm, .kind = kind, .key = key,
+                       .addr = addr, .operand = req->atom[0], .compare = req->atom[1]};
+  if (ctl_put(conn, &m))
+    return -XPORT_EAGAIN;
+  c->natom++;
+  return 0;
+}
+
+static ssize_t xshm_atomic_op(xport_conn_t *conn, struct xport__req *req, unsigned kind,
+                              uint64_t *v, void *desc, uint64_t addr, uint64_t key)
+{
+  (void)conn, (void)req, (void)kind, (void)v, (void)desc, (void)addr, (void)key;
+  return -FI_ENOSYS;
+}
+
+static const struct xport__data_ops xshm_data = {
+    .send = xshm_send,
+    .inject = xshm_inject,
+    .recv = xshm_recv,
+    .marker = xshm_marker,
+    .is_marker = xshm_is_marker,
+    .read = xshm_read,
+    .write = xshm_write,
+    .atomic = xshm_atomic_op,
+};
+
+/* ---- connections ---------------------------------------------------------------- */
+
+/* Ends conn's use of the rings: what the core has yet to read of it goes
+ * first, then every operation still out ends with status. */
+static void conn_release(xport_conn_t *conn, int status)
+{
+  struct xshm_conn *c = xc(conn);
+  if (!c->seg)
+    return;
+  __atomic_store_n(&c->seg->closed[c->side], 1, __ATOMIC_RELEASE);
+  c->releasing = 1;
+  xport__cq_drain(conn->lane);
+  c->rx_head = c->rx_tail = 0;
+  c->rndv_seen = c->rndv_posted = 0;
+  c->natom = 0;
+  while (conn->out)
+    xport__req_complete(conn->ctx, conn->out, status);
+  xport__held_flush(conn, status);
+  close(c->sock);
+  c->sock = -1;
+  munmap(c->seg, sizeof *c->seg);
+  munmap((void *)c->peer_keys, XSHM_KEYS * sizeof *c->peer_keys);
+  c->seg = NULL;
+  c->peer_keys = NULL;
+}
+
+static void xshm_lost(xport_conn_t *conn, int status)
+{
+  if (conn->state != XPORT__CONN_CONNECTED)
+    return;
+  conn->state = XPORT__CONN_DISCONNECTED;
+  conn->proc.gone = 1;
+  conn_release(conn, status);
+  if (conn->handed)
+    xport__evq_push(conn->ctx, conn, -XPORT_ECONNRESET);
+}
+
+static void xshm_close_conn(xport_conn_t *conn)
+{
+  conn_release(conn, -XPORT_ECANCELED);
+}
+
+static void xshm_drop(xport_conn_t *conn)
+{
+  xshm_lost(conn, -XPORT_ECONNRESET);
+}
+
+/* A connection made (either side): linked, its rings and the peer's key
+ * table mapped. Takes seg and keys. */
+static int conn_make(struct xport__lane *lane, int sock, int side, pid_t pid, uint64_t ctx_id,
+                     struct xshm_seg *seg, const struct xshm_key *keys, xport_conn_t **conn_p)
+{
+  xport_conn_t *conn = xport__conn_new(lane);
+  if (!conn)
+    return -XPORT_ENOMEM;
+  struct xshm_conn *c = xc(conn);
+  c->sock = sock;
+  c->side = side;
+  c->peer_pid = pid;
+  c->seg = seg;
+  c->peer_keys = keys;
+  conn->ops = &xshm_data;
+  conn->id = ++xl(lane)->next_conn_id;
+  conn->peer_ctx_id = ctx_id;
+  conn->state = XPORT__CONN_CONNECTED;
+  conn->peer_holds = 1;
+  xport__conn_link(conn);
+  *conn_p = conn;
+  return 0;
+}
+
+/* The listener's socket name: abstract (this network namespace's), per
+ * user and port. */
+static socklen_t sock_name(struct sockaddr_un *sa, unsigned port)
+{
+  memset(sa, 0, sizeof *sa);
+  sa->sun_family = AF_UNIX;
+  int n = snprintf(sa->sun_path + 1, sizeof sa->sun_path - 1, "xport-xshm.%u.%u",
+                   (unsigned)geteuid(), port);
+  return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+/* host names this node (an address of it that a socket can bind): 0, or
+ * -XPORT_EADDRNOTAVAIL (another node's, which xshm cannot reach), or
+ * -XPORT_EINVAL (no such host). */
+static int host_here(const char *host)
+{
+  struct addrinfo hints = {.ai_socktype = SOCK_DGRAM, .ai_flags = AI_NUMERICSERV}, *res;
+  if (getaddrinfo(host, "0", &hints, &res))
+    return -XPORT_EINVAL;
+  int ret = -XPORT_EADDRNOTAVAIL;
+  for (struct addrinfo *a = res; a && ret; a = a->ai_next) {
+    int fd = socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && !bind(fd, a->ai_addr, a->ai_addrlen))
+      ret = 0;
+    if (fd >= 0)
+      close(fd);
+  }
+  freeaddrinfo(res);
+  return ret;
+}
+
+/* The peer at the other end of sock, if it is this user's and of this PID
+ * namespace: its pid, or 0. */
+static pid_t peer_of(int sock)
+{
+  struct ucred cr;
+  socklen_t l = sizeof cr;
+  if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cr, &l) || cr.uid != geteuid() || cr.pid <= 0)
+    return 0;
+  return cr.pid;
+}
+
+static int send_hello(int sock, const struct xshm_hello *h, const int *fds, int nfds)
+{
+  union {
+    struct cmsghdr h;
+    char buf[CMSG_SPACE(2 * sizeof(int))];
+  } u;
+  struct iovec v = {(void *)h, sizeof *h};
+  struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1};
+  memset(&u, 0, sizeof u);
+  m.msg_control = u.buf;
+  m.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+  memcpy(CMSG_DATA(cm), fds, (size_t)nfds * sizeof(int));
+  return sendmsg(sock, &m, MSG_NOSIGNAL) == (ssize_t)sizeof *h ? 0 : -XPORT_ECONNRESET;
+}
+
+/* A hello of kind with want descriptors, by deadline: 0 with them in
+ * fds[], or a code with none left open. */
+static int recv_hello(int sock, long deadline, unsigned kind, struct xshm_hello *h, int *fds,
+                      int want)
+{
+  for (;;) {
+    long left = deadline < 0 ? 1000 : deadline - xport__now_ms();
+    if (left <= 0)
+      return -XPORT_ETIMEDOUT;
+    struct pollfd p = {.fd = sock, .events = POLLIN};
+    int r = poll(&p, 1, left > 1000 ? 1000 : (int)left);
+    if (r > 0)
+      break;
+    if (r < 0 && errno != EINTR)
+      return -XPORT_EIO;
+  }
+  union {
+    struct cmsghdr h;
+    char buf[CMSG_SPACE(2 * sizeof(int))];
+  } u;
+  struct iovec v = {h, sizeof *h};
+  struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1, .msg_control = u.buf,
+                     .msg_controllen = sizeof u.buf};
+  ssize_t n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+  int got = 0;
+  for (struct cmsghdr *cm = n > 0 ? CMSG_FIRSTHDR(&m) : NULL; cm; cm = CMSG_NXTHDR(&m, cm))
+    if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+      int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+      for (int i = 0; i < k; i++) {
+        int fd;
+        memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
+        if (got < want && fds)
+          fds[got++] = fd;
+        else
+          close(fd);
+      }
+    }
+  if (n != (ssize_t)sizeof *h || (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
+      h->magic != XSHM_MAGIC || h->version != XSHM_VERSION || h->kind != kind || got != want) {
+    for (int i = 0; i < got; i++)
+      close(fds[i]);
+    if (n == (ssize_t)sizeof *h && h->kind == XSHM_H_REFUSE && h->magic == XSHM_MAGIC)
+      return h->status ? -(int)h->status : -XPORT_ECONNREFUSED;
+    return n <= 0 ? -XPORT_ECONNRESET : -XPORT_EPROTO; /* its end closed, or reset */
+  }
+  return 0;
+}
+
+/* Maps fd (this user's, of exactly len bytes): NULL if it is not that. */
+static void *map_fd(int fd, size_t len, int prot)
+{
+  struct stat st;
+  if (fstat(fd, &st) || st.st_uid != geteuid() || (size_t)st.st_size != len)
+    return NULL;
+  void *p = mmap(NULL, len, prot, MAP_SHARED, fd, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+/* A side's proof of the context key over the handshake: the client's
+ * hello and the listener's welcome, whole (their nonces, ids and pids),
+ * under a label per direction. */
+static void proof(const struct xport__lane *lane, int by_listener, const struct xshm_hello *hello,
+                  const struct xshm_hello *welcome, uint8_t mac[XPORT__AUTH_MAC])
+{
+  static const char label[2][32] = {"xport xshm 1: the client", "xport xshm 1: the listener"};
+  struct {
+    char label[32];
+    struct xshm_hello h, w;
+  } t;
+  memset(&t, 0, sizeof t);
+  memcpy(t.label, label[by_listener], 32);
+  t.h = *hello;
+  t.w = *welcome;
+  memset(t.h.mac, 0, sizeof t.h.mac);
+  memset(t.w.mac, 0, sizeof t.w.mac);
+  t.h.kind = t.w.kind = 0;
+  xport__auth_mac(lane->ctx->auth_key, &t, sizeof t, mac);
+}
+
+static int xshm_connect(struct xport__lane *lane, const char *host, const char *port,
+                        long deadline, xport_conn_t **conn_p)
+{
+  char *end;
+  unsigned long pn = strtoul(port, &end, 10);
+  if (*end || !pn || pn > 65535)
+    return -XPORT_EINVAL;
+  int ret = host_here(host); /* this node's: xshm reaches no other */
+  if (ret)
+    return ret;
+  struct sockaddr_un sa;
+  socklen_t sl = sock_name(&sa, (unsigned)pn);
+  /* Non-blocking: a listener whose backlog is full refuses at once. */
+  int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (sock < 0)
+    return -XPORT_ENOMEM;
+  ret = -XPORT_ECONNREFUSED;
+  int segfd = -1, keyfd = -1;
+  struct xshm_seg *seg = NULL;
+  pid_t pid;
+  if (connect(sock, (struct sockaddr *)&sa, sl))
+    goto fail;
+  /* A name another user took is not our listener. */
+  ret = -XPORT_EACCES;
+  if (!(pid = peer_of(sock)))
+    goto fail;
+  ret = -XPORT_ENOMEM;
+  segfd = memfd_create("xport-xshm", MFD_CLOEXEC);
+  if (segfd < 0 || ftruncate(segfd, sizeof *seg) || !(seg = map_fd(segfd, sizeof *seg,
+                                                                   PROT_READ | PROT_WRITE)))
+    goto fail;
+  seg->magic = XSHM_MAGIC;
+  seg->version = XSHM_VERSION;
+  struct xshm_hello h = {.magic = XSHM_MAGIC, .version = XSHM_VERSION, .kind = XSHM_H_HELLO,
+                         .ctx_id = lane->ctx->id, .pid = (uint32_t)getpid(),
+                         .seg_size = sizeof *seg};
+  if (lane->ctx->auth_on) {
+    h.flags = XSHM_HF_AUTH;
+    xport__auth_nonce(h.nonce);
+  }
+  int fds[2] = {segfd, xl(lane)->keys_fd};
+  if ((ret = send_hello(sock, &h, fds, 2)))
+    goto fail;
+  close(segfd);
+  segfd = -1;
+  struct xshm_hello w;
+  if ((ret = recv_hello(sock, deadline, XSHM_H_WELCOME, &w, &keyfd, 1))) {
+    /* A listener closed with this request still waiting refused it. */
+    if (ret == -XPORT_ECONNRESET)
+      ret = -XPORT_ECONNREFUSED;
+    goto fail;
+  }
+  const struct xshm_key *keys = map_fd(keyfd, XSHM_KEYS * sizeof *keys, PROT_READ);
+  close(keyfd);
+  ret = -XPORT_EPROTO;
+  if (!keys || w.pid != (uint32_t)pid)
+    goto fail_keys;
+  if (lane->ctx->auth_on) {
+    /* The listener proves the key first; then this side, and the
+     * listener's READY says it took the proof. */
+    uint8_t want[XPORT__AUTH_MAC];
+    proof(lane, 1, &h, &w, want);
+    ret = -XPORT_EACCES;
+    if (!(w.flags & XSHM_HF_AUTH) || !xport__auth_same(want, w.mac)) {
+      XPORT__WARN("authentication failed: the listener does not hold this context's key");
+      goto fail_keys;
+    }
+    struct xshm_hello pr = {.magic = XSHM_MAGIC, .version = XSHM_VERSION, .kind = XSHM_H_PROOF,
+                            .flags = XSHM_HF_AUTH};
+    proof(lane, 0, &h, &w, pr.mac);
+    struct xshm_hello rd;
+    if (send(sock, &pr, sizeof pr, MSG_NOSIGNAL) != (ssize_t)sizeof pr ||
+        (ret = recv_hello(sock, deadline, XSHM_H_READY, &rd, NULL, 0)))
+      goto fail_keys;
+  }
+  ret = conn_make(lane, sock, 0, pid, w.ctx_id, seg, keys, conn_p);
+  if (!ret)
+    return 0;
+fail_keys:
+  if (keys)
+    munmap((void *)keys, XSHM_KEYS * sizeof *keys);
+fail:
+  if (seg)
+    munmap(seg, sizeof *seg);
+  if (segfd >= 0)
+    close(segfd);
+  close(sock);
+  return ret;
+}
+
+/* One connection request on lst's socket: 0 with it made, or a code (the
+ * peer refused, or gone). */
+static int admit(xport_listener_t *lst, int sock, long deadline, xport_conn_t **conn_p)
+{
+  struct xport__lane *lane = lst->lane;
+  struct xshm_hello h, w = {.magic = XSHM_MAGIC, .version = XSHM_VERSION};
+  int fds[2], ret;
+  pid_t pid = peer_of(sock);
+  /* A peer that sends nothing holds up this accept a second at most. */
+  long by = xport__now_ms() + 1000;
+  if (deadline >= 0 && deadline > xport__now_ms() && deadline < by)
+    by = deadline;
+  if (!pid || (ret = recv_hello(sock, by, XSHM_H_HELLO, &h, fds, 2)))
+    return -XPORT_ECONNREFUSED;
+  struct xshm_seg *seg = NULL;
+  const struct xshm_key *keys = NULL;
+  ret = -XPORT_ECONNREFUSED;
+  /* Another PID namespace sees another pid: cross-memory attach would
+   * name the wrong process. */
+  if (h.pid != (uint32_t)pid || h.seg_size != sizeof *seg ||
+      !(seg = map_fd(fds[0], sizeof *seg, PROT_READ | PROT_WRITE)) ||
+      seg->magic != XSHM_MAGIC || seg->version != XSHM_VERSION ||
+      !(keys = map_fd(fds[1], XSHM_KEYS * sizeof *keys, PROT_READ)))
+    goto refuse;
+  int keyed = lane->ctx->auth_on;
+  if (!(h.flags & XSHM_HF_AUTH) != !keyed) {
+    XPORT__INFO("xshm: a connection request refused: %s",
+                keyed ? "without a key: authentication failed: the peer does not hold this "
+                        "context's key"
+                      : "that offers a key: this listener has none (XPORT_AUTH_KEY_FILE)");
+    w.status = XPORT_EACCES;
+    goto refuse_as;
+  }
+  if (lst->admit && !lst->admit(lst->hook_arg, h.ctx_id))
+    goto refuse;
+  w.kind = XSHM_H_WELCOME;
+  w.ctx_id = lane->ctx->id;
+  w.pid = (uint32_t)getpid();
+  if (keyed) {
+    w.flags = XSHM_HF_AUTH;
+    xport__auth_nonce(w.nonce);
+    proof(lane, 1, &h, &w, w.mac);
+  }
+  if (send_hello(sock, &w, &xl(lane)->keys_fd, 1))
+    goto out;
+  if (keyed) {
+    struct xshm_hello pr;
+    uint8_t want[XPORT__AUTH_MAC];
+    proof(lane, 0, &h, &w, want);
+    if (recv_hello(sock, by, XSHM_H_PROOF, &pr, NULL, 0) || !xport__auth_same(want, pr.mac)) {
+      XPORT__INFO("xshm: a connection request refused: authentication failed: the peer "
+                  "does not hold this context's key");
+      w.status = XPORT_EACCES;
+      goto refuse_as;
+    }
+    struct xshm_hello rd = {.magic = XSHM_MAGIC, .version = XSHM_VERSION, .kind = XSHM_H_READY};
+    if (send(sock, &rd, sizeof rd, MSG_NOSIGNAL) != (ssize_t)sizeof rd)
+      goto out;
+  }
+  close(fds[0]);
+  close(fds[1]);
+  return conn_make(lane, sock, 1, pid, h.ctx_id, seg, keys, conn_p);
+refuse:
+  w.status = XPORT_ECONNREFUSED;
+refuse_as:
+  w.kind = XSHM_H_REFUSE;
+  send(sock, &w, sizeof w, MSG_NOSIGNAL | MSG_DONTWAIT);
+out:
+  if (seg)
+    munmap(seg, sizeof *seg);
+  if (keys)
+    munmap((void *)keys, XSHM_KEYS * sizeof *keys);
+  close(fds[0]);
+  close(fds[1]);
+  return ret;
+}
+
+static int xshm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_p)
+{
+  struct xshm_lst *l = lst->tpd;
+  for (;;) {
+    int sock = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
+    if (sock >= 0) {
+      if (!admit(lst, sock, deadline, conn_p))
+        return 0;
+      close(sock);
+      continue;
+    }
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+      return -XPORT_EIO;
+    long left = deadline < 0 ? 1000 : deadline - xport__now_ms();
+    if (left <= 0)
+      return -XPORT_ETIMEDOUT;
+    struct pollfd p = {.fd = l->fd, .events = POLLIN};
+    poll(&p, 1, left > 10 ? 10 : (int)left);
+    xport__progress_beside(lst->lane);
+  }
+}
+
+static int xshm_listen(xport_listener_t *lst, const char *addr, const char *host,
+                       const char *port)
+{
+  (void)addr;
+  char *end;
+  unsigned long pn = strtoul(port, &end, 10);
+  if (*end || pn > 65535)
+    return -XPORT_EINVAL;
+  int ret = host_here(host);
+  if (ret)
+    return ret;
+  struct xshm_lst *l = calloc(1, sizeof *l);
+  if (!l)
+    return -XPORT_ENOMEM;
+  l->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (l->fd < 0) {
+    free(l);
+    return -XPORT_ENOMEM;
+  }
+  ret = -XPORT_EADDRINUSE;
+  /* Port 0: one free in the dynamic range, drawn. */
+  for (int tries = 0; tries < (pn ? 1 : 64); tries++) {
+    unsigned p = pn ? (unsigned)pn : 49152 + (unsigned)(xport__random_key(2) % 16384);
+    struct sockaddr_un sa;
+    socklen_t sl = sock_name(&sa, p);
+    if (!bind(l->fd, (struct sockaddr *)&sa, sl)) {
+      /* The kernel lets one more than its backlog wait on a Unix socket. */
+      int bl = lst->backlog > 4096 ? 4096 : (int)lst->backlog;
+      ret = listen(l->fd, bl - 1) ? -XPORT_EIO : 0;
+      snprintf(lst->addr, sizeof lst->addr, strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, p);
+      break;
+    }
+    if (errno != EADDRINUSE) {
+      ret = -XPORT_EIO;
+      break;
+    }
+  }
+  if (ret) {
+    close(l->fd);
+    free(l);
+    return ret;
+  }
+  lst->tpd = l;
+  return 0;
+}
+
+static void xshm_listener_close(xport_listener_t *lst)
+{
+  struct xshm_lst *l = lst->tpd;
+  if (!l)
+    return;
+  close(l->fd); /* requests still queued are refused: their peers see the socket go */
+  free(l);
+  lst->tpd = NULL;
+}
+
+/* ---- the lane ------------------------------------------------------------------ */
+
+static int xshm_describe(struct fi_info **info_p)
+{
+  struct fi_info *fi = fi_allocinfo();
+  if (!fi)
+    return -XPORT_ENOMEM;
+  fi->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+  /* A write-with-immediate consumes a receive, as on verbs. */
+  fi->mode = FI_RX_CQ_DATA;
+  fi->ep_attr->type = FI_EP_MSG;
+  fi->ep_attr->max_msg_size = UINT32_MAX;
+  fi->tx_attr->size = fi->rx_attr->size = XSHM_DEPTH;
+  fi->tx_attr->iov_limit = fi->rx_attr->iov_limit = XSHM_IOV;
+  fi->tx_attr->inject_size = XSHM_INJECT;
+  fi->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_PROV_KEY;
+  fi->domain_attr->mr_key_size = 8;
+  fi->domain_attr->cq_data_size = 4;
+  fi->domain_attr->data_progress = FI_PROGRESS_MANUAL;
+  fi->domain_attr->name = strdup("xshm");
+  fi->fabric_attr->name = strdup("xshm");
+  fi->fabric_attr->prov_name = strdup("xshm");
+  if (!fi->domain_attr->name || !fi->fabric_attr->name || !fi->fabric_attr->prov_name) {
+    fi_freeinfo(fi);
+    return -XPORT_ENOMEM;
+  }
+  *info_p = fi;
+  return 0;
+}
+
+static int xshm_open(struct xport__lane *lane)
+{
+  struct xshm_lane *x = xl(lane);
+  x->keys_fd = memfd_create("xport-xshm-keys", MFD_CLOEXEC);
+  if (x->keys_fd < 0)
+    return -XPORT_ENOMEM;
+  size_t klen = XSHM_KEYS * sizeof *x->keys;
+  if (ftruncate(x->keys_fd, (off_t)klen) ||
+      !(x->keys = map_fd(x->keys_fd, klen, PROT_READ | PROT_WRITE))) {
+    close(x->keys_fd);
+    return -XPORT_ENOMEM;
+  }
+  lane->max_posted = 4096;
+  x->qsize = 2 * (unsigned)lane->max_posted;
+  x->q = calloc(x->qsize, sizeof *x->q);
+  if (!x->q) {
+    munmap(x->keys, klen);
+    close(x->keys_fd);
+    return -XPORT_ENOMEM;
+  }
+  x->fabric.fid = (struct fid){.fclass = FI_CLASS_FABRIC, .context = lane, .ops = &obj_ops};
+  x->domain.fid = (struct fid){.fclass = FI_CLASS_DOMAIN, .context = lane, .ops = &obj_ops};
+  x->domain.mr = &mr_ops;
+  x->cq.fid = (struct fid){.fclass = FI_CLASS_CQ, .context = lane, .ops = &obj_ops};
+  x->cq.ops = &cq_ops;
+  lane->fabric = &x->fabric;
+  lane->domain = &x->domain;
+  lane->cq = &x->cq;
+  return 0;
+}
+
+static void xshm_fini(struct xport__lane *lane)
+{
+  struct xshm_lane *x = xl(lane);
+  munmap(x->keys, XSHM_KEYS * sizeof *x->keys);
+  close(x->keys_fd);
+  x->keys = NULL;
+  free(x->q);
+  x->q = NULL;
+}
+
+/* Housekeeping: a peer whose socket closed (it closed, or died) has
+ * given all it will; what its ring holds for our receives is taken, then
+ * the connection ends. */
+static void xshm_progress(struct xport__lane *lane)
+{
+  for (xport_conn_t *conn = lane->conns, *next; conn; conn = next) {
+    next = conn->next;
+    struct xshm_conn *c = xc(conn);
+    if (conn->state != XPORT__CONN_CONNECTED || c->sock < 0)
+      continue;
+    struct pollfd p = {.fd = c->sock, .events = POLLIN};
+    char b;
+    if (poll(&p, 1, 0) == 1 && ((p.revents & (POLLHUP | POLLERR)) ||
+                                recv(c->sock, &b, 1, MSG_DONTWAIT) == 0)) {
+      rings_run(lane);
+      xshm_lost(conn, -XPORT_ECONNRESET);
+    }
+  }
+}
+
+static void xshm_op_failed(struct xport__lane *lane, struct xport__req *req, int status)
+{
+  (void)lane, (void)req, (void)status;
+}
+
+const struct xport__transport xport__transport_xshm = {
+    .name = "xshm",
+    .ep_type = FI_EP_MSG,
+    .ctx_size = sizeof(struct xshm_lane),
+    .conn_size = sizeof(struct xshm_conn),
+    .describe = xshm_describe,
+    .open = xshm_open,
+    .listen = xshm_listen,
+    .listener_close = xshm_listener_close,
+    .connect = xshm_connect,
+    .accept = xshm_accept,
+    .close_conn = xshm_close_conn,
+    .progress = xshm_progress,
+    .op_failed = xshm_op_failed,
+    .drop = xshm_drop,
+    .atomic = xshm_atomic,
+    .data = &xshm_data,
+    .fini = xshm_fini,
+    .watches_peers = 1,
+};
