@@ -430,7 +430,7 @@ static int take_one(struct xport__lane *lane, xport_conn_t *conn)
      * end with ECANCELED): bytes read after that are not its message. */
     if (got != (ssize_t)want ||
         __atomic_load_n(&c->seg->closed[!c->side], __ATOMIC_ACQUIRE))
-      err = got < 0 && errno == EFAULT ? FI_EIO : FI_ECONNRESET;
+      err = got < 0 && errno != ESRCH ? FI_EIO : FI_ECONNRESET; /* denied, or gone */
     __atomic_store_n(&r->rndv_done, r->rndv_done + 1, __ATOMIC_RELEASE);
   } else { /* WIMM: the write landed before the record was published */
     flags |= FI_REMOTE_WRITE;
