@@ -429,8 +429,12 @@ static int take_one(struct xport__lane *lane, xport_conn_t *conn)
     /* The sender may free its buffer once it has closed (its sends then
      * end with ECANCELED): bytes read after that are not its message. */
     if (got != (ssize_t)want ||
-        __atomic_load_n(&c->seg->closed[!c->side], __ATOMIC_ACQUIRE))
-      err = got < 0 && errno != ESRCH ? FI_EIO : FI_ECONNRESET; /* denied, or gone */
+        __atomic_load_n(&c->seg->closed[!c->side], __ATOMIC_ACQUIRE)) {
+      /* Denied (EIO), or the sender gone or closed: then the connection
+       * ends behind this receive. */
+      err = got < 0 && errno != ESRCH ? FI_EIO : FI_ECONNRESET;
+      c->doomed = err == FI_ECONNRESET;
+    }
     __atomic_store_n(&r->rndv_done, r->rndv_done + 1, __ATOMIC_RELEASE);
   } else { /* WIMM: the write landed before the record was published */
     flags |= FI_REMOTE_WRITE;
@@ -532,7 +536,7 @@ static void rings_run(struct xport__lane *lane)
       }
     }
     int ret = 1;
-    for (int budget = 0; budget < 64 && ret == 1; budget++)
+    for (int budget = 0; budget < 64 && ret == 1 && !c->doomed; budget++)
       ret = take_one(lane, conn);
     if (ret < 0) {
       XPORT__WARN("xshm: connection %u: its peer wrote a record that makes no sense: "

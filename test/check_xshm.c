@@ -1,0 +1,639 @@
+/* xshm's own tests (xport(7), xshm), on the xshm configuration: its rings
+ * wrapped many times with every byte checked, many senders into one
+ * receiver, a full ring, a sender killed mid-stream, strangers on the
+ * listener's socket, a hostile peer that scribbles its ring, and a
+ * receiver asleep in xport_wait woken by each message. */
+#define _GNU_SOURCE
+#include "harness.h"
+#include "../src/transport/xshm.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define T_MS 60000
+
+static int on_xshm(const char *test)
+{
+  if (!strcmp(xt_config(), "xshm"))
+    return 1;
+  printf("SKIP: %s on %s: a test of xshm's own (the xshm configuration runs it)\n", test,
+         xt_config());
+  return 0;
+}
+
+/* The size of message i of a mixed stream: mostly through the ring (1 B
+ * to 8 KiB), every 13th read from the sender (up to 72 KiB). */
+static size_t mixed_size(unsigned i)
+{
+  return i % 13 == 0 ? XSHM_EAGER + 1 + (i * 7919u) % 65536 : 1 + (i * 2654435761u) % XSHM_EAGER;
+}
+
+#define MAXMSG (XSHM_EAGER + 1 + 65536)
+#define WINDOW 32
+
+/* Receives n messages of the mixed stream on conn, in order, every byte
+ * checked; the stream's seeds start at seed. */
+static void recv_stream(xport_ctx_t *ctx, xport_conn_t *conn, unsigned n, unsigned seed)
+{
+  static char bufs[WINDOW][MAXMSG];
+  unsigned posted = 0, got = 0;
+  for (; posted < WINDOW && posted < n; posted++)
+    XT_OK(xport_recv(conn, bufs[posted % WINDOW], MAXMSG, NULL, bufs[posted % WINDOW]));
+  while (got < n) {
+    xport_completion_t c;
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "message %u never came", got);
+    XT_CHECK(c.op == XPORT_OP_RECV && c.status == 0, "message %u: op %d %s", got, c.op,
+             xport_strerror(c.status));
+    XT_CHECK(c.user_ctx == bufs[got % WINDOW], "message %u landed out of order", got);
+    size_t want = mixed_size(got);
+    XT_CHECK(c.len == want, "message %u: %zu bytes, expected %zu", got, c.len, want);
+    XT_CHECK(xt_verify(c.user_ctx, c.len, seed + got) == c.len, "message %u's bytes", got);
+    got++;
+    if (posted < n) {
+      XT_OK(xport_recv(conn, bufs[posted % WINDOW], MAXMSG, NULL, bufs[posted % WINDOW]));
+      posted++;
+    }
+  }
+}
+
+/* Sends n messages of the mixed stream, at most WINDOW out at once. A
+ * long send completes once the receiver has copied it, after the short
+ * ones behind it (xport(7): completions may come in another order): a
+ * buffer is reused only once its own send completed. */
+static void send_stream(xport_ctx_t *ctx, xport_conn_t *conn, unsigned n, unsigned seed)
+{
+  static char bufs[WINDOW][MAXMSG];
+  static int busy[WINDOW];
+  unsigned sent = 0, done = 0;
+  memset(busy, 0, sizeof busy);
+  while (done < n) {
+    while (sent < n && !busy[sent % WINDOW]) {
+      unsigned slot = sent % WINDOW;
+      xt_fill(bufs[slot], mixed_size(sent), seed + sent);
+      int rc = xport_send(conn, bufs[slot], mixed_size(sent), NULL, &busy[slot]);
+      if (rc == -XPORT_EAGAIN)
+        break;
+      XT_OK(rc);
+      busy[slot] = 1;
+      sent++;
+    }
+    xport_completion_t c;
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "send %u never completed", done);
+    XT_CHECK(c.op == XPORT_OP_SEND && c.status == 0, "send %u: op %d %s", done, c.op,
+             xport_strerror(c.status));
+    *(int *)c.user_ctx = 0;
+    done++;
+  }
+}
+
+/* ---- the ring wrapped, every byte ------------------------------------------ */
+
+#define STREAM_N 20000
+
+static int stream_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  recv_stream(ctx, conn, STREAM_N, 7);
+  return 0;
+}
+
+static int stream_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  send_stream(ctx, conn, STREAM_N, 7);
+  return 0;
+}
+
+START_TEST(ring_wraps_every_byte)
+{
+  if (!on_xshm("ring_wraps_every_byte"))
+    return;
+  xt_pair(stream_server, stream_client, NULL);
+}
+END_TEST
+
+/* ---- many senders into one receiver ----------------------------------------- */
+
+#define SENDERS 6
+#define PER_SENDER 1500
+
+/* Accepts every sender before it posts a receive: their rings fill, and
+ * then all are drained at once. Each connection's messages come in order
+ * and whole; none waits until another is done (fairness: every sender is
+ * heard within the first quarter). */
+static void fan_in_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  (void)arg;
+  xport_conn_t *conns[SENDERS];
+  static char bufs[SENDERS][8][2048];
+  unsigned got[SENDERS] = {0}, first_seen[SENDERS], total = 0;
+  for (int i = 0; i < SENDERS; i++)
+    XT_OK(xport_accept(lst, T_MS, &conns[i]));
+  usleep(200 * 1000); /* the senders fill their rings meanwhile */
+  for (int i = 0; i < SENDERS; i++) {
+    first_seen[i] = UINT32_MAX;
+    for (int k = 0; k < 8; k++)
+      XT_OK(xport_recv(conns[i], bufs[i][k], sizeof bufs[i][k], NULL, bufs[i][k]));
+  }
+  while (total < SENDERS * PER_SENDER) {
+    xport_completion_t c;
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "after %u messages, none more", total);
+    XT_CHECK(c.op == XPORT_OP_RECV && c.status == 0, "op %d %s", c.op, xport_strerror(c.status));
+    int i = 0;
+    while (i < SENDERS && c.conn != conns[i])
+      i++;
+    XT_CHECK(i < SENDERS, "a completion of no sender's");
+    /* Each sender's first word says who and which. */
+    uint32_t who, seq;
+    memcpy(&who, c.user_ctx, 4);
+    memcpy(&seq, (char *)c.user_ctx + 4, 4);
+    XT_CHECK(seq == got[i], "sender %d: message %u came as %u", i, got[i], seq);
+    XT_CHECK(c.len == 8 + (seq * 131) % 2000 &&
+                 xt_verify((char *)c.user_ctx + 8, c.len - 8, who * 100000 + seq) == c.len - 8,
+             "sender %d, message %u: its bytes", i, seq);
+    if (first_seen[i] == UINT32_MAX)
+      first_seen[i] = total;
+    got[i]++;
+    total++;
+    if (got[i] + 7 < PER_SENDER)
+      XT_OK(xport_recv(c.conn, c.user_ctx, 2048, NULL, c.user_ctx));
+  }
+  for (int i = 0; i < SENDERS; i++)
+    XT_CHECK(first_seen[i] < SENDERS * PER_SENDER / 4,
+             "sender %d was first heard after %u of %u messages", i, first_seen[i],
+             SENDERS * PER_SENDER);
+  for (int i = 0; i < SENDERS; i++)
+    xport_conn_close(conns[i]);
+}
+
+static void fan_in_sender(const char *addr, uint32_t who)
+{
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn;
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  static char bufs[WINDOW][2048];
+  unsigned sent = 0, done = 0;
+  while (done < PER_SENDER) {
+    while (sent < PER_SENDER && sent - done < WINDOW) {
+      char *b = bufs[sent % WINDOW];
+      size_t len = 8 + (sent * 131) % 2000;
+      memcpy(b, &who, 4);
+      memcpy(b + 4, &sent, 4);
+      xt_fill(b + 8, len - 8, who * 100000 + sent);
+      int rc = xport_send(conn, b, len, NULL, NULL);
+      if (rc == -XPORT_EAGAIN)
+        break;
+      XT_OK(rc);
+      sent++;
+    }
+    xport_completion_t c;
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0 && c.op == XPORT_OP_SEND && c.status == 0,
+             "sender %u: send %u", who, done);
+    done++;
+  }
+  /* Until the receiver has all, and closes. */
+  xport_completion_t c;
+  XT_CHECK(xt_next(ctx, &c, T_MS) == 0 && c.op == XPORT_OP_DISCONNECT, "sender %u: no end", who);
+  xport_conn_close(conn);
+  xport_ctx_destroy(ctx);
+}
+
+START_TEST(many_senders_one_receiver)
+{
+  if (!on_xshm("many_senders_one_receiver"))
+    return;
+  char addr[128];
+  pid_t kids[SENDERS];
+  pid_t srv = xt_spawn_server(fan_in_server, NULL, addr, sizeof addr);
+  for (int i = 0; i < SENDERS; i++) {
+    kids[i] = xt_fork();
+    if (kids[i] == 0) {
+      fan_in_sender(addr, (uint32_t)i);
+      _exit(0);
+    }
+  }
+  for (int i = 0; i < SENDERS; i++)
+    XT_CHECK(xt_reap(kids[i]) == 0, "sender %d failed", i);
+  XT_CHECK(xt_reap(srv) == 0, "the receiver failed");
+}
+END_TEST
+
+/* ---- a full ring: EAGAIN, then everything ------------------------------------- */
+
+/* Past inject_size (which xport copies at once) and through the ring. */
+#define FULL_MSG 6000
+
+static void late_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  struct xt_steps *st = arg;
+  xport_conn_t *conn;
+  XT_OK(xport_accept(lst, T_MS, &conn));
+  char n[4];
+  XT_CHECK(read(st->c2s[0], n, 4) == 4, "the count");
+  unsigned k;
+  memcpy(&k, n, 4);
+  static char buf[FULL_MSG];
+  for (unsigned i = 0; i < k; i++) {
+    XT_OK(xport_recv(conn, buf, sizeof buf, NULL, NULL));
+    xport_completion_t c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS);
+    XT_CHECK(c.status == 0 && c.len == sizeof buf && xt_verify(buf, sizeof buf, i) == sizeof buf,
+             "message %u of %u: %s", i, k, xport_strerror(c.status));
+  }
+  xt_step_put(st->s2c[1], 'd');
+  XT_CHECK(xt_step_get(st->c2s[0], T_MS) == 'q', "protocol");
+  xport_conn_close(conn);
+}
+
+START_TEST(full_ring_then_progress)
+{
+  if (!on_xshm("full_ring_then_progress"))
+    return;
+  struct xt_steps st;
+  xt_steps_open(&st);
+  char addr[128];
+  pid_t srv = xt_spawn_server(late_server, &st, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn;
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  /* The receiver posts nothing: the ring fills (43 of these), the rest
+   * wait in the sender's queue, and the depth ends it with EAGAIN. */
+  static char bufs[XSHM_DEPTH + 1][FULL_MSG];
+  unsigned k = 0;
+  int rc;
+  for (;;) {
+    if (k <= XSHM_DEPTH)
+      xt_fill(bufs[k], FULL_MSG, k);
+    rc = k <= XSHM_DEPTH ? xport_send(conn, bufs[k], FULL_MSG, NULL, NULL) : -XPORT_EIO;
+    if (rc)
+      break;
+    k++;
+  }
+  XT_CHECK(rc == -XPORT_EAGAIN, "send %u: %s, expected EAGAIN at the depth", k,
+           xport_strerror(rc));
+  XT_CHECK(k == XSHM_DEPTH, "%u sends taken, the depth is %d", k, XSHM_DEPTH);
+  char n[4];
+  memcpy(n, &k, 4);
+  XT_CHECK(write(st.c2s[1], n, 4) == 4, "write");
+  for (unsigned i = 0; i < k; i++) {
+    xport_completion_t c = xt_wait_op(ctx, XPORT_OP_SEND, T_MS);
+    XT_CHECK(c.status == 0, "send %u: %s", i, xport_strerror(c.status));
+  }
+  XT_CHECK(xt_step_get(st.s2c[0], T_MS) == 'd', "the receiver did not get them all");
+  xt_step_put(st.c2s[1], 'q');
+  xport_conn_close(conn);
+  xport_ctx_destroy(ctx);
+  XT_CHECK(xt_reap(srv) == 0, "the receiver failed");
+  xt_steps_close(&st);
+}
+END_TEST
+
+/* ---- a sender killed mid-stream ---------------------------------------------- */
+
+static void endless_sender(const char *addr)
+{
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn;
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  send_stream(ctx, conn, UINT32_MAX / 2, 11); /* until killed */
+}
+
+static void victim_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  pid_t *sender = arg;
+  xport_conn_t *conn;
+  XT_OK(xport_accept(lst, T_MS, &conn));
+  recv_stream(ctx, conn, 3000, 11);
+  kill(*sender, SIGKILL);
+  /* What it had written whole comes, in order and intact; then the
+   * receives end with ECONNRESET, and the event. */
+  static char bufs[WINDOW][MAXMSG];
+  for (int i = 0; i < WINDOW; i++)
+    XT_OK(xport_recv(conn, bufs[i], MAXMSG, NULL, bufs[i]));
+  unsigned got = 3000, failed = 0, out = WINDOW;
+  for (;;) {
+    xport_completion_t c;
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "no end after the sender died");
+    if (c.op == XPORT_OP_DISCONNECT)
+      break;
+    XT_CHECK(c.op == XPORT_OP_RECV, "op %d", c.op);
+    if (c.status) {
+      XT_CHECK(c.status == -XPORT_ECONNRESET, "a receive ended with %s",
+               xport_strerror(c.status));
+      failed++;
+      continue;
+    }
+    XT_CHECK(!failed, "a message after a failed receive");
+    XT_CHECK(c.len == mixed_size(got) && xt_verify(c.user_ctx, c.len, 11 + got) == c.len,
+             "message %u after the kill: %zu bytes, not whole", got, c.len);
+    got++;
+    /* Once the loss is known, a post is refused (its event follows). */
+    int rc = xport_recv(conn, c.user_ctx, MAXMSG, NULL, c.user_ctx);
+    XT_CHECK(rc == 0 || rc == -XPORT_ENOTCONN, "a receive after the kill: %s",
+             xport_strerror(rc));
+    out -= rc != 0;
+  }
+  XT_CHECK(failed == out, "%u receives failed, %u were out", failed, out);
+  xport_conn_close(conn);
+}
+
+START_TEST(sender_killed_mid_stream)
+{
+  if (!on_xshm("sender_killed_mid_stream"))
+    return;
+  /* The sender first (a child of this process), then the receiver, which
+   * kills it: the sender learns the address through a pipe. */
+  int p[2];
+  XT_CHECK(pipe(p) == 0, "pipe");
+  static pid_t sender;
+  sender = xt_fork();
+  if (sender == 0) {
+    char addr[128] = "";
+    XT_CHECK(read(p[0], addr, sizeof addr) > 0, "the address");
+    endless_sender(addr);
+    _exit(0);
+  }
+  char addr[128];
+  pid_t srv = xt_spawn_server(victim_server, &sender, addr, sizeof addr);
+  XT_CHECK(write(p[1], addr, strlen(addr) + 1) > 0, "write");
+  XT_CHECK(xt_reap(srv) == 0, "the receiver failed");
+  int st = xt_reap(sender);
+  XT_CHECK(st == 128 + SIGKILL, "the sender ended with %d, not killed", st);
+  close(p[0]);
+  close(p[1]);
+}
+END_TEST
+
+/* ---- strangers on the listener's socket, and a hostile peer -------------------- */
+
+static int raw_connect(const char *addr)
+{
+  unsigned port = (unsigned)atoi(strrchr(addr, ':') + 1);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  int n = snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "xport-xshm.%u.%u",
+                   (unsigned)geteuid(), port);
+  int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  XT_CHECK(s >= 0 && !connect(s, (struct sockaddr *)&sa,
+                              (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)),
+           "raw connect: %s", strerror(errno));
+  return s;
+}
+
+static void send_fds(int s, const void *msg, size_t len, const int *fds, int nfds)
+{
+  union {
+    struct cmsghdr h;
+    char buf[CMSG_SPACE(2 * sizeof(int))];
+  } u;
+  struct iovec v = {(void *)msg, len};
+  struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1};
+  if (nfds) {
+    memset(&u, 0, sizeof u);
+    m.msg_control = u.buf;
+    m.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+    memcpy(CMSG_DATA(cm), fds, (size_t)nfds * sizeof(int));
+  }
+  sendmsg(s, &m, MSG_NOSIGNAL);
+}
+
+static int memfd_of(size_t len)
+{
+  int fd = memfd_create("stranger", MFD_CLOEXEC);
+  XT_CHECK(fd >= 0 && !ftruncate(fd, (off_t)len), "memfd");
+  return fd;
+}
+
+/* Accepts (strangers are refused inside its accepts) until it has an
+ * honest connection, then exchanges a message on it. */
+static void honest_only_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  (void)arg;
+  xport_conn_t *conn;
+  XT_OK(xport_accept(lst, T_MS, &conn));
+  char buf[8];
+  XT_OK(xport_recv(conn, buf, sizeof buf, NULL, NULL));
+  xport_completion_t c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS);
+  XT_CHECK(c.status == 0 && !strcmp(buf, "honest"), "the honest message: %s",
+           xport_strerror(c.status));
+  xport_conn_close(conn);
+}
+
+START_TEST(strangers_on_the_socket)
+{
+  if (!on_xshm("strangers_on_the_socket"))
+    return;
+  char addr[128];
+  pid_t srv = xt_spawn_server(honest_only_server, NULL, addr, sizeof addr);
+  struct xshm_hello h = {.magic = XSHM_MAGIC, .version = XSHM_VERSION, .kind = XSHM_H_HELLO,
+                         .pid = (uint32_t)getpid(), .seg_size = sizeof(struct xshm_seg)};
+  int socks[6];
+  /* Garbage; a hello without its descriptors; with descriptors of the
+   * wrong sizes; of another pid; one that never says anything. */
+  socks[0] = raw_connect(addr);
+  send_fds(socks[0], "garbage garbage garbage", 23, NULL, 0);
+  socks[1] = raw_connect(addr);
+  send_fds(socks[1], &h, sizeof h, NULL, 0);
+  int small[2] = {memfd_of(4096), memfd_of(4096)};
+  socks[2] = raw_connect(addr);
+  send_fds(socks[2], &h, sizeof h, small, 2);
+  struct xshm_hello other = h;
+  other.pid = 1;
+  int right[2] = {memfd_of(sizeof(struct xshm_seg)), memfd_of(XSHM_KEYS * sizeof(struct xshm_key))};
+  socks[3] = raw_connect(addr);
+  send_fds(socks[3], &other, sizeof other, right, 2);
+  socks[4] = raw_connect(addr);
+  socks[5] = raw_connect(addr);
+  send_fds(socks[5], &h, sizeof h - 1, right, 2); /* truncated */
+  /* Each is refused (its socket closed), and the honest client gets in. */
+  for (int i = 0; i < 6; i++) {
+    if (i == 4)
+      continue;
+    struct pollfd pf = {.fd = socks[i], .events = POLLIN};
+    char b[sizeof h];
+    XT_CHECK(poll(&pf, 1, T_MS) == 1, "stranger %d: no answer", i);
+    ssize_t n = recv(socks[i], b, sizeof b, 0);
+    XT_CHECK(n <= 0 || (n == (ssize_t)sizeof h && ((struct xshm_hello *)b)->kind == XSHM_H_REFUSE),
+             "stranger %d was welcomed", i);
+  }
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn;
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  XT_OK(xport_send(conn, "honest", 7, NULL, NULL));
+  XT_CHECK(xt_wait_op(ctx, XPORT_OP_SEND, T_MS).status == 0, "the honest send");
+  XT_CHECK(xt_reap(srv) == 0, "the listener failed");
+  for (int i = 0; i < 6; i++)
+    close(socks[i]);
+  for (int i = 0; i < 2; i++)
+    close(small[i]), close(right[i]);
+  xport_conn_close(conn);
+  xport_ctx_destroy(ctx);
+}
+END_TEST
+
+/* A peer that does the handshake itself, then writes garbage where the
+ * receiver reads: records of every bad kind, a tail past the ring, a
+ * control record of no type. The receiver ends that connection and goes
+ * on; under AddressSanitizer (make check-sanitizers) it touches nothing
+ * outside its buffers. */
+static void scribbled_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  (void)arg;
+  for (int round = 0; round < 4; round++) {
+    xport_conn_t *conn;
+    XT_OK(xport_accept(lst, T_MS, &conn));
+    static char bufs[4][MAXMSG];
+    for (int i = 0; i < 4; i++)
+      XT_OK(xport_recv(conn, bufs[i], MAXMSG, NULL, NULL));
+    int ended = 0;
+    while (!ended) {
+      xport_completion_t c;
+      XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "round %d: the scribbled connection never ended",
+               round);
+      ended = c.op == XPORT_OP_DISCONNECT;
+      XT_CHECK(ended || (c.op == XPORT_OP_RECV && c.status == -XPORT_ECONNRESET),
+               "round %d: op %d %s", round, c.op, xport_strerror(c.status));
+    }
+    xport_conn_close(conn);
+  }
+  honest_only_server(ctx, lst, NULL);
+}
+
+START_TEST(hostile_peer_scribbles_its_ring)
+{
+  if (!on_xshm("hostile_peer_scribbles_its_ring"))
+    return;
+  char addr[128];
+  pid_t srv = xt_spawn_server(scribbled_server, NULL, addr, sizeof addr);
+  for (int round = 0; round < 4; round++) {
+    int s = raw_connect(addr);
+    int fds[2] = {memfd_of(sizeof(struct xshm_seg)), memfd_of(XSHM_KEYS * sizeof(struct xshm_key))};
+    struct xshm_seg *seg = mmap(NULL, sizeof *seg, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+    XT_CHECK(seg != MAP_FAILED, "mmap");
+    seg->magic = XSHM_MAGIC;
+    seg->version = XSHM_VERSION;
+    struct xshm_hello h = {.magic = XSHM_MAGIC, .version = XSHM_VERSION, .kind = XSHM_H_HELLO,
+                           .pid = (uint32_t)getpid(), .seg_size = sizeof *seg};
+    send_fds(s, &h, sizeof h, fds, 2);
+    char w[sizeof h + 64];
+    XT_CHECK(recv(s, w, sizeof w, 0) == (ssize_t)sizeof h, "no welcome");
+    struct xshm_ring *r = &seg->ring[0];
+    struct xshm_rec rec = {0};
+    switch (round) {
+    case 0: /* a message longer than a ring record can be */
+      rec = (struct xshm_rec){.len = 1u << 30, .type = XSHM_R_MSG};
+      memcpy(r->data, &rec, sizeof rec);
+      __atomic_store_n(&r->tail, 64, __ATOMIC_RELEASE);
+      break;
+    case 1: /* a long message of too many pieces, then one from nowhere */
+      rec = (struct xshm_rec){.len = 100000, .type = XSHM_R_RNDV, .niov = 60000};
+      memcpy(r->data, &rec, sizeof rec);
+      __atomic_store_n(&r->tail, 64, __ATOMIC_RELEASE);
+      break;
+    case 2: /* a tail past the ring */
+      __atomic_store_n(&r->tail, (uint64_t)XSHM_RING * 3, __ATOMIC_RELEASE);
+      break;
+    default: /* random records, then a control record of no type */
+      for (size_t i = 0; i < 4096; i++)
+        r->data[i] = (uint8_t)(i * 2654435761u >> 13);
+      seg->ctl[0].slot[0].type = 77;
+      __atomic_store_n(&seg->ctl[0].tail, 1, __ATOMIC_RELEASE);
+      __atomic_store_n(&r->tail, 4096, __ATOMIC_RELEASE);
+      break;
+    }
+    /* Until the receiver has ended it. */
+    char b;
+    struct pollfd pf = {.fd = s, .events = POLLIN};
+    XT_CHECK(poll(&pf, 1, T_MS) == 1 && recv(s, &b, 1, 0) <= 0, "round %d: not ended", round);
+    munmap(seg, sizeof *seg);
+    close(fds[0]);
+    close(fds[1]);
+    close(s);
+  }
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn;
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  XT_OK(xport_send(conn, "honest", 7, NULL, NULL));
+  XT_CHECK(xt_wait_op(ctx, XPORT_OP_SEND, T_MS).status == 0, "the honest send");
+  XT_CHECK(xt_reap(srv) == 0, "the receiver failed");
+  xport_conn_close(conn);
+  xport_ctx_destroy(ctx);
+}
+END_TEST
+
+/* ---- a receiver asleep in xport_wait ----------------------------------------- */
+
+#define NAPS 20
+
+static void sleeper(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  (void)arg;
+  xport_conn_t *conn;
+  XT_OK(xport_accept(lst, T_MS, &conn));
+  char buf[16];
+  for (int i = 0; i < NAPS; i++) {
+    XT_OK(xport_recv(conn, buf, sizeof buf, NULL, NULL));
+    xport_completion_t c;
+    int n;
+    while ((n = xport_poll(ctx, &c, 1)) == 0)
+      XT_CHECK(xport_wait(ctx, T_MS) == 0, "message %d: the wait was never woken", i);
+    XT_CHECK(n == 1 && c.op == XPORT_OP_RECV && c.status == 0 && buf[0] == (char)i,
+             "message %d", i);
+  }
+  xport_conn_close(conn);
+}
+
+START_TEST(wait_woken_by_each_message)
+{
+  if (!on_xshm("wait_woken_by_each_message"))
+    return;
+  char addr[128];
+  pid_t srv = xt_spawn_server(sleeper, NULL, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn;
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  for (int i = 0; i < NAPS; i++) {
+    char b = (char)i;
+    usleep(20 * 1000); /* the receiver is asleep by now */
+    XT_OK(xport_send(conn, &b, 1, NULL, NULL));
+    XT_CHECK(xt_wait_op(ctx, XPORT_OP_SEND, T_MS).status == 0, "send %d", i);
+  }
+  XT_CHECK(xt_reap(srv) == 0, "the sleeper failed");
+  xport_conn_close(conn);
+  xport_ctx_destroy(ctx);
+}
+END_TEST
+
+static Suite *make_suite(void)
+{
+  Suite *s = suite_create("xshm");
+  TCase *t = tcase_create("Rings");
+  tcase_set_timeout(t, 600);
+  tcase_add_test(t, ring_wraps_every_byte);
+  tcase_add_test(t, many_senders_one_receiver);
+  tcase_add_test(t, full_ring_then_progress);
+  tcase_add_test(t, sender_killed_mid_stream);
+  tcase_add_test(t, wait_woken_by_each_message);
+  suite_add_tcase(s, t);
+  TCase *h = tcase_create("Hostile");
+  tcase_set_timeout(h, 600);
+  tcase_add_test(h, strangers_on_the_socket);
+  tcase_add_test(h, hostile_peer_scribbles_its_ring);
+  suite_add_tcase(s, h);
+  return s;
+}
+
+int main(void)
+{
+  return xt_main("check_xshm", make_suite, 1);
+}
