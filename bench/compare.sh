@@ -22,7 +22,8 @@
 # libfabric tcp (rxm over it), UCX_TLS=tcp UCX_NET_DEVICES=lo (without the
 # second variable UCX also opens a lane over the machine's other interface);
 # shm+tcp = xport's tcp context with shm beside it (XPORT_SHM=auto), whose
-# loopback connection runs over shm, against the other tools on shm.
+# loopback connection runs over shm, against the other tools on shm;
+# xshm = xport's own shared-memory transport, against the others on shm.
 # A tool that is missing (ucx-utils, libfabric-bin) is left out, and said so.
 #
 # Writes DIR/runs.csv (every run) and DIR/medians.csv, which bench/plot.sh
@@ -78,7 +79,7 @@ run_xport_on() {
 
 run_fi() { # prov size
   local ep=msg p; p=$(port)
-  case $1 in shm+*) set -- shm "$2" ;; esac
+  case $1 in shm+* | xshm) set -- shm "$2" ;; esac
   [ "$1" = tcp ] || ep=rdm
   fi_pingpong -p "$1" -e "$ep" -B "$p" -I "$(lat_iters "$2")" -S "$2" >/dev/null 2>&1 &
   local srv=$! line
@@ -91,7 +92,7 @@ run_fi() { # prov size
 
 ucx_env() {
   case $1 in
-    shm | shm+*) echo "UCX_TLS=posix,cma" ;;
+    shm | shm+* | xshm) echo "UCX_TLS=posix,cma" ;;
     *) echo "UCX_TLS=tcp UCX_NET_DEVICES=lo" ;;
   esac
 }

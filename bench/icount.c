@@ -231,8 +231,10 @@ static void end_open(struct end *e, size_t size)
   hints->caps = FI_TAGGED;
   hints->mode = FI_CONTEXT | FI_CONTEXT2;
   hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
-  hints->fabric_attr->prov_name = strdup(caps.provider);
-  if ((rc = fi_getinfo(FI_VERSION(1, 17), strcmp(caps.provider, "shm") ? "127.0.0.1" : NULL,
+  /* xport's own shared memory (xshm) is weighed against libfabric's. */
+  const char *prov = strcmp(caps.provider, "xshm") ? caps.provider : "shm";
+  hints->fabric_attr->prov_name = strdup(prov);
+  if ((rc = fi_getinfo(FI_VERSION(1, 17), strcmp(prov, "shm") ? "127.0.0.1" : NULL,
                        NULL, 0, hints, &e->fi)))
     die("fi_getinfo", rc);
   fi_freeinfo(hints);

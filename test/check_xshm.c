@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -390,7 +391,7 @@ static void send_fds(int s, const void *msg, size_t len, const int *fds, int nfd
 {
   union {
     struct cmsghdr h;
-    char buf[CMSG_SPACE(2 * sizeof(int))];
+    char buf[CMSG_SPACE(3 * sizeof(int))];
   } u;
   struct iovec v = {(void *)msg, len};
   struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1};
@@ -517,14 +518,15 @@ START_TEST(hostile_peer_scribbles_its_ring)
   pid_t srv = xt_spawn_server(scribbled_server, NULL, addr, sizeof addr);
   for (int round = 0; round < 4; round++) {
     int s = raw_connect(addr);
-    int fds[2] = {memfd_of(sizeof(struct xshm_seg)), memfd_of(XSHM_KEYS * sizeof(struct xshm_key))};
+    int fds[3] = {memfd_of(sizeof(struct xshm_seg)), memfd_of(XSHM_KEYS * sizeof(struct xshm_key)),
+                  eventfd(0, EFD_CLOEXEC)};
     struct xshm_seg *seg = mmap(NULL, sizeof *seg, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
     XT_CHECK(seg != MAP_FAILED, "mmap");
     seg->magic = XSHM_MAGIC;
     seg->version = XSHM_VERSION;
     struct xshm_hello h = {.magic = XSHM_MAGIC, .version = XSHM_VERSION, .kind = XSHM_H_HELLO,
                            .pid = (uint32_t)getpid(), .seg_size = sizeof *seg};
-    send_fds(s, &h, sizeof h, fds, 2);
+    send_fds(s, &h, sizeof h, fds, 3);
     char w[sizeof h + 64];
     XT_CHECK(recv(s, w, sizeof w, 0) == (ssize_t)sizeof h, "no welcome");
     struct xshm_ring *r = &seg->ring[0];
@@ -556,8 +558,8 @@ START_TEST(hostile_peer_scribbles_its_ring)
     struct pollfd pf = {.fd = s, .events = POLLIN};
     XT_CHECK(poll(&pf, 1, T_MS) == 1 && recv(s, &b, 1, 0) <= 0, "round %d: not ended", round);
     munmap(seg, sizeof *seg);
-    close(fds[0]);
-    close(fds[1]);
+    for (int i = 0; i < 3; i++)
+      close(fds[i]);
     close(s);
   }
   xport_ctx_t *ctx = xt_ctx();

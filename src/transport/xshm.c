@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -52,6 +53,8 @@ struct xshm_done {
 };
 
 struct xshm_lane {
+  int efd;   /* this context's doorbell: lane->cq_fd, in its epoll set */
+  int armed; /* its connections' rings are armed: the next read disarms */
   struct fid_fabric fabric;
   struct fid_domain domain;
   struct fid_cq cq;
@@ -93,10 +96,58 @@ static void done_push(struct xport__lane *lane, struct xport__req *req, size_t l
 
 static void rings_run(struct xport__lane *lane);
 
+/* Back from a sleep: the doorbell read empty, the rings disarmed. */
+static void disarm(struct xport__lane *lane)
+{
+  struct xshm_lane *x = xl(lane);
+  uint64_t n;
+  if (read(x->efd, &n, sizeof n) < 0) {
+    /* EAGAIN: nobody rang */
+  }
+  for (xport_conn_t *conn = lane->conns; conn; conn = conn->next)
+    if (xc(conn)->seg)
+      __atomic_store_n(&xc(conn)->seg->ring[!xc(conn)->side].armed, 0, __ATOMIC_RELAXED);
+  x->armed = 0;
+}
+
+/* fi_trywait: arms every connection's incoming ring, then looks once more
+ * for what would not ring (FI_SUCCESS: sleep on the doorbell). */
+static int fab_trywait(struct fid_fabric *fabric, struct fid **fids, int count)
+{
+  (void)fids, (void)count;
+  struct xport__lane *lane = fabric->fid.context;
+  struct xshm_lane *x = xl(lane);
+  if (x->qhead != x->qtail)
+    return -FI_EAGAIN;
+  x->armed = 1;
+  for (xport_conn_t *conn = lane->conns; conn; conn = conn->next)
+    if (xc(conn)->seg)
+      __atomic_store_n(&xc(conn)->seg->ring[!xc(conn)->side].armed, 1, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  for (xport_conn_t *conn = lane->conns; conn; conn = conn->next) {
+    struct xshm_conn *c = xc(conn);
+    if (!c->seg)
+      continue;
+    struct xshm_seg *g = c->seg;
+    if ((c->rx_head != c->rx_tail &&
+         __atomic_load_n(&g->ring[!c->side].tail, __ATOMIC_ACQUIRE) != c->in_head) ||
+        __atomic_load_n(&g->ctl[!c->side].tail, __ATOMIC_ACQUIRE) != c->ctl_head ||
+        (c->rndv_seen != c->rndv_posted &&
+         __atomic_load_n(&g->ring[c->side].rndv_done, __ATOMIC_ACQUIRE) != c->rndv_seen))
+      return -FI_EAGAIN;
+  }
+  return FI_SUCCESS;
+}
+
+static struct fi_ops_fabric fab_ops = {.size = sizeof(struct fi_ops_fabric),
+                                       .trywait = fab_trywait};
+
 static ssize_t cq_read(struct fid_cq *cq, void *buf, size_t count)
 {
   struct xport__lane *lane = cq->fid.context;
   struct xshm_lane *x = xl(lane);
+  if (XPORT__UNLIKELY(x->armed))
+    disarm(lane);
   if (x->qhead == x->qtail)
     rings_run(lane);
   struct fi_cq_data_entry *out = buf;
@@ -281,6 +332,21 @@ static int key_ok(const xport_conn_t *conn, uint64_t key, uint64_t addr, size_t 
 
 /* ---- the rings -------------------------------------------------------------- */
 
+/* After something is published for conn's peer: its doorbell, where it
+ * sleeps. The fence orders our publication before our look at its flag,
+ * as its arming is ordered before its look at our tail (trywait). */
+static inline void ring_bell(const xport_conn_t *conn)
+{
+  const struct xshm_conn *c = xc(conn);
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  if (XPORT__UNLIKELY(__atomic_load_n(&c->seg->ring[c->side].armed, __ATOMIC_RELAXED))) {
+    uint64_t one = 1;
+    if (write(c->peer_efd, &one, sizeof one) < 0) {
+      /* Full (it has been rung 2^64 times unread) or gone: nothing to add. */
+    }
+  }
+}
+
 static size_t rec_size(size_t payload)
 {
   return sizeof(struct xshm_rec) + ((payload + 15) & ~(size_t)15);
@@ -315,6 +381,7 @@ static void ring_publish(xport_conn_t *conn, uint64_t tail, size_t payload)
   struct xshm_conn *c = xc(conn);
   c->out_tail = tail + rec_size(payload);
   __atomic_store_n(&c->seg->ring[c->side].tail, c->out_tail, __ATOMIC_RELEASE);
+  ring_bell(conn);
 }
 
 /* Copies iov (total bytes) into a MSG record: 0, or -FI_EAGAIN. */
@@ -436,6 +503,7 @@ static int take_one(struct xport__lane *lane, xport_conn_t *conn)
       c->doomed = err == FI_ECONNRESET;
     }
     __atomic_store_n(&r->rndv_done, r->rndv_done + 1, __ATOMIC_RELEASE);
+    ring_bell(conn); /* its sender may sleep until its send completes */
   } else { /* WIMM: the write landed before the record was published */
     flags |= FI_REMOTE_WRITE;
   }
@@ -459,6 +527,7 @@ static int ctl_put(xport_conn_t *conn, const struct xshm_ctl *m)
     return -FI_EAGAIN;
   r->slot[c->ctl_tail % XSHM_CSLOTS] = *m;
   __atomic_store_n(&r->tail, ++c->ctl_tail, __ATOMIC_RELEASE);
+  ring_bell(conn);
   return 0;
 }
 
@@ -740,7 +809,8 @@ static void conn_release(xport_conn_t *conn, int status)
     xport__req_complete(conn->ctx, conn->out, status);
   xport__held_flush(conn, status);
   close(c->sock);
-  c->sock = -1;
+  close(c->peer_efd);
+  c->sock = c->peer_efd = -1;
   munmap(c->seg, sizeof *c->seg);
   munmap((void *)c->peer_keys, XSHM_KEYS * sizeof *c->peer_keys);
   c->seg = NULL;
@@ -769,13 +839,15 @@ static void xshm_drop(xport_conn_t *conn)
 }
 
 /* A connection made (either side): linked, its rings and the peer's key
- * table mapped. Takes seg and keys. */
+ * table mapped. Takes seg, keys and peer_efd. */
 static int conn_make(struct xport__lane *lane, int sock, int side, pid_t pid, uint64_t ctx_id,
-                     struct xshm_seg *seg, const struct xshm_key *keys, xport_conn_t **conn_p)
+                     struct xshm_seg *seg, const struct xshm_key *keys, int peer_efd,
+                     xport_conn_t **conn_p)
 {
   xport_conn_t *conn = xport__conn_new(lane);
   if (!conn)
     return -XPORT_ENOMEM;
+  xc(conn)->peer_efd = peer_efd;
   struct xshm_conn *c = xc(conn);
   c->sock = sock;
   c->side = side;
@@ -838,7 +910,7 @@ static int send_hello(int sock, const struct xshm_hello *h, const int *fds, int 
 {
   union {
     struct cmsghdr h;
-    char buf[CMSG_SPACE(2 * sizeof(int))];
+    char buf[CMSG_SPACE(3 * sizeof(int))];
   } u;
   struct iovec v = {(void *)h, sizeof *h};
   struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1};
@@ -871,7 +943,7 @@ static int recv_hello(int sock, long deadline, unsigned kind, struct xshm_hello 
   }
   union {
     struct cmsghdr h;
-    char buf[CMSG_SPACE(2 * sizeof(int))];
+    char buf[CMSG_SPACE(3 * sizeof(int))];
   } u;
   struct iovec v = {h, sizeof *h};
   struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1, .msg_control = u.buf,
@@ -949,7 +1021,7 @@ static int xshm_connect(struct xport__lane *lane, const char *host, const char *
   if (sock < 0)
     return -XPORT_ENOMEM;
   ret = -XPORT_ECONNREFUSED;
-  int segfd = -1, keyfd = -1;
+  int segfd = -1, keyfd = -1, efd = -1;
   struct xshm_seg *seg = NULL;
   pid_t pid;
   if (connect(sock, (struct sockaddr *)&sa, sl))
@@ -972,18 +1044,21 @@ static int xshm_connect(struct xport__lane *lane, const char *host, const char *
     h.flags = XSHM_HF_AUTH;
     xport__auth_nonce(h.nonce);
   }
-  int fds[2] = {segfd, xl(lane)->keys_fd};
-  if ((ret = send_hello(sock, &h, fds, 2)))
+  int fds[3] = {segfd, xl(lane)->keys_fd, xl(lane)->efd};
+  if ((ret = send_hello(sock, &h, fds, 3)))
     goto fail;
   close(segfd);
   segfd = -1;
   struct xshm_hello w;
-  if ((ret = recv_hello(sock, deadline, XSHM_H_WELCOME, &w, &keyfd, 1))) {
+  int got[2];
+  if ((ret = recv_hello(sock, deadline, XSHM_H_WELCOME, &w, got, 2))) {
     /* A listener closed with this request still waiting refused it. */
     if (ret == -XPORT_ECONNRESET)
       ret = -XPORT_ECONNREFUSED;
     goto fail;
   }
+  keyfd = got[0];
+  efd = got[1];
   const struct xshm_key *keys = map_fd(keyfd, XSHM_KEYS * sizeof *keys, PROT_READ);
   close(keyfd);
   ret = -XPORT_EPROTO;
@@ -1007,12 +1082,13 @@ static int xshm_connect(struct xport__lane *lane, const char *host, const char *
         (ret = recv_hello(sock, deadline, XSHM_H_READY, &rd, NULL, 0)))
       goto fail_keys;
   }
-  ret = conn_make(lane, sock, 0, pid, w.ctx_id, seg, keys, conn_p);
+  ret = conn_make(lane, sock, 0, pid, w.ctx_id, seg, keys, efd, conn_p);
   if (!ret)
     return 0;
 fail_keys:
   if (keys)
     munmap((void *)keys, XSHM_KEYS * sizeof *keys);
+  close(efd);
 fail:
   if (seg)
     munmap(seg, sizeof *seg);
@@ -1028,13 +1104,13 @@ static int admit(xport_listener_t *lst, int sock, long deadline, xport_conn_t **
 {
   struct xport__lane *lane = lst->lane;
   struct xshm_hello h, w = {.magic = XSHM_MAGIC, .version = XSHM_VERSION};
-  int fds[2], ret;
+  int fds[3], ret;
   pid_t pid = peer_of(sock);
   /* A peer that sends nothing holds up this accept a second at most. */
   long by = xport__now_ms() + 1000;
   if (deadline >= 0 && deadline > xport__now_ms() && deadline < by)
     by = deadline;
-  if (!pid || (ret = recv_hello(sock, by, XSHM_H_HELLO, &h, fds, 2)))
+  if (!pid || (ret = recv_hello(sock, by, XSHM_H_HELLO, &h, fds, 3)))
     return -XPORT_ECONNREFUSED;
   struct xshm_seg *seg = NULL;
   const struct xshm_key *keys = NULL;
@@ -1065,7 +1141,8 @@ static int admit(xport_listener_t *lst, int sock, long deadline, xport_conn_t **
     xport__auth_nonce(w.nonce);
     proof(lane, 1, &h, &w, w.mac);
   }
-  if (send_hello(sock, &w, &xl(lane)->keys_fd, 1))
+  int mine[2] = {xl(lane)->keys_fd, xl(lane)->efd};
+  if (send_hello(sock, &w, mine, 2))
     goto out;
   if (keyed) {
     struct xshm_hello pr;
@@ -1083,7 +1160,12 @@ static int admit(xport_listener_t *lst, int sock, long deadline, xport_conn_t **
   }
   close(fds[0]);
   close(fds[1]);
-  return conn_make(lane, sock, 1, pid, h.ctx_id, seg, keys, conn_p);
+  if (!(ret = conn_make(lane, sock, 1, pid, h.ctx_id, seg, keys, fds[2], conn_p)))
+    return 0;
+  munmap(seg, sizeof *seg);
+  munmap((void *)keys, XSHM_KEYS * sizeof *keys);
+  close(fds[2]);
+  return ret;
 refuse:
   w.status = XPORT_ECONNREFUSED;
 refuse_as:
@@ -1096,6 +1178,7 @@ out:
     munmap((void *)keys, XSHM_KEYS * sizeof *keys);
   close(fds[0]);
   close(fds[1]);
+  close(fds[2]);
   return ret;
 }
 
@@ -1227,7 +1310,16 @@ static int xshm_open(struct xport__lane *lane)
     close(x->keys_fd);
     return -XPORT_ENOMEM;
   }
+  x->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (x->efd < 0) {
+    free(x->q);
+    munmap(x->keys, klen);
+    close(x->keys_fd);
+    return -XPORT_ENOMEM;
+  }
+  lane->cq_fd = x->efd;
   x->fabric.fid = (struct fid){.fclass = FI_CLASS_FABRIC, .context = lane, .ops = &obj_ops};
+  x->fabric.ops = &fab_ops;
   x->domain.fid = (struct fid){.fclass = FI_CLASS_DOMAIN, .context = lane, .ops = &obj_ops};
   x->domain.mr = &mr_ops;
   x->cq.fid = (struct fid){.fclass = FI_CLASS_CQ, .context = lane, .ops = &obj_ops};
@@ -1243,6 +1335,7 @@ static void xshm_fini(struct xport__lane *lane)
   struct xshm_lane *x = xl(lane);
   munmap(x->keys, XSHM_KEYS * sizeof *x->keys);
   close(x->keys_fd);
+  close(x->efd);
   x->keys = NULL;
   free(x->q);
   x->q = NULL;

@@ -39,6 +39,9 @@ struct xshm_ring {
   _Alignas(64) uint64_t tail;
   _Alignas(64) uint64_t head;
   uint64_t rndv_done;
+  /* The consumer sleeps (xport_wait): whoever publishes something for it
+   * here (a record, a control record, rndv_done) writes its eventfd. */
+  uint32_t armed;
   _Alignas(64) uint8_t data[XSHM_RING];
 };
 
@@ -123,6 +126,7 @@ struct xshm_conn {
   uint64_t ctl_tail, ctl_head; /* our copies, as out_tail and in_head */
   unsigned natom;              /* atomics out (at most XSHM_ATOM) */
   uint32_t atom_seq;
+  int peer_efd; /* the peer's doorbell (an eventfd it handed over) */
   /* Ended by a refused one-sided operation (its initiator's check, or the
    * target gone): lost at the next run of the rings, once the operation
    * that found it has been posted. */
