@@ -121,6 +121,19 @@ START_TEST(ring_wraps_every_byte)
 }
 END_TEST
 
+/* Where cross-memory attach is denied (Yama, containers; here turned
+ * off), long messages travel through the ring in pieces: the same
+ * stream, every byte. */
+START_TEST(pieces_without_cross_memory_attach)
+{
+  if (!on_xshm("pieces_without_cross_memory_attach"))
+    return;
+  setenv("XPORT_XSHM_CMA", "0", 1);
+  xt_pair(stream_server, stream_client, NULL);
+  unsetenv("XPORT_XSHM_CMA");
+}
+END_TEST
+
 /* ---- many senders into one receiver ----------------------------------------- */
 
 #define SENDERS 6
@@ -622,6 +635,7 @@ static Suite *make_suite(void)
   TCase *t = tcase_create("Rings");
   tcase_set_timeout(t, 600);
   tcase_add_test(t, ring_wraps_every_byte);
+  tcase_add_test(t, pieces_without_cross_memory_attach);
   tcase_add_test(t, many_senders_one_receiver);
   tcase_add_test(t, full_ring_then_progress);
   tcase_add_test(t, sender_killed_mid_stream);

@@ -95,6 +95,7 @@ static void done_push(struct xport__lane *lane, struct xport__req *req, size_t l
 }
 
 static void rings_run(struct xport__lane *lane);
+static int frag_pump(xport_conn_t *conn);
 
 /* Back from a sleep: the doorbell read empty, the rings disarmed. */
 static void disarm(struct xport__lane *lane)
@@ -129,6 +130,10 @@ static int fab_trywait(struct fid_fabric *fabric, struct fid **fids, int count)
     if (!c->seg)
       continue;
     struct xshm_seg *g = c->seg;
+    /* A long message in pieces is pumped by polls: the receiver's room
+     * rings nothing. */
+    if (c->fout.req)
+      return -FI_EAGAIN;
     if ((c->rx_head != c->rx_tail &&
          __atomic_load_n(&g->ring[!c->side].tail, __ATOMIC_ACQUIRE) != c->in_head) ||
         __atomic_load_n(&g->ctl[!c->side].tail, __ATOMIC_ACQUIRE) != c->ctl_head ||
@@ -451,11 +456,13 @@ static int take_one(struct xport__lane *lane, xport_conn_t *conn)
   if (c->rx_head == c->rx_tail)
     return 0; /* it waits for a receive */
   struct xshm_rx *rx = &c->rx[c->rx_head % XSHM_RXQ];
-  size_t payload = h.type == XSHM_R_MSG    ? h.len
-                   : h.type == XSHM_R_RNDV ? (size_t)h.niov * 16
-                                           : 0;
-  if ((h.type != XSHM_R_MSG && h.type != XSHM_R_RNDV && h.type != XSHM_R_WIMM) ||
-      (h.type == XSHM_R_MSG && h.len > XSHM_EAGER) ||
+  size_t payload = h.type == XSHM_R_MSG || h.type == XSHM_R_FRAG ? h.len
+                   : h.type == XSHM_R_RNDV                      ? (size_t)h.niov * 16
+                                                                : 0;
+  if ((h.type != XSHM_R_MSG && h.type != XSHM_R_RNDV && h.type != XSHM_R_WIMM &&
+       h.type != XSHM_R_FRAG) ||
+      (c->fin && h.type != XSHM_R_FRAG) || /* a message inside another's pieces */
+      ((h.type == XSHM_R_MSG || h.type == XSHM_R_FRAG) && h.len > XSHM_EAGER) ||
       (h.type == XSHM_R_RNDV && (h.niov == 0 || h.niov > XSHM_IOV)) ||
       rec_size(payload) > avail || off + rec_size(payload) > XSHM_RING)
     return -1;
@@ -466,6 +473,38 @@ static int take_one(struct xport__lane *lane, xport_conn_t *conn)
   if (h.flags & XSHM_F_IMM) {
     flags |= FI_REMOTE_CQ_DATA;
     data = h.imm;
+  }
+  if (h.type == XSHM_R_FRAG) {
+    /* A piece at fin_off of the receive's buffer, what of it fits. */
+    size_t at = 0, skip = c->fin_off, left = h.len;
+    for (size_t i = 0; i < rx->cnt && left && skip < rx->len; i++) {
+      size_t l = rx->iov[i].iov_len;
+      if (skip >= l) {
+        skip -= l;
+        continue;
+      }
+      size_t take = l - skip < left ? l - skip : left;
+      memcpy((char *)rx->iov[i].iov_base + skip, p + at, take);
+      at += take;
+      left -= take;
+      skip = 0;
+    }
+    if (__builtin_add_overflow(c->fin_off, (size_t)h.len, &c->fin_off))
+      return -1;
+    c->in_head = head + rec_size(payload);
+    __atomic_store_n(&r->head, c->in_head, __ATOMIC_RELEASE);
+    if (!(h.flags & XSHM_F_LAST)) {
+      c->fin = 1;
+      return 1; /* the receive waits for the rest */
+    }
+    len = c->fin_off;
+    c->fin = 0;
+    c->fin_off = 0;
+    c->rx_head++;
+    if (len > rx->len)
+      err = FI_ETRUNC;
+    done_push(lane, rx->req, err ? rx->len : len, flags, data, err);
+    return 1;
   }
   if (h.type == XSHM_R_MSG) {
     len = h.len;
@@ -593,6 +632,8 @@ static void rings_run(struct xport__lane *lane)
       xshm_lost(conn, -XPORT_ECONNRESET);
       continue;
     }
+    if (XPORT__UNLIKELY(c->fout.req != NULL))
+      frag_pump(conn);
     if (c->rndv_seen != c->rndv_posted) {
       uint64_t done = __atomic_load_n(&c->seg->ring[c->side].rndv_done, __ATOMIC_ACQUIRE);
       if (done - c->rndv_seen > c->rndv_posted - c->rndv_seen) {
@@ -617,6 +658,49 @@ static void rings_run(struct xport__lane *lane)
 
 /* ---- the data path ------------------------------------------------------------ */
 
+/* Writes what fits of the long message going out in pieces: 1 once its
+ * last piece is out (its send then completes), 0 while some wait for
+ * room. */
+static int frag_pump(xport_conn_t *conn)
+{
+  struct xshm_conn *c = xc(conn);
+  while (c->fout.off < c->fout.total) {
+    size_t piece = c->fout.total - c->fout.off;
+    if (piece > XSHM_EAGER)
+      piece = XSHM_EAGER;
+    uint64_t tail;
+    ssize_t off = ring_reserve(conn, piece, &tail);
+    if (off < 0)
+      return 0;
+    uint8_t *p = c->seg->ring[c->side].data + off;
+    int last = c->fout.off + piece == c->fout.total;
+    struct xshm_rec h = {.len = (uint32_t)piece, .type = XSHM_R_FRAG,
+                         .imm = last ? c->fout.imm : 0,
+                         .flags = (last ? XSHM_F_LAST : 0) |
+                                  (last && c->fout.with_imm ? XSHM_F_IMM : 0)};
+    /* The piece [off, off + piece) of the message, from its elements. */
+    size_t at = 0, skip = c->fout.off, left = piece;
+    for (size_t i = 0; i < c->fout.cnt && left; i++) {
+      size_t l = c->fout.iov[i].iov_len;
+      if (skip >= l) {
+        skip -= l;
+        continue;
+      }
+      size_t take = l - skip < left ? l - skip : left;
+      memcpy(p + sizeof h + at, (char *)c->fout.iov[i].iov_base + skip, take);
+      at += take;
+      left -= take;
+      skip = 0;
+    }
+    memcpy(p, &h, sizeof h);
+    c->fout.off += piece;
+    ring_publish(conn, tail, piece);
+  }
+  done_push(conn->lane, c->fout.req, c->fout.total, FI_SEND | FI_MSG, 0, 0);
+  c->fout.req = NULL;
+  return 1;
+}
+
 static ssize_t xshm_send(xport_conn_t *conn, struct xport__req *req, struct iovec *iov,
                          void **desc, size_t cnt, uint64_t flags, uint64_t data)
 {
@@ -624,6 +708,8 @@ static ssize_t xshm_send(xport_conn_t *conn, struct xport__req *req, struct iove
   struct xshm_conn *c = xc(conn);
   if (XPORT__UNLIKELY(c->doomed))
     return -FI_ECONNRESET;
+  if (XPORT__UNLIKELY(c->fout.req != NULL))
+    return -FI_EAGAIN; /* behind a long message still going out in pieces */
   size_t total = iov_sum(iov, cnt);
   int imm = !!(flags & FI_REMOTE_CQ_DATA);
   if (total <= XSHM_EAGER) {
@@ -634,6 +720,18 @@ static ssize_t xshm_send(xport_conn_t *conn, struct xport__req *req, struct iove
   }
   if (total > UINT32_MAX)
     return -FI_EMSGSIZE;
+  if (!__atomic_load_n(&c->seg->can_read[!c->side], __ATOMIC_ACQUIRE)) {
+    /* The peer may not read this process: in pieces, through the ring. */
+    c->fout.req = req;
+    memcpy(c->fout.iov, iov, cnt * sizeof *iov);
+    c->fout.cnt = cnt;
+    c->fout.total = total;
+    c->fout.off = 0;
+    c->fout.imm = (uint32_t)data;
+    c->fout.with_imm = imm;
+    frag_pump(conn);
+    return 0;
+  }
   if (c->rndv_posted - c->rndv_seen >= XSHM_RNDV)
     return -FI_EAGAIN;
   uint64_t tail;
@@ -660,6 +758,8 @@ static ssize_t xshm_inject(xport_conn_t *conn, const void *buf, size_t len, int 
   struct iovec v = {(void *)buf, len};
   if (XPORT__UNLIKELY(xc(conn)->doomed))
     return -FI_ECONNRESET;
+  if (XPORT__UNLIKELY(xc(conn)->fout.req != NULL))
+    return -FI_EAGAIN;
   return put_msg(conn, &v, 1, len, with_imm, imm);
 }
 
@@ -698,7 +798,9 @@ static ssize_t rma(xport_conn_t *conn, struct xport__req *req, struct iovec *iov
   struct xshm_conn *c = xc(conn);
   size_t total = iov_sum(iov, cnt);
   int err = 0;
-  if (!key_ok(conn, key, addr, total, write ? FI_REMOTE_WRITE : FI_REMOTE_READ)) {
+  if (XPORT__UNLIKELY(!c->cma)) {
+    err = FI_EIO; /* this process may not touch the peer's memory */
+  } else if (!key_ok(conn, key, addr, total, write ? FI_REMOTE_WRITE : FI_REMOTE_READ)) {
     /* As a device refuses a key: the operation fails, the connection
      * ends (both sides), and nothing sent after it is delivered. */
     err = FI_EACCES;
@@ -792,6 +894,20 @@ static const struct xport__data_ops xshm_data = {
 
 /* ---- connections ---------------------------------------------------------------- */
 
+/* What a peer's probe reads here (cross-memory attach). */
+static const char canary[16] = "xport xshm cma";
+
+/* Whether this process may read pid's memory: its canary, read. */
+static int cma_probe(pid_t pid, uint64_t addr)
+{
+  if (!xport__env_bool(XPORT__ENV_XSHM_CMA, 1))
+    return 0;
+  char got[sizeof canary];
+  struct iovec l = {got, sizeof got}, r = {(void *)(uintptr_t)addr, sizeof got};
+  return process_vm_readv(pid, &l, 1, &r, 1, 0) == (ssize_t)sizeof got &&
+         !memcmp(got, canary, sizeof got);
+}
+
 /* Ends conn's use of the rings: what the core has yet to read of it goes
  * first, then every operation still out ends with status. */
 static void conn_release(xport_conn_t *conn, int status)
@@ -805,6 +921,9 @@ static void conn_release(xport_conn_t *conn, int status)
   c->rx_head = c->rx_tail = 0;
   c->rndv_seen = c->rndv_posted = 0;
   c->natom = 0;
+  c->fout.req = NULL;
+  c->fin = 0;
+  c->fin_off = 0;
   while (conn->out)
     xport__req_complete(conn->ctx, conn->out, status);
   xport__held_flush(conn, status);
@@ -842,12 +961,14 @@ static void xshm_drop(xport_conn_t *conn)
  * table mapped. Takes seg, keys and peer_efd. */
 static int conn_make(struct xport__lane *lane, int sock, int side, pid_t pid, uint64_t ctx_id,
                      struct xshm_seg *seg, const struct xshm_key *keys, int peer_efd,
-                     xport_conn_t **conn_p)
+                     uint64_t peer_canary, xport_conn_t **conn_p)
 {
   xport_conn_t *conn = xport__conn_new(lane);
   if (!conn)
     return -XPORT_ENOMEM;
   xc(conn)->peer_efd = peer_efd;
+  xc(conn)->cma = cma_probe(pid, peer_canary);
+  __atomic_store_n(&seg->can_read[side], (uint32_t)xc(conn)->cma, __ATOMIC_RELEASE);
   struct xshm_conn *c = xc(conn);
   c->sock = sock;
   c->side = side;
@@ -1039,7 +1160,7 @@ static int xshm_connect(struct xport__lane *lane, const char *host, const char *
   seg->version = XSHM_VERSION;
   struct xshm_hello h = {.magic = XSHM_MAGIC, .version = XSHM_VERSION, .kind = XSHM_H_HELLO,
                          .ctx_id = lane->ctx->id, .pid = (uint32_t)getpid(),
-                         .seg_size = sizeof *seg};
+                         .seg_size = sizeof *seg, .canary = (uintptr_t)canary};
   if (lane->ctx->auth_on) {
     h.flags = XSHM_HF_AUTH;
     xport__auth_nonce(h.nonce);
@@ -1082,7 +1203,7 @@ static int xshm_connect(struct xport__lane *lane, const char *host, const char *
         (ret = recv_hello(sock, deadline, XSHM_H_READY, &rd, NULL, 0)))
       goto fail_keys;
   }
-  ret = conn_make(lane, sock, 0, pid, w.ctx_id, seg, keys, efd, conn_p);
+  ret = conn_make(lane, sock, 0, pid, w.ctx_id, seg, keys, efd, w.canary, conn_p);
   if (!ret)
     return 0;
 fail_keys:
@@ -1136,6 +1257,7 @@ static int admit(xport_listener_t *lst, int sock, long deadline, xport_conn_t **
   w.kind = XSHM_H_WELCOME;
   w.ctx_id = lane->ctx->id;
   w.pid = (uint32_t)getpid();
+  w.canary = (uintptr_t)canary;
   if (keyed) {
     w.flags = XSHM_HF_AUTH;
     xport__auth_nonce(w.nonce);
@@ -1160,7 +1282,7 @@ static int admit(xport_listener_t *lst, int sock, long deadline, xport_conn_t **
   }
   close(fds[0]);
   close(fds[1]);
-  if (!(ret = conn_make(lane, sock, 1, pid, h.ctx_id, seg, keys, fds[2], conn_p)))
+  if (!(ret = conn_make(lane, sock, 1, pid, h.ctx_id, seg, keys, fds[2], h.canary, conn_p)))
     return 0;
   munmap(seg, sizeof *seg);
   munmap((void *)keys, XSHM_KEYS * sizeof *keys);

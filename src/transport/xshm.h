@@ -29,8 +29,9 @@ struct xshm_rec {
   uint32_t imm;  /* with XSHM_F_IMM */
   uint32_t flags;
 };
-enum { XSHM_R_MSG = 1, XSHM_R_RNDV, XSHM_R_WIMM, XSHM_R_WRAP };
+enum { XSHM_R_MSG = 1, XSHM_R_RNDV, XSHM_R_WIMM, XSHM_R_WRAP, XSHM_R_FRAG };
 #define XSHM_F_IMM 1u
+#define XSHM_F_LAST 2u /* FRAG: the message's last piece */
 
 /* One direction: the producer owns tail, the consumer head and
  * rndv_done (the long messages it has copied out of the sender), each
@@ -71,6 +72,10 @@ struct xshm_cring {
 struct xshm_seg {
   uint32_t magic, version;
   uint32_t closed[2];
+  /* Side s can read the other's memory (cross-memory attach, probed at
+   * the handshake): only then does the other send long messages where
+   * they lie (RNDV); else in pieces through the ring (FRAG). */
+  uint32_t can_read[2];
   _Alignas(64) struct xshm_ring ring[2];
   struct xshm_cring ctl[2];
 };
@@ -94,6 +99,7 @@ struct xshm_hello {
   uint32_t pid;    /* the sender's pid as it sees itself */
   uint32_t status; /* XSHM_H_REFUSE: why, an xport code */
   uint64_t seg_size;
+  uint64_t canary; /* an address of the sender's where the peer's probe reads */
   /* Under a context key (XSHM_HF_AUTH): the sender's nonce (HELLO,
    * WELCOME) and its proof (WELCOME, PROOF), which the other end checks
    * before it goes on; READY ends a keyed handshake. */
@@ -127,6 +133,19 @@ struct xshm_conn {
   unsigned natom;              /* atomics out (at most XSHM_ATOM) */
   uint32_t atom_seq;
   int peer_efd; /* the peer's doorbell (an eventfd it handed over) */
+  int cma;      /* this side may read and write the peer's memory */
+  /* A long message in pieces (no cross-memory attach), going out: the
+   * sends behind it wait (EAGAIN, held by the core) until it is. */
+  struct {
+    struct xport__req *req;
+    struct iovec iov[XSHM_IOV];
+    size_t cnt, total, off;
+    uint32_t imm;
+    int with_imm;
+  } fout;
+  /* ... and coming in: into the oldest receive, at in_off. */
+  int fin;
+  size_t fin_off;
   /* Ended by a refused one-sided operation (its initiator's check, or the
    * target gone): lost at the next run of the rings, once the operation
    * that found it has been posted. */

@@ -34,6 +34,12 @@ static const xport_env_var_t env_table[XPORT__ENV_COUNT] = {
     "this size are copied through pre-registered buffers; larger ones "
     "are registered for the duration of the operation. 0 copies nothing; "
     "values above 1M are taken as 1M."},
+  [XPORT__ENV_XSHM_CMA] = {"XPORT_XSHM_CMA", "bool", "1",
+    "xshm (XPORT_PROVIDER=xshm): copy messages longer than 8 KiB straight from "
+    "the sender's memory by cross-memory attach (process_vm_readv), where the "
+    "kernel lets the peers do it (same user; Yama ptrace_scope 0). 0, or a peer "
+    "that may not: they travel through the ring in pieces, one copy more, and "
+    "one-sided operations fail with XPORT_EIO."},
   [XPORT__ENV_PEER_TIMEOUT] = {"XPORT_PEER_TIMEOUT", "size", "500",
     "On providers that never report a dead peer (shm, tcp;ofi_rxm), the "
     "time in milliseconds within which xport notices it: a peer process "
