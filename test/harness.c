@@ -51,28 +51,32 @@ struct xt_cfg {
    * process's by a veth pair (both made here), so that the fabric carries
    * their connections though shm is beside it. */
   int two_nodes;
+  /* With shm_auto: xport's own shared memory beside the fabric
+   * (XPORT_SHM=xshm) instead of libfabric's shm. */
+  int xshm;
 };
 
 /* Every configuration xport targets; absent ones are skipped with why. */
 static const struct xt_cfg cfgs[] = {
-  {"tcp", "tcp", 0, 0, 0},
-  {"tcp-strict", "tcp", 1, 0, 0},
-  {"tcp;ofi_rxm", "tcp;ofi_rxm", 0, 0, 0},
-  {"shm", "shm", 0, 0, 0},
-  {"xshm", "xshm", 0, 0, 0},
-  {"verbs", "verbs", 0, 0, 0},
-  {"verbs;ofi_rxm", "verbs;ofi_rxm", 0, 0, 0},
-  {"shm+tcp", "tcp", 0, 1, 0},
-  {"shm+tcp;ofi_rxm", "tcp;ofi_rxm", 0, 1, 0},
-  {"shm+verbs", "verbs", 0, 1, 0},
-  {"shm+tcp@2nodes", "tcp", 0, 1, 1},
+  {"tcp", "tcp", 0, 0, 0, 0},
+  {"tcp-strict", "tcp", 1, 0, 0, 0},
+  {"tcp;ofi_rxm", "tcp;ofi_rxm", 0, 0, 0, 0},
+  {"shm", "shm", 0, 0, 0, 0},
+  {"xshm", "xshm", 0, 0, 0, 0},
+  {"verbs", "verbs", 0, 0, 0, 0},
+  {"verbs;ofi_rxm", "verbs;ofi_rxm", 0, 0, 0, 0},
+  {"shm+tcp", "tcp", 0, 1, 0, 0},
+  {"shm+tcp;ofi_rxm", "tcp;ofi_rxm", 0, 1, 0, 0},
+  {"shm+verbs", "verbs", 0, 1, 0, 0},
+  {"shm+tcp@2nodes", "tcp", 0, 1, 1, 0},
+  {"xshm+tcp", "tcp", 0, 1, 0, 1},
 };
 
 static const struct xt_cfg *current;
 
 const char *xt_transport(void)
 {
-  return current && current->shm_auto && !current->two_nodes ? "shm"
+  return current && current->shm_auto && !current->two_nodes ? (current->xshm ? "xshm" : "shm")
          : current                                           ? current->provider
                                                              : "";
 }
@@ -204,9 +208,9 @@ static int available(const struct xt_cfg *c, char *why, size_t len)
     if (rc == 0 && c->shm_auto) {
       /* Both transports must be there, and the test's connections take
        * the shm one: its capabilities are what they see. */
-      xport_ctx_attr_t sa = {.provider = "shm", .strict = a.strict};
+      xport_ctx_attr_t sa = {.provider = c->xshm ? "xshm" : "shm", .strict = a.strict};
       const xport_candidate_t *cands;
-      int nc = xport_ctx_candidates(ctx, &cands), beside = 0;
+      int nc = xport_ctx_candidates(ctx, &cands), beside = c->xshm; /* no candidate of its own */
       for (int k = 0; k < nc; k++)
         beside += !strcmp(cands[k].provider, "shm") && cands[k].verdict == XPORT_VERDICT_CHOSEN;
       if (xport_ctx_create(&sa, &sctx) == 0 && beside)
@@ -295,7 +299,7 @@ int xt_main(const char *prog, Suite *(*make)(void), int network)
       printf("SKIP: %s on %s: not in XPORT_TEST_CONFIGS\n", prog, c->label);
       continue;
     }
-    setenv("XPORT_SHM", c->shm_auto ? "auto" : "off", 1);
+    setenv("XPORT_SHM", c->xshm ? "xshm" : c->shm_auto ? "auto" : "off", 1);
     current = c;
     if (c->two_nodes && two_nodes_begin(why, sizeof why)) {
       printf("SKIP: %s on %s: %s\n", prog, c->label, why);

@@ -189,21 +189,6 @@ XPORT_API int xport_listener_close(xport_listener_t *lst)
   return ret;
 }
 
-/* 1 if a live listener of the node-local lane, of this user, has
- * host:port's name in this network namespace. */
-static int shm_listener_here(const struct xport__lane *lane, const char *addr)
-{
-  char host[256], port[8], name[XPORT__ADDR_MAX];
-  const struct xport__profile *p = lane->prof;
-  if (!p || !p->listen_name || !p->name_alive ||
-      xport__addr_split(addr, host, sizeof host, port, sizeof port))
-    return 0;
-  for (int any = 0; any < 2; any++) /* the host's own address, then the port's wildcard */
-    if (!p->listen_name(host, port, any, name, sizeof name) && p->name_alive(name))
-      return !p->name_same_user || p->name_same_user(name);
-  return 0;
-}
-
 static int connect_locked(struct xport__lane *lane, const char *addr, int timeout_ms,
                           xport_conn_t **conn_p)
 {
@@ -218,7 +203,7 @@ XPORT_API int xport_connect(xport_ctx_t *ctx, const char *addr, int timeout_ms,
 {
   if (!ctx || !addr || !conn_p)
     return -XPORT_EINVAL;
-  if (ctx->nlanes > 1 && shm_listener_here(ctx->lanes[1], addr)) {
+  if (ctx->nlanes > 1 && ctx->lanes[1]->tp->here && ctx->lanes[1]->tp->here(ctx->lanes[1], addr)) {
     /* A listener of this node answers over shm. One that is not here
      * (no live name, a host of another node) or that says "not this way"
      * (another PID namespace, another context of this process:

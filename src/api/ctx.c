@@ -782,6 +782,26 @@ static xport_candidate_t *node_local_cand(xport_ctx_t *ctx, const char *prov)
 static void node_local_open(xport_ctx_t *ctx, struct settings s, const char *mode)
 {
   const struct xport__profile *nl = node_local_profile();
+  if (!strcmp(mode, "xshm")) {
+    /* xport's own shared memory beside the fabric (a transport of its own
+     * provider: no candidate of the probe's). */
+    const struct xport__transport *own = xport__transport_named("xshm");
+    struct xport__lane *lane;
+    if (ctx->lanes[0]->tp == own)
+      return;
+    s.domain = NULL;
+    s.iface = NULL;
+    int ret = lane_open(ctx, 1, s, own, NULL, NULL, &lane);
+    if (ret) {
+      XPORT__INFO("xshm beside %s: %s: peers on this node use %s",
+                  ctx->lanes[0]->caps.provider, xport_strerror(ret),
+                  ctx->lanes[0]->caps.provider);
+      return;
+    }
+    ctx->lanes[ctx->nlanes++] = lane;
+    XPORT__INFO("xshm opened beside %s for peers on this node", ctx->lanes[0]->caps.provider);
+    return;
+  }
   if (!nl || (ctx->lanes[0]->prof && ctx->lanes[0]->prof->node_local))
     return;
   xport_candidate_t *c = node_local_cand(ctx, nl->name);
@@ -843,8 +863,10 @@ static int ctx_create(const struct xport__transport *own, const xport_ctx_attr_t
     mode = "auto";
   else if (!strcasecmp(mode, "only"))
     mode = "only";
+  else if (!strcasecmp(mode, "xshm"))
+    mode = "xshm";
   else {
-    XPORT__WARN("XPORT_SHM=%s is none of auto, off, only: using off", mode);
+    XPORT__WARN("XPORT_SHM=%s is none of auto, off, only, xshm: using off", mode);
     mode = "off"; /* a setting not understood adds no transport */
   }
   const struct xport__profile *nl = node_local_profile();

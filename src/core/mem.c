@@ -100,11 +100,13 @@ int xport__mr_span(xport_mr_t *mr, size_t offset, size_t len, struct fid_mr **fm
   return 0;
 }
 
-int xport__mr_by_key(xport_ctx_t *ctx, uint64_t key, char **base_p, size_t *len_p,
-                     unsigned *access_p)
+int xport__mr_by_key(const struct xport__lane *lane, uint64_t key, char **base_p,
+                     size_t *len_p, unsigned *access_p)
 {
-  for (xport_mr_t *mr = ctx->mrs; mr; mr = mr->next) {
-    if (!(mr->access & XPORT__ACCESS_REMOTE))
+  for (xport_mr_t *reg = lane->ctx->mrs; reg; reg = reg->next) {
+    /* The part of the registration on lane: its keys are that lane's. */
+    const xport_mr_t *mr = xport__mr_for(reg, lane);
+    if (!mr || !(mr->access & XPORT__ACCESS_REMOTE))
       continue;
     char *base = NULL;
     size_t len = 0;
@@ -290,7 +292,7 @@ int xport__atomic_apply(struct xport__lane *lane, unsigned kind, uint64_t key, u
   unsigned access;
   if (kind < XPORT__ATOM_FADD || kind > XPORT__ATOM_ADD)
     return -XPORT_EPROTO;
-  if (xport__mr_by_key(lane->ctx, key, &base, &len, &access) ||
+  if (xport__mr_by_key(lane, key, &base, &len, &access) ||
       !(access & XPORT_ACCESS_REMOTE_ATOMIC))
     return -XPORT_EACCES;
   /* Outside the key's registration, or misaligned: the initiator checks

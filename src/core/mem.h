@@ -15,10 +15,11 @@ void xport__bounce_fini(struct xport__lane *lane);
  * the region's own for the whole of it, else one made for that range
  * (kept until mr is deregistered). */
 int xport__mr_span(xport_mr_t *mr, size_t offset, size_t len, struct fid_mr **fmr_p);
-/* mem.c: finds what a key of this context names: the local range it covers and
+/* mem.c: finds what a key of lane names (its part of a registration of its
+ * context): the local range it covers and
  * the region's rights; 0, or -XPORT_EACCES for no such key. */
-int xport__mr_by_key(xport_ctx_t *ctx, uint64_t key, char **base_p, size_t *len_p,
-                     unsigned *access_p);
+int xport__mr_by_key(const struct xport__lane *lane, uint64_t key, char **base_p,
+                     size_t *len_p, unsigned *access_p);
 
 /* Applies an atomic (XPORT__ATOM_*) that a peer asked for to the word at
  * addr of lane's context, under key: 0 with the word's old value in

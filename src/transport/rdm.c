@@ -1161,6 +1161,21 @@ static int rdm_open(struct xport__lane *lane)
   return 0;
 }
 
+/* 1 if a live listener of the node-local lane, of this user, has
+ * host:port's name in this network namespace. */
+static int rdm_here(const struct xport__lane *lane, const char *addr)
+{
+  char host[256], port[8], name[XPORT__ADDR_MAX];
+  const struct xport__profile *p = lane->prof;
+  if (!p || !p->listen_name || !p->name_alive ||
+      xport__addr_split(addr, host, sizeof host, port, sizeof port))
+    return 0;
+  for (int any = 0; any < 2; any++) /* the host's own address, then the port's wildcard */
+    if (!p->listen_name(host, port, any, name, sizeof name) && p->name_alive(name))
+      return !p->name_same_user || p->name_same_user(name);
+  return 0;
+}
+
 const struct xport__transport xport__transport_rdm = {
     .name = "rdm",
     .ep_type = FI_EP_RDM,
@@ -1169,6 +1184,7 @@ const struct xport__transport xport__transport_rdm = {
     .rx_reserved = XPORT__CTL_RX,
     .open = rdm_open,
     .listen = rdm_listen,
+    .here = rdm_here,
     .listener_close = rdm_listener_close,
     .connect = rdm_connect,
     .accept = rdm_accept,

@@ -46,6 +46,11 @@ struct xport__transport {
    * unfinished handshakes and closes its endpoint; the caller frees lst.
    * Never fails. */
   void (*listener_close)(xport_listener_t *lst);
+  /* For a lane beside the fabric (XPORT_SHM): 1 if a listener of this
+   * node answers at addr on this lane, so that xport_connect tries it
+   * first (it may still say "not this way": -XPORT_EADDRNOTAVAIL, and the
+   * fabric carries the connection). NULL: never. */
+  int (*here)(const struct xport__lane *lane, const char *addr);
   /* Makes a connection to host:port by deadline (xport__now_ms, or -1
    * for none). May block. On success *conn_p is linked (xport__conn_link),
    * perhaps lost already with its event queued; on failure nothing is

@@ -1125,6 +1125,26 @@ static void proof(const struct xport__lane *lane, int by_listener, const struct 
   xport__auth_mac(lane->ctx->auth_key, &t, sizeof t, mac);
 }
 
+/* A listener at host:port of this node and network namespace: its
+ * abstract name is bound (/proc/net/unix lists this namespace's). */
+static int xshm_here(const struct xport__lane *lane, const char *addr)
+{
+  (void)lane;
+  char host[256], port[8], want[64], line[512];
+  if (xport__addr_split(addr, host, sizeof host, port, sizeof port) || host_here(host))
+    return 0;
+  snprintf(want, sizeof want, " @xport-xshm.%u.%s\n", (unsigned)geteuid(), port);
+  FILE *f = fopen("/proc/net/unix", "re");
+  int found = 0;
+  while (f && !found && fgets(line, sizeof line, f)) {
+    size_t n = strlen(line), w = strlen(want);
+    found = n >= w && !strcmp(line + n - w, want);
+  }
+  if (f)
+    fclose(f);
+  return found;
+}
+
 static int xshm_connect(struct xport__lane *lane, const char *host, const char *port,
                         long deadline, xport_conn_t **conn_p)
 {
@@ -1237,8 +1257,13 @@ static int admit(xport_listener_t *lst, int sock, long deadline, xport_conn_t **
   const struct xshm_key *keys = NULL;
   ret = -XPORT_ECONNREFUSED;
   /* Another PID namespace sees another pid: cross-memory attach would
-   * name the wrong process. */
-  if (h.pid != (uint32_t)pid || h.seg_size != sizeof *seg ||
+   * name the wrong process. Not this way (beside a fabric, the fabric
+   * carries it). */
+  if (h.pid != (uint32_t)pid) {
+    w.status = XPORT_EADDRNOTAVAIL;
+    goto refuse_as;
+  }
+  if (h.seg_size != sizeof *seg ||
       !(seg = map_fd(fds[0], sizeof *seg, PROT_READ | PROT_WRITE)) ||
       seg->magic != XSHM_MAGIC || seg->version != XSHM_VERSION ||
       !(keys = map_fd(fds[1], XSHM_KEYS * sizeof *keys, PROT_READ)))
@@ -1466,8 +1491,17 @@ static void xshm_fini(struct xport__lane *lane)
 /* Housekeeping: a peer whose socket closed (it closed, or died) has
  * given all it will; what its ring holds for our receives is taken, then
  * the connection ends. */
+static int xshm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_p);
+
 static void xshm_progress(struct xport__lane *lane)
 {
+  /* A listener a layer above owns (a job's) accepts in the background. */
+  for (xport_listener_t *lst = lane->listeners, *next; lst; lst = next) {
+    next = lst->next;
+    xport_conn_t *conn;
+    while (lst->admit && lst->tpd && xshm_accept(lst, 0, &conn) == 0)
+      lst->accepted(lst->hook_arg, conn);
+  }
   for (xport_conn_t *conn = lane->conns, *next; conn; conn = next) {
     next = conn->next;
     struct xshm_conn *c = xc(conn);
@@ -1496,6 +1530,7 @@ const struct xport__transport xport__transport_xshm = {
     .describe = xshm_describe,
     .open = xshm_open,
     .listen = xshm_listen,
+    .here = xshm_here,
     .listener_close = xshm_listener_close,
     .connect = xshm_connect,
     .accept = xshm_accept,

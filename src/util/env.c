@@ -108,7 +108,10 @@ static const xport_env_var_t env_table[XPORT__ENV_COUNT] = {
     "listens on both under one host:port, and xport_connect reaches a "
     "listener on this node (same /dev/shm, same PID namespace, another "
     "process) over shm and every other peer over the fabric; off: the "
-    "fabric only; only: shm only, as XPORT_PROVIDER=shm. 0/no/false mean off, "
+    "fabric only; only: shm only, as XPORT_PROVIDER=shm; xshm: xport's own "
+    "shared memory beside the fabric instead of libfabric's shm (a listener "
+    "of this node's network namespace and user, found by its socket's name). "
+    "0/no/false mean off, "
     "1/yes/true/on auto; any other value warns and means off."},
   [XPORT__ENV_FAULT] = {"XPORT_FAULT", "string", "(none)",
     "Fault injection, for tests: comma-separated rules, each NAME:N. "
