@@ -887,7 +887,7 @@ END_TEST
  * rules would (no completion: injected). */
 static void svc_inject(xport_conn_t *conn, const void *buf, size_t len)
 {
-  if (!strcmp(xt_config(), "xshm")) {
+  if (!strcmp(xt_transport(), "xshm")) {
     /* xshm's atomics go in its control ring: the answer goes in there,
      * as the library would put it. */
     struct xshm_conn *c = xc(conn);

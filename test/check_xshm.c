@@ -389,10 +389,12 @@ END_TEST
 
 static int raw_connect(const char *addr)
 {
-  unsigned port = (unsigned)atoi(strrchr(addr, ':') + 1);
+  /* The listener's name: user, numeric host, port (src/transport/xshm.c). */
+  const char *colon = strrchr(addr, ':');
+  unsigned port = (unsigned)atoi(colon + 1);
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  int n = snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "xport-xshm.%u.%u",
-                   (unsigned)geteuid(), port);
+  int n = snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "xport-xshm.%u.%.*s.%u",
+                   (unsigned)geteuid(), (int)(colon - addr), addr, port);
   int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   XT_CHECK(s >= 0 && !connect(s, (struct sockaddr *)&sa,
                               (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)),

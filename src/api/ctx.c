@@ -799,6 +799,17 @@ static void node_local_open(xport_ctx_t *ctx, struct settings s, const char *mod
       return;
     }
     ctx->lanes[ctx->nlanes++] = lane;
+    /* Said where a user looks: a candidate of its own, after the probe's. */
+    xport_candidate_t *more = realloc(ctx->cands, (size_t)(ctx->ncands + 1) * sizeof *more);
+    if (more) {
+      ctx->cands = more;
+      xport_candidate_t *c = &ctx->cands[ctx->ncands++];
+      memset(c, 0, sizeof *c);
+      set_cand(c, lane->info, XPORT_VERDICT_CHOSEN, "");
+      snprintf(c->reason, sizeof c->reason,
+               "opened beside %s for peers on this node (XPORT_SHM=xshm)",
+               ctx->lanes[0]->caps.provider);
+    }
     XPORT__INFO("xshm opened beside %s for peers on this node", ctx->lanes[0]->caps.provider);
     return;
   }

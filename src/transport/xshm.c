@@ -32,7 +32,9 @@
 #include "xshm.h"
 
 #include <errno.h>
+#include <arpa/inet.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -985,14 +987,35 @@ static int conn_make(struct xport__lane *lane, int sock, int side, pid_t pid, ui
   return 0;
 }
 
+/* host as a listener's name says it: its first address, numeric, or "*"
+ * for a wildcard (0.0.0.0, ::), so that two spellings of one address
+ * name one listener. 0, or -XPORT_EINVAL. */
+static int host_key(const char *host, char *out, size_t len)
+{
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res;
+  if (getaddrinfo(host, NULL, &hints, &res))
+    return -XPORT_EINVAL;
+  char num[64] = "";
+  int ret = getnameinfo(res->ai_addr, res->ai_addrlen, num, sizeof num, NULL, 0, NI_NUMERICHOST);
+  int any = (res->ai_family == AF_INET &&
+             ((struct sockaddr_in *)(void *)res->ai_addr)->sin_addr.s_addr == htonl(INADDR_ANY)) ||
+            (res->ai_family == AF_INET6 &&
+             IN6_IS_ADDR_UNSPECIFIED(&((struct sockaddr_in6 *)(void *)res->ai_addr)->sin6_addr));
+  freeaddrinfo(res);
+  if (ret)
+    return -XPORT_EINVAL;
+  snprintf(out, len, "%s", any ? "*" : num);
+  return 0;
+}
+
 /* The listener's socket name: abstract (this network namespace's), per
- * user and port. */
-static socklen_t sock_name(struct sockaddr_un *sa, unsigned port)
+ * user, host (host_key) and port. */
+static socklen_t sock_name(struct sockaddr_un *sa, const char *hkey, unsigned port)
 {
   memset(sa, 0, sizeof *sa);
   sa->sun_family = AF_UNIX;
-  int n = snprintf(sa->sun_path + 1, sizeof sa->sun_path - 1, "xport-xshm.%u.%u",
-                   (unsigned)geteuid(), port);
+  int n = snprintf(sa->sun_path + 1, sizeof sa->sun_path - 1, "xport-xshm.%u.%s.%u",
+                   (unsigned)geteuid(), hkey, port);
   return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
@@ -1022,9 +1045,10 @@ static pid_t peer_of(int sock)
 {
   struct ucred cr;
   socklen_t l = sizeof cr;
-  if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cr, &l) || cr.uid != geteuid() || cr.pid <= 0)
+  if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cr, &l) || cr.uid != geteuid())
     return 0;
-  return cr.pid;
+  /* 0: a process this PID namespace does not see. */
+  return cr.pid > 0 ? cr.pid : -1;
 }
 
 static int send_hello(int sock, const struct xshm_hello *h, const int *fds, int nfds)
@@ -1130,15 +1154,18 @@ static void proof(const struct xport__lane *lane, int by_listener, const struct 
 static int xshm_here(const struct xport__lane *lane, const char *addr)
 {
   (void)lane;
-  char host[256], port[8], want[64], line[512];
-  if (xport__addr_split(addr, host, sizeof host, port, sizeof port) || host_here(host))
+  char host[256], port[8], want[96], line[512];
+  char hk[64], want2[96];
+  if (xport__addr_split(addr, host, sizeof host, port, sizeof port) || host_here(host) ||
+      host_key(host, hk, sizeof hk))
     return 0;
-  snprintf(want, sizeof want, " @xport-xshm.%u.%s\n", (unsigned)geteuid(), port);
+  snprintf(want, sizeof want, " @xport-xshm.%u.%s.%s\n", (unsigned)geteuid(), hk, port);
+  snprintf(want2, sizeof want2, " @xport-xshm.%u.*.%s\n", (unsigned)geteuid(), port);
   FILE *f = fopen("/proc/net/unix", "re");
   int found = 0;
   while (f && !found && fgets(line, sizeof line, f)) {
-    size_t n = strlen(line), w = strlen(want);
-    found = n >= w && !strcmp(line + n - w, want);
+    size_t n = strlen(line), w = strlen(want), w2 = strlen(want2);
+    found = (n >= w && !strcmp(line + n - w, want)) || (n >= w2 && !strcmp(line + n - w2, want2));
   }
   if (f)
     fclose(f);
@@ -1155,8 +1182,9 @@ static int xshm_connect(struct xport__lane *lane, const char *host, const char *
   int ret = host_here(host); /* this node's: xshm reaches no other */
   if (ret)
     return ret;
-  struct sockaddr_un sa;
-  socklen_t sl = sock_name(&sa, (unsigned)pn);
+  char hk[64];
+  if ((ret = host_key(host, hk, sizeof hk)))
+    return ret;
   /* Non-blocking: a listener whose backlog is full refuses at once. */
   int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (sock < 0)
@@ -1165,11 +1193,21 @@ static int xshm_connect(struct xport__lane *lane, const char *host, const char *
   int segfd = -1, keyfd = -1, efd = -1;
   struct xshm_seg *seg = NULL;
   pid_t pid;
-  if (connect(sock, (struct sockaddr *)&sa, sl))
+  /* The host's own listener, else one on every address. */
+  struct sockaddr_un sa;
+  socklen_t sl = sock_name(&sa, hk, (unsigned)pn);
+  int rc = connect(sock, (struct sockaddr *)&sa, sl);
+  if (rc && errno == ECONNREFUSED) {
+    sl = sock_name(&sa, "*", (unsigned)pn);
+    rc = connect(sock, (struct sockaddr *)&sa, sl);
+  }
+  if (rc)
     goto fail;
-  /* A name another user took is not our listener. */
-  ret = -XPORT_EACCES;
-  if (!(pid = peer_of(sock)))
+  /* A name another user took is not our listener; one of another PID
+   * namespace cannot be reached by its pid: not this way. */
+  pid = peer_of(sock);
+  ret = !pid ? -XPORT_EACCES : -XPORT_EADDRNOTAVAIL;
+  if (pid <= 0)
     goto fail;
   ret = -XPORT_ENOMEM;
   segfd = memfd_create("xport-xshm", MFD_CLOEXEC);
@@ -1247,6 +1285,8 @@ static int admit(xport_listener_t *lst, int sock, long deadline, xport_conn_t **
   struct xshm_hello h, w = {.magic = XSHM_MAGIC, .version = XSHM_VERSION};
   int fds[3], ret;
   pid_t pid = peer_of(sock);
+  if (pid < 0)
+    pid = 0; /* of another PID namespace: refused below, "not this way" */
   /* A peer that sends nothing holds up this accept a second at most. */
   long by = xport__now_ms() + 1000;
   if (deadline >= 0 && deadline > xport__now_ms() && deadline < by)
@@ -1340,7 +1380,10 @@ static int xshm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn
       close(sock);
       continue;
     }
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+    /* Out of descriptors (a flood of strangers elsewhere): the request
+     * waits in the backlog for a later accept. */
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED &&
+        errno != EMFILE && errno != ENFILE && errno != ENOBUFS && errno != ENOMEM)
       return -XPORT_EIO;
     long left = deadline < 0 ? 1000 : deadline - xport__now_ms();
     if (left <= 0)
@@ -1359,7 +1402,10 @@ static int xshm_listen(xport_listener_t *lst, const char *addr, const char *host
   unsigned long pn = strtoul(port, &end, 10);
   if (*end || pn > 65535)
     return -XPORT_EINVAL;
+  char hk[64];
   int ret = host_here(host);
+  if (!ret)
+    ret = host_key(host, hk, sizeof hk);
   if (ret)
     return ret;
   struct xshm_lst *l = calloc(1, sizeof *l);
@@ -1375,7 +1421,7 @@ static int xshm_listen(xport_listener_t *lst, const char *addr, const char *host
   for (int tries = 0; tries < (pn ? 1 : 64); tries++) {
     unsigned p = pn ? (unsigned)pn : 49152 + (unsigned)(xport__random_key(2) % 16384);
     struct sockaddr_un sa;
-    socklen_t sl = sock_name(&sa, p);
+    socklen_t sl = sock_name(&sa, hk, p);
     if (!bind(l->fd, (struct sockaddr *)&sa, sl)) {
       /* The kernel lets one more than its backlog wait on a Unix socket. */
       int bl = lst->backlog > 4096 ? 4096 : (int)lst->backlog;
