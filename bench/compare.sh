@@ -9,6 +9,9 @@
 # Measured per provider and size (one-way latency is half a round trip,
 # as all three report it):
 #   latency   xport_perf -t send_lat | fi_pingpong usec/xfer | ucx_perftest tag_lat
+#             (xport's median and UCX's 50th percentile, as ucx_perftest's
+#             "typical"; fi_pingpong reports only a mean: on a busy 2-core
+#             machine its preempted round trips weigh on it)
 #   bandwidth xport_perf -t send_bw  | fi_pingpong MB/sec    | ucx_perftest tag_bw
 #             (fi_pingpong has no streaming test: its figure is ping-pong
 #             bandwidth, size / one-way latency, and is drawn as such)
@@ -71,7 +74,7 @@ run_xport() { # prov size
 run_xport_on() {
   local lat bw
   lat=$("$perf" --loopback -p "$1" -t send_lat -s "$2" -n "$(lat_iters "$2")" --unsignaled --json 2>/dev/null |
-        tail -1 | sed -n 's/.*"lat_us_mean":\([0-9.e+-]*\).*/\1/p')
+        tail -1 | sed -n 's/.*"lat_us_median":\([0-9.e+-]*\).*/\1/p')
   bw=$("$perf" --loopback -p "$1" -t send_bw -s "$2" -n "$(bw_iters "$2")" --unsignaled --json 2>/dev/null |
        tail -1 | sed -n 's/.*"bw_MBps":\([0-9.e+-]*\).*"msg_rate":\([0-9.e+-]*\).*/\1 \2/p')
   echo "${lat:-0} ${bw:-0 0}"
