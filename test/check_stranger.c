@@ -32,6 +32,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/random.h>
 #include <sys/wait.h>
@@ -3018,7 +3019,7 @@ static void churn_client(const char *addr, int up_fd, uint64_t seed, int rounds)
 
 /* ---- the strangers ---- */
 
-enum { CH_GARBAGE, CH_HALFOPEN, CH_GREETER, CH_RDM, CH_KINDS };
+enum { CH_GARBAGE, CH_HALFOPEN, CH_GREETER, CH_RDM, CH_XSHM, CH_KINDS };
 
 static int ch_tcp_connect(const char *addr)
 {
@@ -3049,7 +3050,9 @@ static int ch_kind_applies(int kind)
   case CH_HALFOPEN:
     return fabric && !strncmp(fabric, "tcp", 3);
   case CH_GREETER:
-    return fabric && !strchr(fabric, ';') && strcmp(fabric, "shm");
+    return fabric && !strchr(fabric, ';') && strcmp(fabric, "shm") && strcmp(fabric, "xshm");
+  case CH_XSHM:
+    return !strcmp(t, "xshm");
   default:
     return !strcmp(t, "shm") || strstr(t, "ofi_rxm");
   }
@@ -3077,6 +3080,29 @@ static void churn_stranger(const char *addr, int kind, uint64_t r)
         (void)!send(fd, "\x03\x01\0\0garbag", 10, MSG_NOSIGNAL);
     }
     usleep((useconds_t)(ch_rand(&r) % 7000) * 1000);
+  } else if (kind == CH_XSHM) {
+    /* xshm's listener socket (abstract: user, host, port): junk, or
+     * nothing at all, then gone. */
+    const char *colon = strrchr(addr, ':');
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int n = snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "xport-xshm.%u.%.*s.%s",
+                     (unsigned)geteuid(), (int)(colon - addr), addr, colon + 1);
+    for (int i = 0, k = 1 + (int)(ch_rand(&r) % 6); i < k; i++) {
+      int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+      if (fd >= 0 && !connect(fd, (struct sockaddr *)&sa,
+                              (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)) &&
+          ch_rand(&r) % 2) {
+        uint8_t junk[96];
+        for (size_t q = 0; q < sizeof junk; q += 8) {
+          uint64_t v = ch_rand(&r);
+          memcpy(junk + q, &v, 8);
+        }
+        (void)!send(fd, junk, 1 + ch_rand(&r) % sizeof junk, MSG_NOSIGNAL);
+      }
+      usleep((useconds_t)(ch_rand(&r) % 500) * 1000);
+      if (fd >= 0)
+        close(fd);
+    }
   } else if (kind == CH_GREETER) {
     struct greeters g;
     greeters_open(&g, getenv("XPORT_PROVIDER"), addr, 1 + ch_rand(&r) % 3);

@@ -8,6 +8,7 @@
 #include "../src/transport/xshm.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
@@ -423,11 +424,22 @@ static void send_fds(int s, const void *msg, size_t len, const int *fds, int nfd
   sendmsg(s, &m, MSG_NOSIGNAL);
 }
 
+/* A memfd of len bytes; sealed as xshm requires (its size fixed; a key
+ * table against other writers), or not. */
+static int memfd_sealed(size_t len, int seals)
+{
+  int fd = memfd_create("stranger", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  XT_CHECK(fd >= 0 && !ftruncate(fd, (off_t)len) && (!seals || !fcntl(fd, F_ADD_SEALS, seals)),
+           "memfd");
+  return fd;
+}
+
+#define SEG_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+#define KEY_SEALS (SEG_SEALS | F_SEAL_FUTURE_WRITE)
+
 static int memfd_of(size_t len)
 {
-  int fd = memfd_create("stranger", MFD_CLOEXEC);
-  XT_CHECK(fd >= 0 && !ftruncate(fd, (off_t)len), "memfd");
-  return fd;
+  return memfd_sealed(len, 0);
 }
 
 /* Accepts (strangers are refused inside its accepts) until it has an
@@ -471,6 +483,23 @@ START_TEST(strangers_on_the_socket)
   socks[4] = raw_connect(addr);
   socks[5] = raw_connect(addr);
   send_fds(socks[5], &h, sizeof h - 1, right, 2); /* truncated */
+  /* Right sizes and a doorbell, but unsealed: a peer could shrink them
+   * under the listener's mapping (SIGBUS). */
+  int unsealed[3] = {memfd_of(sizeof(struct xshm_seg)),
+                     memfd_of(XSHM_KEYS * sizeof(struct xshm_key)), eventfd(0, EFD_CLOEXEC)};
+  int s6 = raw_connect(addr);
+  send_fds(s6, &h, sizeof h, unsealed, 3);
+  {
+    struct pollfd pf = {.fd = s6, .events = POLLIN};
+    char b[sizeof h];
+    XT_CHECK(poll(&pf, 1, T_MS) == 1, "the unsealed stranger: no answer");
+    ssize_t n = recv(s6, b, sizeof b, 0);
+    XT_CHECK(n <= 0 || (n == (ssize_t)sizeof h && ((struct xshm_hello *)b)->kind == XSHM_H_REFUSE),
+             "unsealed memory was welcomed");
+    close(s6);
+    for (int i = 0; i < 3; i++)
+      close(unsealed[i]);
+  }
   /* Each is refused (its socket closed), and the honest client gets in. */
   for (int i = 0; i < 6; i++) {
     if (i == 4)
@@ -533,8 +562,9 @@ START_TEST(hostile_peer_scribbles_its_ring)
   pid_t srv = xt_spawn_server(scribbled_server, NULL, addr, sizeof addr);
   for (int round = 0; round < 4; round++) {
     int s = raw_connect(addr);
-    int fds[3] = {memfd_of(sizeof(struct xshm_seg)), memfd_of(XSHM_KEYS * sizeof(struct xshm_key)),
-                  eventfd(0, EFD_CLOEXEC)};
+    int fds[3] = {memfd_sealed(sizeof(struct xshm_seg), SEG_SEALS),
+                  memfd_sealed(XSHM_KEYS * sizeof(struct xshm_key), KEY_SEALS),
+                  eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};
     struct xshm_seg *seg = mmap(NULL, sizeof *seg, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
     XT_CHECK(seg != MAP_FAILED, "mmap");
     seg->magic = XSHM_MAGIC;
@@ -543,7 +573,11 @@ START_TEST(hostile_peer_scribbles_its_ring)
                            .pid = (uint32_t)getpid(), .seg_size = sizeof *seg};
     send_fds(s, &h, sizeof h, fds, 3);
     char w[sizeof h + 64];
-    XT_CHECK(recv(s, w, sizeof w, 0) == (ssize_t)sizeof h, "no welcome");
+    XT_CHECK(recv(s, w, sizeof w, 0) == (ssize_t)sizeof h &&
+                 ((struct xshm_hello *)(void *)w)->kind == XSHM_H_WELCOME,
+             "round %d: no welcome", round);
+    /* Sealed: the peer cannot shrink its segment under the receiver. */
+    XT_CHECK(ftruncate(fds[0], 0) != 0, "round %d: the segment could be shrunk", round);
     struct xshm_ring *r = &seg->ring[0];
     struct xshm_rec rec = {0};
     switch (round) {

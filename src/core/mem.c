@@ -55,6 +55,8 @@ static int reg_part(struct xport__lane *lane, void *buf, size_t len, unsigned ac
                   "locked-memory limit (ulimit -l)", len);
     return ret;
   }
+  if (lane->tp->mr_access)
+    lane->tp->mr_access(mr->mr, access);
   mr->ctx = lane->ctx;
   mr->lane = lane;
   mr->desc = fi_mr_desc(mr->mr);
@@ -91,6 +93,8 @@ int xport__mr_span(xport_mr_t *mr, size_t offset, size_t len, struct fid_mr **fm
     free(s);
     return ret;
   }
+  if (mr->lane->tp->mr_access)
+    mr->lane->tp->mr_access(s->mr, mr->access);
   s->offset = offset;
   s->len = len;
   s->next = mr->spans;

@@ -98,6 +98,11 @@ struct xport__transport {
   /* The data path of its connections, unless it gives one another
    * (conn->ops). */
   const struct xport__data_ops *data;
+  /* What xport grants a registration of its lane (XPORT_ACCESS_*), told
+   * once it is made, where the transport itself checks remote rights
+   * (xshm: libfabric's access bits cannot say "atomics only"); may be
+   * NULL. */
+  void (*mr_access)(struct fid_mr *mr, unsigned access);
   /* Ends every endpoint the transport opened, after the last connection
    * and listener closed and before the CQ closes; may be NULL. */
   void (*fini)(struct xport__lane *lane);

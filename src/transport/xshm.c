@@ -32,6 +32,7 @@
 #include "xshm.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -66,10 +67,6 @@ struct xshm_lane {
   struct xshm_key *keys;
   unsigned keys_next;
   uint32_t next_conn_id;
-};
-
-struct xshm_lst {
-  int fd;
 };
 
 static struct xshm_lane *xl(const struct xport__lane *lane)
@@ -290,7 +287,9 @@ static int mr_reg(struct fid *fid, const void *buf, size_t len, uint64_t access,
   struct xshm_key *k = &x->keys[slot];
   k->base = (uintptr_t)buf;
   k->len = len;
-  k->access = (uint32_t)(access & (FI_REMOTE_READ | FI_REMOTE_WRITE));
+  /* Nothing until xport says what it grants (xshm_mr_access). */
+  (void)access;
+  k->access = 0;
   __atomic_store_n(&k->key, gen << XSHM_SLOT_BITS | slot, __ATOMIC_RELEASE);
   m->lane = lane;
   m->slot = slot;
@@ -319,13 +318,24 @@ static int mr_regattr(struct fid *fid, const struct fi_mr_attr *attr, uint64_t f
                  attr->requested_key, flags, mr_p, attr->context);
 }
 
+/* The registration's rights as xport grants them: an atomic-only one
+ * lends itself to neither read nor write (libfabric's access bits, which
+ * the table got, cannot say so). */
+static void xshm_mr_access(struct fid_mr *fmr, unsigned access)
+{
+  struct xshm_mr *m = (struct xshm_mr *)(void *)fmr;
+  struct xshm_lane *x = xl(m->lane);
+  if (x->keys)
+    __atomic_store_n(&x->keys[m->slot].access, access & XPORT__ACCESS_REMOTE, __ATOMIC_RELEASE);
+}
+
 static struct fi_ops_mr mr_ops = {.size = sizeof(struct fi_ops_mr),
                                   .reg = mr_reg,
                                   .regv = mr_regv,
                                   .regattr = mr_regattr};
 
 /* The peer's registration that key names, if [addr, addr + len) lies in
- * it and it allows what is asked (FI_REMOTE_READ or FI_REMOTE_WRITE). */
+ * it and it grants what is asked (XPORT_ACCESS_REMOTE_READ or _WRITE). */
 static int key_ok(const xport_conn_t *conn, uint64_t key, uint64_t addr, size_t len,
                   uint32_t want)
 {
@@ -368,8 +378,10 @@ static ssize_t ring_reserve(xport_conn_t *conn, size_t payload, uint64_t *tail_p
   struct xshm_conn *c = xc(conn);
   struct xshm_ring *r = &c->seg->ring[c->side];
   uint64_t head = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE), tail = c->out_tail;
-  if (tail - head > XSHM_RING)
-    return -FI_EIO;
+  if (tail - head > XSHM_RING) {
+    c->doomed = 1; /* a head the peer wrote that makes no sense: the connection ends */
+    return -FI_ECONNRESET;
+  }
   size_t need = rec_size(payload), off = tail % XSHM_RING;
   size_t wrap = off + need > XSHM_RING ? XSHM_RING - off : 0;
   if (tail + wrap + need - head > XSHM_RING)
@@ -563,8 +575,12 @@ static int ctl_put(xport_conn_t *conn, const struct xshm_ctl *m)
 {
   struct xshm_conn *c = xc(conn);
   struct xshm_cring *r = &c->seg->ctl[c->side];
-  uint64_t head = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
-  if (c->ctl_tail - head >= XSHM_CSLOTS)
+  uint64_t used = c->ctl_tail - __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
+  if (used > XSHM_CSLOTS) {
+    c->doomed = 1; /* a head the peer wrote that makes no sense */
+    return -FI_ECONNRESET;
+  }
+  if (used == XSHM_CSLOTS)
     return -FI_EAGAIN;
   r->slot[c->ctl_tail % XSHM_CSLOTS] = *m;
   __atomic_store_n(&r->tail, ++c->ctl_tail, __ATOMIC_RELEASE);
@@ -585,11 +601,19 @@ static int ctl_run(struct xport__lane *lane, xport_conn_t *conn)
   while (c->ctl_head != tail) {
     struct xshm_ctl m = r->slot[c->ctl_head % XSHM_CSLOTS];
     if (m.type == XSHM_C_REQUEST) {
+      /* Room for the answer first: a request is applied once, and waits
+       * (unapplied) while the peer takes none of its answers. */
+      struct xshm_cring *out = &c->seg->ctl[c->side];
+      uint64_t used = c->ctl_tail - __atomic_load_n(&out->head, __ATOMIC_ACQUIRE);
+      if (used > XSHM_CSLOTS)
+        return -1;
+      if (used == XSHM_CSLOTS)
+        break;
       struct xshm_ctl a = {.type = XSHM_C_ANSWER, .token = m.token};
       a.status = xport__atomic_apply(lane, (unsigned)m.kind, m.key, m.addr, m.operand,
                                      m.compare, &a.operand);
       if (ctl_put(conn, &a))
-        break; /* its answers untaken: the request waits */
+        return -1; /* a head the peer moved back */
     } else if (m.type == XSHM_C_ANSWER) {
       struct xport__req *req = conn->out;
       while (req && !(req->op == XPORT_OP_ATOMIC && req->imm == m.token))
@@ -802,7 +826,8 @@ static ssize_t rma(xport_conn_t *conn, struct xport__req *req, struct iovec *iov
   int err = 0;
   if (XPORT__UNLIKELY(!c->cma)) {
     err = FI_EIO; /* this process may not touch the peer's memory */
-  } else if (!key_ok(conn, key, addr, total, write ? FI_REMOTE_WRITE : FI_REMOTE_READ)) {
+  } else if (!key_ok(conn, key, addr, total,
+                     write ? XPORT_ACCESS_REMOTE_WRITE : XPORT_ACCESS_REMOTE_READ)) {
     /* As a device refuses a key: the operation fails, the connection
      * ends (both sides), and nothing sent after it is delivered. */
     err = FI_EACCES;
@@ -870,8 +895,9 @@ static int xshm_atomic(xport_conn_t *conn, struct xport__req *req, unsigned kind
   req->imm = ++c->atom_seq;
   struct xshm_ctl m = {.type = XSHM_C_REQUEST, .token = req->imm, .kind = kind, .key = key,
                        .addr = addr, .operand = req->atom[0], .compare = req->atom[1]};
-  if (ctl_put(conn, &m))
-    return -XPORT_EAGAIN;
+  int ret = ctl_put(conn, &m);
+  if (ret)
+    return ret == -FI_EAGAIN ? -XPORT_EAGAIN : -XPORT_ECONNRESET;
   c->natom++;
   return 0;
 }
@@ -1076,10 +1102,15 @@ static int recv_hello(int sock, long deadline, unsigned kind, struct xshm_hello 
                       int want)
 {
   for (;;) {
+    struct pollfd p = {.fd = sock, .events = POLLIN};
+    if (!deadline) { /* only a look: the listener's handshakes (shake) */
+      if (poll(&p, 1, 0) != 1)
+        return -XPORT_EAGAIN;
+      break;
+    }
     long left = deadline < 0 ? 1000 : deadline - xport__now_ms();
     if (left <= 0)
       return -XPORT_ETIMEDOUT;
-    struct pollfd p = {.fd = sock, .events = POLLIN};
     int r = poll(&p, 1, left > 1000 ? 1000 : (int)left);
     if (r > 0)
       break;
@@ -1118,14 +1149,58 @@ static int recv_hello(int sock, long deadline, unsigned kind, struct xshm_hello 
   return 0;
 }
 
-/* Maps fd (this user's, of exactly len bytes): NULL if it is not that. */
-static void *map_fd(int fd, size_t len, int prot)
+/* The seals every segment and key table carries: their size fixed for
+ * good, so that a peer cannot shrink one under a mapping (SIGBUS in the
+ * reader); a key table also refuses writers other than its owner's one
+ * mapping (a peer maps it read-only, or not at all). */
+#define SEALS_SIZE (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+#define SEALS_KEYS (SEALS_SIZE | F_SEAL_FUTURE_WRITE)
+
+/* A memfd of len bytes, mapped read-write here, then sealed with seals:
+ * its address, and its descriptor in *fd_p; NULL with nothing left. */
+static void *memfd_make(const char *name, size_t len, int seals, int *fd_p)
+{
+  int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  void *p = MAP_FAILED;
+  if (fd < 0 || ftruncate(fd, (off_t)len) ||
+      (p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED ||
+      fcntl(fd, F_ADD_SEALS, seals)) {
+    if (p != MAP_FAILED)
+      munmap(p, len);
+    if (fd >= 0)
+      close(fd);
+    return NULL;
+  }
+  *fd_p = fd;
+  return p;
+}
+
+/* Maps a peer's fd (this user's memfd, of exactly len bytes, sealed with
+ * at least seals): NULL if it is not that. */
+static void *map_fd(int fd, size_t len, int prot, int seals)
 {
   struct stat st;
-  if (fstat(fd, &st) || st.st_uid != geteuid() || (size_t)st.st_size != len)
+  int have = fcntl(fd, F_GET_SEALS);
+  if (have < 0 || (have & seals) != seals || fstat(fd, &st) || st.st_uid != geteuid() ||
+      (size_t)st.st_size != len)
     return NULL;
   void *p = mmap(NULL, len, prot, MAP_SHARED, fd, 0);
   return p == MAP_FAILED ? NULL : p;
+}
+
+/* fd is an eventfd (a peer's doorbell), made non-blocking: a peer that
+ * hands over a pipe, or an eventfd near its limit, cannot stall a send. */
+static int doorbell_ok(int fd)
+{
+  char path[64], link[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(path, link, sizeof link - 1);
+  if (n <= 0)
+    return 0;
+  link[n] = '\0';
+  int fl = fcntl(fd, F_GETFL);
+  return !strcmp(link, "anon_inode:[eventfd]") && fl >= 0 &&
+         fcntl(fd, F_SETFL, fl | O_NONBLOCK) == 0;
 }
 
 /* A side's proof of the context key over the handshake: the client's
@@ -1210,9 +1285,7 @@ static int xshm_connect(struct xport__lane *lane, const char *host, const char *
   if (pid <= 0)
     goto fail;
   ret = -XPORT_ENOMEM;
-  segfd = memfd_create("xport-xshm", MFD_CLOEXEC);
-  if (segfd < 0 || ftruncate(segfd, sizeof *seg) || !(seg = map_fd(segfd, sizeof *seg,
-                                                                   PROT_READ | PROT_WRITE)))
+  if (!(seg = memfd_make("xport-xshm", sizeof *seg, SEALS_SIZE, &segfd)))
     goto fail;
   seg->magic = XSHM_MAGIC;
   seg->version = XSHM_VERSION;
@@ -1238,10 +1311,10 @@ static int xshm_connect(struct xport__lane *lane, const char *host, const char *
   }
   keyfd = got[0];
   efd = got[1];
-  const struct xshm_key *keys = map_fd(keyfd, XSHM_KEYS * sizeof *keys, PROT_READ);
+  const struct xshm_key *keys = map_fd(keyfd, XSHM_KEYS * sizeof *keys, PROT_READ, SEALS_KEYS);
   close(keyfd);
   ret = -XPORT_EPROTO;
-  if (!keys || w.pid != (uint32_t)pid)
+  if (!keys || w.pid != (uint32_t)pid || !doorbell_ok(efd))
     goto fail_keys;
   if (lane->ctx->auth_on) {
     /* The listener proves the key first; then this side, and the
@@ -1277,119 +1350,184 @@ fail:
   return ret;
 }
 
-/* One connection request on lst's socket: 0 with it made, or a code (the
- * peer refused, or gone). */
-static int admit(xport_listener_t *lst, int sock, long deadline, xport_conn_t **conn_p)
+/* A connection request on a listener's socket, its handshake under way:
+ * many side by side (XSHM_PEND), none waiting for another. */
+struct xshm_pend {
+  int sock;
+  pid_t pid;
+  long deadline;
+  int stage; /* 0: its hello awaited; 1: its proof (under a key) */
+  struct xshm_hello h, w;
+  struct xshm_seg *seg;
+  const struct xshm_key *keys;
+  int efd;
+};
+
+static void pend_drop(struct xshm_pend *p)
+{
+  if (p->seg)
+    munmap(p->seg, sizeof *p->seg);
+  if (p->keys)
+    munmap((void *)p->keys, XSHM_KEYS * sizeof *p->keys);
+  if (p->efd >= 0)
+    close(p->efd);
+  close(p->sock);
+  p->seg = NULL;
+  p->keys = NULL;
+  p->efd = p->sock = -1;
+}
+
+/* Refuses p's request with code (its peer's connect fails with it). */
+static void pend_refuse(struct xshm_pend *p, int code)
+{
+  struct xshm_hello r = {.magic = XSHM_MAGIC, .version = XSHM_VERSION, .kind = XSHM_H_REFUSE,
+                         .status = (uint32_t)code};
+  send(p->sock, &r, sizeof r, MSG_NOSIGNAL | MSG_DONTWAIT);
+  pend_drop(p);
+}
+
+/* One step of p's handshake, without waiting: 1 with the connection made
+ * (*conn_p), 0 while it waits for its peer, -1 when it ended (refused or
+ * gone; p dropped). */
+static int shake(xport_listener_t *lst, struct xshm_pend *p, xport_conn_t **conn_p)
 {
   struct xport__lane *lane = lst->lane;
-  struct xshm_hello h, w = {.magic = XSHM_MAGIC, .version = XSHM_VERSION};
-  int fds[3], ret;
-  pid_t pid = peer_of(sock);
-  if (pid < 0)
-    pid = 0; /* of another PID namespace: refused below, "not this way" */
-  /* A peer that sends nothing holds up this accept a second at most. */
-  long by = xport__now_ms() + 1000;
-  if (deadline >= 0 && deadline > xport__now_ms() && deadline < by)
-    by = deadline;
-  if (!pid || (ret = recv_hello(sock, by, XSHM_H_HELLO, &h, fds, 3)))
-    return -XPORT_ECONNREFUSED;
-  struct xshm_seg *seg = NULL;
-  const struct xshm_key *keys = NULL;
-  ret = -XPORT_ECONNREFUSED;
-  /* Another PID namespace sees another pid: cross-memory attach would
-   * name the wrong process. Not this way (beside a fabric, the fabric
-   * carries it). */
-  if (h.pid != (uint32_t)pid) {
-    w.status = XPORT_EADDRNOTAVAIL;
-    goto refuse_as;
-  }
-  if (h.seg_size != sizeof *seg ||
-      !(seg = map_fd(fds[0], sizeof *seg, PROT_READ | PROT_WRITE)) ||
-      seg->magic != XSHM_MAGIC || seg->version != XSHM_VERSION ||
-      !(keys = map_fd(fds[1], XSHM_KEYS * sizeof *keys, PROT_READ)))
-    goto refuse;
   int keyed = lane->ctx->auth_on;
-  if (!(h.flags & XSHM_HF_AUTH) != !keyed) {
-    XPORT__INFO("xshm: a connection request refused: %s",
-                keyed ? "without a key: authentication failed: the peer does not hold this "
-                        "context's key"
-                      : "that offers a key: this listener has none (XPORT_AUTH_KEY_FILE)");
-    w.status = XPORT_EACCES;
-    goto refuse_as;
-  }
-  if (lst->admit && !lst->admit(lst->hook_arg, h.ctx_id))
-    goto refuse;
-  w.kind = XSHM_H_WELCOME;
-  w.ctx_id = lane->ctx->id;
-  w.pid = (uint32_t)getpid();
-  w.canary = (uintptr_t)canary;
-  if (keyed) {
-    w.flags = XSHM_HF_AUTH;
-    xport__auth_nonce(w.nonce);
-    proof(lane, 1, &h, &w, w.mac);
-  }
-  int mine[2] = {xl(lane)->keys_fd, xl(lane)->efd};
-  if (send_hello(sock, &w, mine, 2))
-    goto out;
-  if (keyed) {
-    struct xshm_hello pr;
-    uint8_t want[XPORT__AUTH_MAC];
-    proof(lane, 0, &h, &w, want);
-    if (recv_hello(sock, by, XSHM_H_PROOF, &pr, NULL, 0) || !xport__auth_same(want, pr.mac)) {
-      XPORT__INFO("xshm: a connection request refused: authentication failed: the peer "
-                  "does not hold this context's key");
-      w.status = XPORT_EACCES;
-      goto refuse_as;
+  if (p->stage == 0) {
+    int fds[3];
+    int ret = recv_hello(p->sock, 0, XSHM_H_HELLO, &p->h, fds, 3);
+    if (ret == -XPORT_EAGAIN)
+      return 0;
+    if (ret) {
+      pend_drop(p);
+      return -1;
     }
-    struct xshm_hello rd = {.magic = XSHM_MAGIC, .version = XSHM_VERSION, .kind = XSHM_H_READY};
-    if (send(sock, &rd, sizeof rd, MSG_NOSIGNAL) != (ssize_t)sizeof rd)
-      goto out;
+    p->efd = fds[2];
+    /* Another PID namespace sees another pid: cross-memory attach would
+     * name the wrong process. Not this way (beside a fabric, the fabric
+     * carries it). */
+    int bad = p->h.pid != (uint32_t)p->pid ? XPORT_EADDRNOTAVAIL : 0;
+    if (!bad && (p->h.seg_size != sizeof *p->seg ||
+                 !(p->seg = map_fd(fds[0], sizeof *p->seg, PROT_READ | PROT_WRITE,
+                                   SEALS_SIZE)) ||
+                 !doorbell_ok(p->efd) || p->seg->magic != XSHM_MAGIC ||
+                 p->seg->version != XSHM_VERSION ||
+                 !(p->keys = map_fd(fds[1], XSHM_KEYS * sizeof *p->keys, PROT_READ, SEALS_KEYS))))
+      bad = XPORT_ECONNREFUSED;
+    close(fds[0]);
+    close(fds[1]);
+    if (!bad && !(p->h.flags & XSHM_HF_AUTH) != !keyed) {
+      XPORT__INFO("xshm: a connection request refused: %s",
+                  keyed ? "without a key: authentication failed: the peer does not hold this "
+                          "context's key"
+                        : "that offers a key: this listener has none (XPORT_AUTH_KEY_FILE)");
+      bad = XPORT_EACCES;
+    }
+    if (!bad && lst->admit && !lst->admit(lst->hook_arg, p->h.ctx_id))
+      bad = XPORT_ECONNREFUSED;
+    if (bad) {
+      pend_refuse(p, bad);
+      return -1;
+    }
+    p->w = (struct xshm_hello){.magic = XSHM_MAGIC, .version = XSHM_VERSION,
+                               .kind = XSHM_H_WELCOME, .ctx_id = lane->ctx->id,
+                               .pid = (uint32_t)getpid(), .canary = (uintptr_t)canary};
+    if (keyed) {
+      p->w.flags = XSHM_HF_AUTH;
+      xport__auth_nonce(p->w.nonce);
+      proof(lane, 1, &p->h, &p->w, p->w.mac);
+    }
+    int mine[2] = {xl(lane)->keys_fd, xl(lane)->efd};
+    if (send_hello(p->sock, &p->w, mine, 2)) {
+      pend_drop(p);
+      return -1;
+    }
+    p->stage = 1;
+    if (!keyed)
+      goto made;
   }
-  close(fds[0]);
-  close(fds[1]);
-  if (!(ret = conn_make(lane, sock, 1, pid, h.ctx_id, seg, keys, fds[2], h.canary, conn_p)))
+  struct xshm_hello pr;
+  int ret = recv_hello(p->sock, 0, XSHM_H_PROOF, &pr, NULL, 0);
+  if (ret == -XPORT_EAGAIN)
     return 0;
-  munmap(seg, sizeof *seg);
-  munmap((void *)keys, XSHM_KEYS * sizeof *keys);
-  close(fds[2]);
-  return ret;
-refuse:
-  w.status = XPORT_ECONNREFUSED;
-refuse_as:
-  w.kind = XSHM_H_REFUSE;
-  send(sock, &w, sizeof w, MSG_NOSIGNAL | MSG_DONTWAIT);
-out:
-  if (seg)
-    munmap(seg, sizeof *seg);
-  if (keys)
-    munmap((void *)keys, XSHM_KEYS * sizeof *keys);
-  close(fds[0]);
-  close(fds[1]);
-  close(fds[2]);
-  return ret;
+  uint8_t want[XPORT__AUTH_MAC];
+  proof(lane, 0, &p->h, &p->w, want);
+  if (ret || !xport__auth_same(want, pr.mac)) {
+    XPORT__INFO("xshm: a connection request refused: authentication failed: the peer "
+                "does not hold this context's key");
+    pend_refuse(p, XPORT_EACCES);
+    return -1;
+  }
+  struct xshm_hello rd = {.magic = XSHM_MAGIC, .version = XSHM_VERSION, .kind = XSHM_H_READY};
+  if (send(p->sock, &rd, sizeof rd, MSG_NOSIGNAL) != (ssize_t)sizeof rd) {
+    pend_drop(p);
+    return -1;
+  }
+made:
+  if (conn_make(lane, p->sock, 1, p->pid, p->h.ctx_id, p->seg, p->keys, p->efd, p->h.canary,
+                conn_p)) {
+    pend_drop(p);
+    return -1;
+  }
+  return 1;
 }
+
+#define XSHM_PEND 64
+#define XSHM_SHAKE_MS 5000 /* a peer that never finishes its handshake is dropped */
+
+struct xshm_lst {
+  int fd;
+  struct xshm_pend pend[XSHM_PEND];
+  int npend;
+};
 
 static int xshm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_p)
 {
   struct xshm_lst *l = lst->tpd;
   for (;;) {
-    int sock = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
-    if (sock >= 0) {
-      if (!admit(lst, sock, deadline, conn_p))
-        return 0;
-      close(sock);
-      continue;
+    long now = xport__now_ms();
+    /* New requests, while there is room: the rest wait in the backlog. */
+    while (l->npend < XSHM_PEND) {
+      int sock = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (sock < 0) {
+        /* Out of descriptors (a flood of strangers elsewhere): the
+         * requests wait in the backlog for a later accept. */
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED &&
+            errno != EMFILE && errno != ENFILE && errno != ENOBUFS && errno != ENOMEM)
+          return -XPORT_EIO;
+        break;
+      }
+      pid_t pid = peer_of(sock);
+      if (!pid) { /* another user's: refused at once */
+        close(sock);
+        continue;
+      }
+      l->pend[l->npend++] = (struct xshm_pend){.sock = sock, .pid = pid > 0 ? pid : 0,
+                                               .deadline = now + XSHM_SHAKE_MS, .efd = -1};
     }
-    /* Out of descriptors (a flood of strangers elsewhere): the request
-     * waits in the backlog for a later accept. */
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED &&
-        errno != EMFILE && errno != ENFILE && errno != ENOBUFS && errno != ENOMEM)
-      return -XPORT_EIO;
+    /* Every handshake a step on; the first made is the answer. */
+    for (int i = 0; i < l->npend;) {
+      struct xshm_pend *p = &l->pend[i];
+      int r = shake(lst, p, conn_p);
+      if (r == 0 && now > p->deadline) {
+        pend_drop(p);
+        r = -1;
+      }
+      if (r != 0)
+        l->pend[i] = l->pend[--l->npend];
+      else
+        i++;
+      if (r == 1)
+        return 0;
+    }
     long left = deadline < 0 ? 1000 : deadline - xport__now_ms();
     if (left <= 0)
       return -XPORT_ETIMEDOUT;
-    struct pollfd p = {.fd = l->fd, .events = POLLIN};
-    poll(&p, 1, left > 10 ? 10 : (int)left);
+    struct pollfd pf[1 + XSHM_PEND];
+    pf[0] = (struct pollfd){.fd = l->fd, .events = POLLIN};
+    for (int i = 0; i < l->npend; i++)
+      pf[1 + i] = (struct pollfd){.fd = l->pend[i].sock, .events = POLLIN};
+    poll(pf, (nfds_t)(1 + l->npend), left > 10 ? 10 : (int)left);
     xport__progress_beside(lst->lane);
   }
 }
@@ -1448,6 +1586,8 @@ static void xshm_listener_close(xport_listener_t *lst)
   struct xshm_lst *l = lst->tpd;
   if (!l)
     return;
+  for (int i = 0; i < l->npend; i++)
+    pend_refuse(&l->pend[i], XPORT_ECONNREFUSED);
   close(l->fd); /* requests still queued are refused: their peers see the socket go */
   free(l);
   lst->tpd = NULL;
@@ -1486,15 +1626,9 @@ static int xshm_describe(struct fi_info **info_p)
 static int xshm_open(struct xport__lane *lane)
 {
   struct xshm_lane *x = xl(lane);
-  x->keys_fd = memfd_create("xport-xshm-keys", MFD_CLOEXEC);
-  if (x->keys_fd < 0)
-    return -XPORT_ENOMEM;
   size_t klen = XSHM_KEYS * sizeof *x->keys;
-  if (ftruncate(x->keys_fd, (off_t)klen) ||
-      !(x->keys = map_fd(x->keys_fd, klen, PROT_READ | PROT_WRITE))) {
-    close(x->keys_fd);
+  if (!(x->keys = memfd_make("xport-xshm-keys", klen, SEALS_KEYS, &x->keys_fd)))
     return -XPORT_ENOMEM;
-  }
   lane->max_posted = 4096;
   x->qsize = 2 * (unsigned)lane->max_posted;
   x->q = calloc(x->qsize, sizeof *x->q);
@@ -1587,5 +1721,6 @@ const struct xport__transport xport__transport_xshm = {
     .atomic = xshm_atomic,
     .data = &xshm_data,
     .fini = xshm_fini,
+    .mr_access = xshm_mr_access,
     .watches_peers = 1,
 };
