@@ -500,6 +500,32 @@ START_TEST(strangers_on_the_socket)
     for (int i = 0; i < 3; i++)
       close(unsealed[i]);
   }
+  /* Sealed memory, but a pipe for a doorbell: a send that rang it would
+   * block, then die of SIGPIPE. */
+  {
+    int pp[2];
+    XT_CHECK(pipe2(pp, O_CLOEXEC) == 0, "pipe");
+    int fds3[3] = {memfd_sealed(sizeof(struct xshm_seg), SEG_SEALS),
+                   memfd_sealed(XSHM_KEYS * sizeof(struct xshm_key), KEY_SEALS), pp[1]};
+    struct xshm_seg *g = mmap(NULL, sizeof *g, PROT_READ | PROT_WRITE, MAP_SHARED, fds3[0], 0);
+    XT_CHECK(g != MAP_FAILED, "mmap");
+    g->magic = XSHM_MAGIC;
+    g->version = XSHM_VERSION;
+    int s7 = raw_connect(addr);
+    send_fds(s7, &h, sizeof h, fds3, 3);
+    struct pollfd pf = {.fd = s7, .events = POLLIN};
+    char b[sizeof h];
+    XT_CHECK(poll(&pf, 1, T_MS) == 1, "the pipe stranger: no answer");
+    ssize_t n = recv(s7, b, sizeof b, 0);
+    XT_CHECK(n <= 0 || (n == (ssize_t)sizeof h && ((struct xshm_hello *)b)->kind == XSHM_H_REFUSE),
+             "a pipe was taken for a doorbell");
+    close(s7);
+    munmap(g, sizeof *g);
+    close(fds3[0]);
+    close(fds3[1]);
+    close(pp[0]);
+    close(pp[1]);
+  }
   /* Each is refused (its socket closed), and the honest client gets in. */
   for (int i = 0; i < 6; i++) {
     if (i == 4)
@@ -622,6 +648,112 @@ START_TEST(hostile_peer_scribbles_its_ring)
 }
 END_TEST
 
+/* Peers that connect and say nothing hold up no other: the listener's
+ * handshakes run side by side, each a step per accept. */
+static void patient_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  (void)ctx, (void)arg;
+  xport_conn_t *conn = NULL;
+  int rc;
+  /* Short accepts, as an event loop makes them: each returns in time. */
+  while ((rc = xport_accept(lst, 50, &conn)) == -XPORT_ETIMEDOUT)
+    ;
+  XT_OK(rc);
+  honest_only_server(ctx, lst, NULL); /* a second honest one too */
+  xport_conn_close(conn);
+}
+
+START_TEST(silent_peers_hold_up_no_other)
+{
+  if (!on_xshm("silent_peers_hold_up_no_other"))
+    return;
+  char addr[128];
+  pid_t srv = xt_spawn_server(patient_server, NULL, addr, sizeof addr);
+  int silent[20];
+  for (int i = 0; i < 20; i++)
+    silent[i] = raw_connect(addr);
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *a, *b;
+  /* Well inside the five seconds each silent one is given. */
+  XT_OK(xport_connect(ctx, addr, 3000, &a));
+  XT_OK(xport_connect(ctx, addr, 3000, &b));
+  XT_OK(xport_send(b, "honest", 7, NULL, NULL));
+  XT_CHECK(xt_wait_op(ctx, XPORT_OP_SEND, T_MS).status == 0, "the honest send");
+  XT_CHECK(xt_reap(srv) == 0, "the listener failed");
+  for (int i = 0; i < 20; i++)
+    close(silent[i]);
+  xport_conn_close(a);
+  xport_conn_close(b);
+  xport_ctx_destroy(ctx);
+}
+END_TEST
+
+/* A key edited to claim read and write on a region registered for
+ * atomics only: the target's table refuses both (EACCES, and the
+ * connection ends), and its bytes are unchanged. */
+static void reseal(uint8_t *k, size_t len)
+{
+  uint32_t h = 2166136261u;
+  for (size_t i = 0; i < len - 4; i++)
+    h = (h ^ k[i]) * 16777619u;
+  for (int i = 0; i < 4; i++)
+    k[len - 4 + i] = (uint8_t)(h >> (8 * i));
+}
+
+static int atomic_only_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  static uint64_t words[8] __attribute__((aligned(64))) = {7, 7, 7, 7, 7, 7, 7, 7};
+  xport_mr_t *mr;
+  uint8_t k[XPORT_RKEY_MAX_SIZE];
+  XT_OK(xport_mr_reg(ctx, words, sizeof words, XPORT_ACCESS_REMOTE_ATOMIC, &mr));
+  int klen = xport_rkey_pack(mr, 0, sizeof words, k, sizeof k);
+  XT_OK(klen);
+  XT_OK(xport_send(conn, k, (size_t)klen, NULL, NULL));
+  XT_CHECK(xt_wait_op(ctx, XPORT_OP_SEND, T_MS).status == 0, "the key");
+  /* Until the client's connection ends. */
+  xport_completion_t c;
+  XT_CHECK(xt_next(ctx, &c, T_MS) == 0 && c.op == XPORT_OP_DISCONNECT, "no end: op %d", c.op);
+  for (int i = 0; i < 8; i++)
+    XT_CHECK(words[i] == 7, "word %d became %llu", i, (unsigned long long)words[i]);
+  XT_OK(xport_mr_dereg(mr));
+  return XT_CLOSED;
+}
+
+static int atomic_only_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  (void)arg;
+  uint8_t k[XPORT_RKEY_MAX_SIZE];
+  XT_OK(xport_recv(conn, k, sizeof k, NULL, NULL));
+  xport_completion_t c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS);
+  XT_CHECK(c.status == 0, "the key: %s", xport_strerror(c.status));
+  size_t klen = c.len;
+  uint32_t access = XPORT_ACCESS_REMOTE_READ | XPORT_ACCESS_REMOTE_WRITE |
+                    XPORT_ACCESS_REMOTE_ATOMIC;
+  for (int i = 0; i < 4; i++)
+    k[12 + i] = (uint8_t)(access >> (8 * i)); /* its rights, widened */
+  reseal(k, klen);
+  xport_rkey_t *rk;
+  XT_OK(xport_rkey_unpack(conn, k, klen, &rk));
+  static uint64_t src[8] = {9, 9, 9, 9, 9, 9, 9, 9};
+  XT_OK(xport_write(conn, src, sizeof src, NULL, rk, 0, src));
+  c = xt_wait_op(ctx, XPORT_OP_WRITE, T_MS);
+  XT_CHECK(c.status == -XPORT_EACCES, "a write through an edited key: %s",
+           xport_strerror(c.status));
+  c = xt_wait_op(ctx, XPORT_OP_DISCONNECT, T_MS);
+  XT_CHECK(c.status == -XPORT_ECONNRESET, "the connection goes on after a refused write");
+  xport_rkey_release(rk);
+  return 0;
+}
+
+START_TEST(atomic_only_region_refuses_read_and_write)
+{
+  if (!on_xshm("atomic_only_region_refuses_read_and_write"))
+    return;
+  xt_pair(atomic_only_server, atomic_only_client, NULL);
+}
+END_TEST
+
 /* ---- a receiver asleep in xport_wait ----------------------------------------- */
 
 #define NAPS 20
@@ -681,6 +813,8 @@ static Suite *make_suite(void)
   tcase_set_timeout(h, 600);
   tcase_add_test(h, strangers_on_the_socket);
   tcase_add_test(h, hostile_peer_scribbles_its_ring);
+  tcase_add_test(h, silent_peers_hold_up_no_other);
+  tcase_add_test(h, atomic_only_region_refuses_read_and_write);
   suite_add_tcase(s, h);
   return s;
 }
