@@ -386,6 +386,56 @@ START_TEST(sender_killed_mid_stream)
 }
 END_TEST
 
+/* A sender that writes many messages and closes at once: all it wrote
+ * reaches the receives posted after its close, then the event. */
+#define PARTING 250 /* within the receive depth (256) */
+
+static void parting_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  struct xt_steps *st = arg;
+  xport_conn_t *conn;
+  XT_OK(xport_accept(lst, T_MS, &conn));
+  XT_CHECK(xt_step_get(st->c2s[0], T_MS) == 'c', "the sender never closed");
+  static uint32_t got[PARTING];
+  for (uint32_t i = 0; i < PARTING; i++)
+    XT_OK(xport_recv(conn, &got[i], sizeof got[i], NULL, &got[i]));
+  for (uint32_t i = 0; i < PARTING; i++) {
+    xport_completion_t c;
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "message %u never came", i);
+    XT_CHECK(c.op == XPORT_OP_RECV && c.status == 0 && got[i] == i,
+             "message %u of %d: op %d %s", i, PARTING, c.op, xport_strerror(c.status));
+  }
+  xport_completion_t c;
+  XT_CHECK(xt_next(ctx, &c, T_MS) == 0 && c.op == XPORT_OP_DISCONNECT, "no end");
+  xport_conn_close(conn);
+}
+
+START_TEST(all_before_the_close)
+{
+  if (!on_xshm("all_before_the_close"))
+    return;
+  struct xt_steps st;
+  xt_steps_open(&st);
+  char addr[128];
+  pid_t srv = xt_spawn_server(parting_server, &st, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn;
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  static uint32_t m[PARTING];
+  for (uint32_t i = 0; i < PARTING; i++) {
+    m[i] = i;
+    XT_OK(xport_send(conn, &m[i], sizeof m[i], NULL, NULL));
+  }
+  for (uint32_t i = 0; i < PARTING; i++)
+    XT_CHECK(xt_wait_op(ctx, XPORT_OP_SEND, T_MS).status == 0, "send %u", i);
+  xport_conn_close(conn);
+  xt_step_put(st.c2s[1], 'c');
+  XT_CHECK(xt_reap(srv) == 0, "the receiver failed");
+  xport_ctx_destroy(ctx);
+  xt_steps_close(&st);
+}
+END_TEST
+
 /* ---- strangers on the listener's socket, and a hostile peer -------------------- */
 
 static int raw_connect(const char *addr)
@@ -807,6 +857,7 @@ static Suite *make_suite(void)
   tcase_add_test(t, many_senders_one_receiver);
   tcase_add_test(t, full_ring_then_progress);
   tcase_add_test(t, sender_killed_mid_stream);
+  tcase_add_test(t, all_before_the_close);
   tcase_add_test(t, wait_woken_by_each_message);
   suite_add_tcase(s, t);
   TCase *h = tcase_create("Hostile");

@@ -1691,7 +1691,11 @@ static void xshm_progress(struct xport__lane *lane)
     char b;
     if (poll(&p, 1, 0) == 1 && ((p.revents & (POLLHUP | POLLERR)) ||
                                 recv(c->sock, &b, 1, MSG_DONTWAIT) == 0)) {
+      /* All it wrote first, into the receives posted (rings_run takes a
+       * budget per run), then the loss. */
       rings_run(lane);
+      while (c->seg && !c->doomed && take_one(lane, conn) == 1)
+        ;
       xshm_lost(conn, -XPORT_ECONNRESET);
     }
   }
