@@ -96,16 +96,6 @@ static xport_rkey_t *import_key(xport_ctx_t *ctx, xport_conn_t *conn, uint8_t *r
   return rk;
 }
 
-/* Recomputes the trailing FNV-1a of a packed key (layout: top of src/api/rma.c). */
-static void reseal(uint8_t *k, size_t len)
-{
-  uint32_t h = 2166136261u;
-  for (size_t i = 0; i < len - 4; i++)
-    h = (h ^ k[i]) * 16777619u;
-  for (int i = 0; i < 4; i++)
-    k[len - 4 + i] = (uint8_t)(h >> (8 * i));
-}
-
 static uint32_t key_access(const uint8_t *k)
 {
   return (uint32_t)k[12] | (uint32_t)k[13] << 8 | (uint32_t)k[14] << 16 |
@@ -719,7 +709,7 @@ static void bad_key(int kind, int add)
     XT_CHECK(key_access(raw) == XPORT_ACCESS_REMOTE_READ, "packed access %x",
              key_access(raw));
     raw[12] |= XPORT_ACCESS_REMOTE_ATOMIC;
-    reseal(raw, klen);
+    xt_key_reseal(raw, klen);
     xport_rkey_release(rk);
     XT_OK(xport_rkey_unpack(victim, raw, klen, &rk));
   }

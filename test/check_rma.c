@@ -614,16 +614,6 @@ static void put64le(uint8_t *p, uint64_t v)
     p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* Recomputes the trailing FNV-1a of a packed key (format: xport_rkey_pack(3)). */
-static void reseal(uint8_t *k, size_t len)
-{
-  uint32_t h = 2166136261u;
-  for (size_t i = 0; i < len - 4; i++)
-    h = (h ^ k[i]) * 16777619u;
-  for (int i = 0; i < 4; i++)
-    k[len - 4 + i] = (uint8_t)(h >> (8 * i));
-}
-
 static int keys_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 {
   (void)arg;
@@ -708,19 +698,19 @@ static int keys_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   /* wrong version, foreign provider, another owner: checksums made good */
   memcpy(k, raw, klen);
   k[4] = 2;
-  reseal(k, klen);
+  xt_key_reseal(k, klen);
   XT_CHECK(xport_rkey_unpack(conn, k, klen, &bad) == -XPORT_EPROTO, "version 2");
   memcpy(k, raw, klen);
   memcpy(k + 40, "nosuchprov\0\0\0\0\0", 16);
-  reseal(k, klen);
+  xt_key_reseal(k, klen);
   XT_CHECK(xport_rkey_unpack(conn, k, klen, &bad) == -XPORT_EPROTO, "foreign provider");
   memcpy(k, raw, klen);
   k[6] ^= 0x1; /* the other addressing mode */
-  reseal(k, klen);
+  xt_key_reseal(k, klen);
   XT_CHECK(xport_rkey_unpack(conn, k, klen, &bad) == -XPORT_EPROTO, "foreign address mode");
   memcpy(k, raw, klen);
   k[16] ^= 0x80; /* owner context id */
-  reseal(k, klen);
+  xt_key_reseal(k, klen);
   XT_CHECK(xport_rkey_unpack(conn, k, klen, &bad) == -XPORT_EPROTO, "another context's key");
   /* a real key from a context of our own: right format, wrong peer */
   {
@@ -734,7 +724,7 @@ static int keys_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   }
   memcpy(k, raw, klen);
   put64le(k + 32, 0); /* zero length */
-  reseal(k, klen);
+  xt_key_reseal(k, klen);
   XT_CHECK(xport_rkey_unpack(conn, k, klen, &bad) == -XPORT_EPROTO, "zero-length key");
   XT_CHECK(bad == (xport_rkey_t *)0x1, "output written on failure");
   XT_CHECK(xport_poll(ctx, &c, 1) == 0, "a refused operation produced a completion");
@@ -816,7 +806,7 @@ START_TEST(revoked_and_forged_keys)
    * operation completes (with an error, or the provider drops the
    * connection); nothing hangs. */
   memcpy(raw + 56, "\x11\x22\x33\x44\x55\x66\x77\x88", 8);
-  reseal(raw, klen);
+  xt_key_reseal(raw, klen);
   xport_rkey_t *forged;
   XT_OK(xport_rkey_unpack(victim, raw, klen, &forged));
   int posted = 0, rc;
@@ -1821,7 +1811,7 @@ static int refused_case(xport_ctx_t *ctx, xport_ctx_t *octx, xport_conn_t *ctl,
     for (size_t i = 56; i < klen - 4; i++)
       raw[i] ^= 0xa5;
   }
-  reseal(raw, klen);
+  xt_key_reseal(raw, klen);
   XT_OK(xport_rkey_unpack(victim, raw, klen, &rk));
   memset(buf, 0x77, size);
   /* Bytes the key never granted: past its range (widened), or its own. */

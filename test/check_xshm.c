@@ -741,15 +741,6 @@ END_TEST
 /* A key edited to claim read and write on a region registered for
  * atomics only: the target's table refuses both (EACCES, and the
  * connection ends), and its bytes are unchanged. */
-static void reseal(uint8_t *k, size_t len)
-{
-  uint32_t h = 2166136261u;
-  for (size_t i = 0; i < len - 4; i++)
-    h = (h ^ k[i]) * 16777619u;
-  for (int i = 0; i < 4; i++)
-    k[len - 4 + i] = (uint8_t)(h >> (8 * i));
-}
-
 static int atomic_only_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 {
   (void)arg;
@@ -782,7 +773,7 @@ static int atomic_only_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
                     XPORT_ACCESS_REMOTE_ATOMIC;
   for (int i = 0; i < 4; i++)
     k[12 + i] = (uint8_t)(access >> (8 * i)); /* its rights, widened */
-  reseal(k, klen);
+  xt_key_reseal(k, klen);
   xport_rkey_t *rk;
   XT_OK(xport_rkey_unpack(conn, k, klen, &rk));
   static uint64_t src[8] = {9, 9, 9, 9, 9, 9, 9, 9};

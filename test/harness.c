@@ -341,6 +341,15 @@ void xt_shm_name(const char *port, char *buf, size_t len)
 
 int xt_mixed(void) { return current && current->shm_auto; }
 
+void xt_key_reseal(uint8_t *k, size_t len)
+{
+  uint32_t h = 2166136261u; /* FNV-1a over all but the checksum */
+  for (size_t i = 0; i < len - 4; i++)
+    h = (h ^ k[i]) * 16777619u;
+  for (int i = 0; i < 4; i++)
+    k[len - 4 + i] = (uint8_t)(h >> (8 * i));
+}
+
 size_t xt_key_part(xport_conn_t *conn, uint8_t *raw, size_t len)
 {
   xport_caps_t caps;

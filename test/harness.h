@@ -23,6 +23,9 @@ int xt_mixed(void);
  * moves the part for conn's transport to the front of raw and returns its
  * length, for tests that forge a key's fields. */
 size_t xt_key_part(xport_conn_t *conn, uint8_t *raw, size_t len);
+/* Seals a packed key (len bytes) again after a test edited its fields:
+ * its checksum (src/api/rma.c), as a forger would recompute it. */
+void xt_key_reseal(uint8_t *k, size_t len);
 /* Fails unless conn runs over xt_transport(). */
 void xt_check_transport(xport_conn_t *conn);
 /* The host tests listen on: 127.0.0.1, or $XPORT_TEST_HOST (verbs needs
