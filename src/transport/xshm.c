@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -56,7 +57,7 @@ struct xshm_done {
 };
 
 struct xshm_lane {
-  int efd;   /* this context's doorbell: lane->cq_fd, in its epoll set */
+  int epfd;  /* the connections' doorbells (eventfds): lane->cq_fd, in the context's set */
   int armed; /* its connections' rings are armed: the next read disarms */
   struct fid_fabric fabric;
   struct fid_domain domain;
@@ -95,18 +96,21 @@ static void done_push(struct xport__lane *lane, struct xport__req *req, size_t l
 
 static void rings_run(struct xport__lane *lane);
 static int frag_pump(xport_conn_t *conn);
+static size_t rec_size(size_t payload);
 
 /* Back from a sleep: the doorbell read empty, the rings disarmed. */
 static void disarm(struct xport__lane *lane)
 {
   struct xshm_lane *x = xl(lane);
   uint64_t n;
-  if (read(x->efd, &n, sizeof n) < 0) {
-    /* EAGAIN: nobody rang */
-  }
   for (xport_conn_t *conn = lane->conns; conn; conn = conn->next)
-    if (xc(conn)->seg)
+    if (xc(conn)->seg) {
+      if (read(xc(conn)->my_efd, &n, sizeof n) < 0) {
+        /* EAGAIN: not rung */
+      }
       __atomic_store_n(&xc(conn)->seg->ring[!xc(conn)->side].armed, 0, __ATOMIC_RELAXED);
+      __atomic_store_n(&xc(conn)->seg->ring[xc(conn)->side].want_room, 0, __ATOMIC_RELAXED);
+    }
   x->armed = 0;
 }
 
@@ -129,13 +133,24 @@ static int fab_trywait(struct fid_fabric *fabric, struct fid **fids, int count)
     if (!c->seg)
       continue;
     struct xshm_seg *g = c->seg;
-    /* A long message in pieces is pumped by polls: the receiver's room
-     * rings nothing. */
-    if (c->fout.req)
+    /* A long message in pieces waits for room: asked for (the consumer
+     * rings when it takes a record), then looked at once more. */
+    if (c->fout.req) {
+      struct xshm_ring *o = &g->ring[c->side];
+      __atomic_store_n(&o->want_room, 1, __ATOMIC_RELAXED);
+      __atomic_thread_fence(__ATOMIC_SEQ_CST);
+      uint64_t used = c->out_tail - __atomic_load_n(&o->head, __ATOMIC_ACQUIRE);
+      if (used <= XSHM_RING - rec_size(XSHM_EAGER) * 2)
+        return -FI_EAGAIN;
+    }
+    /* Control records: work only where their answers have room (a peer
+     * that takes none of them gets none, and wakes nothing). */
+    uint64_t ctl_used = c->ctl_tail - __atomic_load_n(&g->ctl[c->side].head, __ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&g->ctl[!c->side].tail, __ATOMIC_ACQUIRE) != c->ctl_head &&
+        ctl_used < XSHM_CSLOTS)
       return -FI_EAGAIN;
     if ((c->rx_head != c->rx_tail &&
          __atomic_load_n(&g->ring[!c->side].tail, __ATOMIC_ACQUIRE) != c->in_head) ||
-        __atomic_load_n(&g->ctl[!c->side].tail, __ATOMIC_ACQUIRE) != c->ctl_head ||
         (c->rndv_seen != c->rndv_posted &&
          __atomic_load_n(&g->ring[c->side].rndv_done, __ATOMIC_ACQUIRE) != c->rndv_seen))
       return -FI_EAGAIN;
@@ -507,6 +522,8 @@ static int take_one(struct xport__lane *lane, xport_conn_t *conn)
       return -1;
     c->in_head = head + rec_size(payload);
     __atomic_store_n(&r->head, c->in_head, __ATOMIC_RELEASE);
+    if (XPORT__UNLIKELY(__atomic_load_n(&r->want_room, __ATOMIC_RELAXED)))
+      ring_bell(conn);
     if (!(h.flags & XSHM_F_LAST)) {
       c->fin = 1;
       return 1; /* the receive waits for the rest */
@@ -545,7 +562,10 @@ static int take_one(struct xport__lane *lane, xport_conn_t *conn)
     size_t want = total < rx->len ? total : rx->len;
     size_t nl = iov_trim(rx->iov, rx->cnt, want, local);
     size_t nr = iov_trim(remote, h.niov, want, remote);
-    ssize_t got = want ? process_vm_readv(c->peer_pid, local, nl, remote, nr, 0) : 0;
+    /* A peer whose socket ended may have given its pid to another process. */
+    ssize_t got = c->gone ? -1 : want ? process_vm_readv(c->peer_pid, local, nl, remote, nr, 0) : 0;
+    if (c->gone)
+      errno = ESRCH;
     /* The sender may free its buffer once it has closed (its sends then
      * end with ECANCELED): bytes read after that are not its message. */
     if (got != (ssize_t)want ||
@@ -562,6 +582,8 @@ static int take_one(struct xport__lane *lane, xport_conn_t *conn)
   }
   c->in_head = head + rec_size(payload);
   __atomic_store_n(&r->head, c->in_head, __ATOMIC_RELEASE);
+  if (XPORT__UNLIKELY(__atomic_load_n(&r->want_room, __ATOMIC_RELAXED)))
+    ring_bell(conn);
   c->rx_head++;
   if (!err && len > rx->len && h.type != XSHM_R_WIMM)
     err = FI_ETRUNC;
@@ -957,7 +979,9 @@ static void conn_release(xport_conn_t *conn, int status)
   xport__held_flush(conn, status);
   close(c->sock);
   close(c->peer_efd);
-  c->sock = c->peer_efd = -1;
+  epoll_ctl(xl(conn->lane)->epfd, EPOLL_CTL_DEL, c->my_efd, NULL);
+  close(c->my_efd);
+  c->sock = c->peer_efd = c->my_efd = -1;
   munmap(c->seg, sizeof *c->seg);
   munmap((void *)c->peer_keys, XSHM_KEYS * sizeof *c->peer_keys);
   c->seg = NULL;
@@ -986,15 +1010,22 @@ static void xshm_drop(xport_conn_t *conn)
 }
 
 /* A connection made (either side): linked, its rings and the peer's key
- * table mapped. Takes seg, keys and peer_efd. */
+ * table mapped, its doorbell watched. Takes seg, keys, peer_efd and
+ * my_efd. */
 static int conn_make(struct xport__lane *lane, int sock, int side, pid_t pid, uint64_t ctx_id,
                      struct xshm_seg *seg, const struct xshm_key *keys, int peer_efd,
-                     uint64_t peer_canary, xport_conn_t **conn_p)
+                     int my_efd, uint64_t peer_canary, xport_conn_t **conn_p)
 {
+  struct epoll_event ev = {.events = EPOLLIN};
   xport_conn_t *conn = xport__conn_new(lane);
   if (!conn)
     return -XPORT_ENOMEM;
+  if (epoll_ctl(xl(lane)->epfd, EPOLL_CTL_ADD, my_efd, &ev)) {
+    free(conn);
+    return -XPORT_ENOMEM;
+  }
   xc(conn)->peer_efd = peer_efd;
+  xc(conn)->my_efd = my_efd;
   xc(conn)->cma = cma_probe(pid, peer_canary);
   __atomic_store_n(&seg->can_read[side], (uint32_t)xc(conn)->cma, __ATOMIC_RELEASE);
   struct xshm_conn *c = xc(conn);
@@ -1265,7 +1296,7 @@ static int xshm_connect(struct xport__lane *lane, const char *host, const char *
   if (sock < 0)
     return -XPORT_ENOMEM;
   ret = -XPORT_ECONNREFUSED;
-  int segfd = -1, keyfd = -1, efd = -1;
+  int segfd = -1, keyfd = -1, efd = -1, my = -1;
   struct xshm_seg *seg = NULL;
   pid_t pid;
   /* The host's own listener, else one on every address. */
@@ -1296,7 +1327,10 @@ static int xshm_connect(struct xport__lane *lane, const char *host, const char *
     h.flags = XSHM_HF_AUTH;
     xport__auth_nonce(h.nonce);
   }
-  int fds[3] = {segfd, xl(lane)->keys_fd, xl(lane)->efd};
+  ret = -XPORT_ENOMEM;
+  if ((my = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
+    goto fail;
+  int fds[3] = {segfd, xl(lane)->keys_fd, my};
   if ((ret = send_hello(sock, &h, fds, 3)))
     goto fail;
   close(segfd);
@@ -1334,7 +1368,7 @@ static int xshm_connect(struct xport__lane *lane, const char *host, const char *
         (ret = recv_hello(sock, deadline, XSHM_H_READY, &rd, NULL, 0)))
       goto fail_keys;
   }
-  ret = conn_make(lane, sock, 0, pid, w.ctx_id, seg, keys, efd, w.canary, conn_p);
+  ret = conn_make(lane, sock, 0, pid, w.ctx_id, seg, keys, efd, my, w.canary, conn_p);
   if (!ret)
     return 0;
 fail_keys:
@@ -1346,6 +1380,8 @@ fail:
     munmap(seg, sizeof *seg);
   if (segfd >= 0)
     close(segfd);
+  if (my >= 0)
+    close(my);
   close(sock);
   return ret;
 }
@@ -1360,7 +1396,7 @@ struct xshm_pend {
   struct xshm_hello h, w;
   struct xshm_seg *seg;
   const struct xshm_key *keys;
-  int efd;
+  int efd, my; /* the peer's doorbell, and ours for this connection */
 };
 
 static void pend_drop(struct xshm_pend *p)
@@ -1371,10 +1407,12 @@ static void pend_drop(struct xshm_pend *p)
     munmap((void *)p->keys, XSHM_KEYS * sizeof *p->keys);
   if (p->efd >= 0)
     close(p->efd);
+  if (p->my >= 0)
+    close(p->my);
   close(p->sock);
   p->seg = NULL;
   p->keys = NULL;
-  p->efd = p->sock = -1;
+  p->efd = p->my = p->sock = -1;
 }
 
 /* Refuses p's request with code (its peer's connect fails with it). */
@@ -1437,7 +1475,11 @@ static int shake(xport_listener_t *lst, struct xshm_pend *p, xport_conn_t **conn
       xport__auth_nonce(p->w.nonce);
       proof(lane, 1, &p->h, &p->w, p->w.mac);
     }
-    int mine[2] = {xl(lane)->keys_fd, xl(lane)->efd};
+    if ((p->my = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+      pend_refuse(p, XPORT_ENOMEM);
+      return -1;
+    }
+    int mine[2] = {xl(lane)->keys_fd, p->my};
     if (send_hello(p->sock, &p->w, mine, 2)) {
       pend_drop(p);
       return -1;
@@ -1464,8 +1506,8 @@ static int shake(xport_listener_t *lst, struct xshm_pend *p, xport_conn_t **conn
     return -1;
   }
 made:
-  if (conn_make(lane, p->sock, 1, p->pid, p->h.ctx_id, p->seg, p->keys, p->efd, p->h.canary,
-                conn_p)) {
+  if (conn_make(lane, p->sock, 1, p->pid, p->h.ctx_id, p->seg, p->keys, p->efd, p->my,
+                p->h.canary, conn_p)) {
     pend_drop(p);
     return -1;
   }
@@ -1486,14 +1528,31 @@ static int xshm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn
   struct xshm_lst *l = lst->tpd;
   for (;;) {
     long now = xport__now_ms();
-    /* New requests, while there is room: the rest wait in the backlog. */
-    while (l->npend < XSHM_PEND) {
+    int starved = 0;
+    /* New requests; where every slot is taken, a waiting one evicts the
+     * oldest handshake (a peer that says nothing), as a TCP listener
+     * drops its oldest unfinished one. */
+    for (;;) {
+      if (l->npend == XSHM_PEND) {
+        struct pollfd q = {.fd = l->fd, .events = POLLIN};
+        if (poll(&q, 1, 0) != 1)
+          break;
+        int oldest = 0;
+        for (int i = 1; i < l->npend; i++)
+          if (l->pend[i].deadline < l->pend[oldest].deadline)
+            oldest = i;
+        pend_drop(&l->pend[oldest]);
+        l->pend[oldest] = l->pend[--l->npend];
+      }
       int sock = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (sock < 0) {
         /* Out of descriptors (a flood of strangers elsewhere): the
-         * requests wait in the backlog for a later accept. */
-        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED &&
-            errno != EMFILE && errno != ENFILE && errno != ENOBUFS && errno != ENOMEM)
+         * requests wait in the backlog for a later accept, which this
+         * one's waits do not spin on. */
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+          starved = 1;
+        else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+                 errno != ECONNABORTED)
           return -XPORT_EIO;
         break;
       }
@@ -1503,7 +1562,8 @@ static int xshm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn
         continue;
       }
       l->pend[l->npend++] = (struct xshm_pend){.sock = sock, .pid = pid > 0 ? pid : 0,
-                                               .deadline = now + XSHM_SHAKE_MS, .efd = -1};
+                                               .deadline = now + XSHM_SHAKE_MS, .efd = -1,
+                                               .my = -1};
     }
     /* Every handshake a step on; the first made is the answer. */
     for (int i = 0; i < l->npend;) {
@@ -1524,7 +1584,7 @@ static int xshm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn
     if (left <= 0)
       return -XPORT_ETIMEDOUT;
     struct pollfd pf[1 + XSHM_PEND];
-    pf[0] = (struct pollfd){.fd = l->fd, .events = POLLIN};
+    pf[0] = (struct pollfd){.fd = starved ? -1 : l->fd, .events = POLLIN};
     for (int i = 0; i < l->npend; i++)
       pf[1 + i] = (struct pollfd){.fd = l->pend[i].sock, .events = POLLIN};
     poll(pf, (nfds_t)(1 + l->npend), left > 10 ? 10 : (int)left);
@@ -1637,14 +1697,14 @@ static int xshm_open(struct xport__lane *lane)
     close(x->keys_fd);
     return -XPORT_ENOMEM;
   }
-  x->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (x->efd < 0) {
+  x->epfd = epoll_create1(EPOLL_CLOEXEC);
+  if (x->epfd < 0) {
     free(x->q);
     munmap(x->keys, klen);
     close(x->keys_fd);
     return -XPORT_ENOMEM;
   }
-  lane->cq_fd = x->efd;
+  lane->cq_fd = x->epfd;
   x->fabric.fid = (struct fid){.fclass = FI_CLASS_FABRIC, .context = lane, .ops = &obj_ops};
   x->fabric.ops = &fab_ops;
   x->domain.fid = (struct fid){.fclass = FI_CLASS_DOMAIN, .context = lane, .ops = &obj_ops};
@@ -1662,7 +1722,7 @@ static void xshm_fini(struct xport__lane *lane)
   struct xshm_lane *x = xl(lane);
   munmap(x->keys, XSHM_KEYS * sizeof *x->keys);
   close(x->keys_fd);
-  close(x->efd);
+  close(x->epfd);
   x->keys = NULL;
   free(x->q);
   x->q = NULL;
@@ -1693,6 +1753,7 @@ static void xshm_progress(struct xport__lane *lane)
                                 recv(c->sock, &b, 1, MSG_DONTWAIT) == 0)) {
       /* All it wrote first, into the receives posted (rings_run takes a
        * budget per run), then the loss. */
+      c->gone = 1;
       rings_run(lane);
       while (c->seg && !c->doomed && take_one(lane, conn) == 1)
         ;

@@ -38,6 +38,9 @@ enum { XSHM_R_MSG = 1, XSHM_R_RNDV, XSHM_R_WIMM, XSHM_R_WRAP, XSHM_R_FRAG };
  * on a cache line of its own. */
 struct xshm_ring {
   _Alignas(64) uint64_t tail;
+  /* The producer sleeps until room comes (a long message in pieces): the
+   * consumer rings it when it takes a record. */
+  uint32_t want_room;
   _Alignas(64) uint64_t head;
   uint64_t rndv_done;
   /* The consumer sleeps (xport_wait): whoever publishes something for it
@@ -132,8 +135,10 @@ struct xshm_conn {
   uint64_t ctl_tail, ctl_head; /* our copies, as out_tail and in_head */
   unsigned natom;              /* atomics out (at most XSHM_ATOM) */
   uint32_t atom_seq;
-  int peer_efd; /* the peer's doorbell (an eventfd it handed over) */
+  int peer_efd; /* the peer's doorbell for this connection (an eventfd it handed over) */
+  int my_efd;   /* ours, handed over: a peer can drain only its own connection's */
   int cma;      /* this side may read and write the peer's memory */
+  int gone;     /* its socket ended: its pid may be another process's now */
   /* A long message in pieces (no cross-memory attach), going out: the
    * sends behind it wait (EAGAIN, held by the core) until it is. */
   struct {
