@@ -1482,6 +1482,11 @@ static int shake(xport_listener_t *lst, struct xshm_pend *p, xport_conn_t **conn
       pend_refuse(p, bad);
       return -1;
     }
+    /* Whether this side can read the client, said before the welcome: a
+     * client that sends a long message at once sees it (else it sends in
+     * pieces, though it need not). */
+    __atomic_store_n(&p->seg->can_read[1], (uint32_t)cma_probe(p->pid, p->h.canary),
+                     __ATOMIC_RELEASE);
     p->w = (struct xshm_hello){.magic = XSHM_MAGIC, .version = XSHM_VERSION,
                                .kind = XSHM_H_WELCOME, .ctx_id = lane->ctx->id,
                                .pid = (uint32_t)getpid(), .canary = (uintptr_t)canary};
