@@ -1751,8 +1751,6 @@ static void xshm_fini(struct xport__lane *lane)
 /* Housekeeping: a peer whose socket closed (it closed, or died) has
  * given all it will; what its ring holds for our receives is taken, then
  * the connection ends. */
-static int xshm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_p);
-
 static void xshm_progress(struct xport__lane *lane)
 {
   /* A listener a layer above owns (a job's) accepts in the background. */
