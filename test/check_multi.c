@@ -507,30 +507,39 @@ START_TEST(context_says_what_it_opened)
   xport_completion_t c;
   XT_CHECK(xport_poll(ctx, &c, 1) == 0, "completions from nowhere");
   XT_OK(xport_ctx_destroy(ctx));
-  if (!strcmp(xt_transport(), "xshm"))
-    return; /* the spellings below are XPORT_SHM=auto's, libfabric's shm */
+  char was[32];
+  snprintf(was, sizeof was, "%s", getenv("XPORT_SHM"));
   setenv("XPORT_SHM", "only", 1);
   XT_OK(xport_ctx_create(NULL, &ctx));
   XT_OK(xport_ctx_query(ctx, &caps));
-  XT_CHECK(!strcmp(caps.provider, "shm"), "XPORT_SHM=only opened %s", caps.provider);
+  XT_CHECK(!strcmp(caps.provider, "xshm"), "XPORT_SHM=only opened %s", caps.provider);
   XT_OK(xport_ctx_destroy(ctx));
-  /* Spellings: a boolean's mean what they say; one not understood adds
-   * no transport (a warning). */
-  static const char *const off[] = {"off", "OFF", "0", "no", "false", "bogus"};
-  static const char *const on[] = {"auto", "AUTO", "1", "yes", "on"};
-  for (size_t i = 0; i < sizeof off / sizeof off[0] + sizeof on / sizeof on[0]; i++) {
-    int is_off = i < sizeof off / sizeof off[0];
-    const char *v = is_off ? off[i] : on[i - sizeof off / sizeof off[0]];
-    setenv("XPORT_SHM", v, 1);
+  /* Spellings: a boolean's mean what they say (on: xport's own beside,
+   * the default); one not understood adds no transport (a warning);
+   * libfabric and xshm name which. */
+  static const struct {
+    const char *v, *beside;
+  } sp[] = {{"off", NULL},     {"OFF", NULL},    {"0", NULL},       {"no", NULL},
+            {"false", NULL},   {"bogus", NULL},  {"auto", "xshm"},  {"AUTO", "xshm"},
+            {"1", "xshm"},     {"yes", "xshm"},  {"on", "xshm"},    {"xshm", "xshm"},
+            {"libfabric", "shm"}};
+  for (size_t i = 0; i < sizeof sp / sizeof sp[0]; i++) {
+    setenv("XPORT_SHM", sp[i].v, 1);
     XT_OK(xport_ctx_create(NULL, &ctx));
     XT_OK(xport_ctx_query(ctx, &caps));
-    int nc = xport_ctx_candidates(ctx, &cands), on_beside = 0;
+    int nc = xport_ctx_candidates(ctx, &cands), nbeside = 0;
+    const char *which = "nothing";
     for (int k = 0; k < nc; k++)
-      on_beside += !strcmp(cands[k].provider, "shm") && cands[k].verdict == XPORT_VERDICT_CHOSEN;
-    XT_CHECK(on_beside == !is_off, "XPORT_SHM=%s: shm %s", v, on_beside ? "on" : "off");
+      if (cands[k].verdict == XPORT_VERDICT_CHOSEN && strstr(cands[k].reason, "beside")) {
+        nbeside++;
+        which = cands[k].provider;
+      }
+    XT_CHECK(sp[i].beside ? nbeside == 1 && !strcmp(which, sp[i].beside) : nbeside == 0,
+             "XPORT_SHM=%s: %d beside (%s), expected %s", sp[i].v, nbeside, which,
+             sp[i].beside ? sp[i].beside : "none");
     XT_OK(xport_ctx_destroy(ctx));
   }
-  setenv("XPORT_SHM", "auto", 1);
+  setenv("XPORT_SHM", was, 1);
 }
 END_TEST
 

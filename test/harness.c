@@ -44,39 +44,40 @@ struct xt_cfg {
   const char *label;
   const char *provider; /* XPORT_PROVIDER */
   int strict;
-  /* XPORT_SHM=auto: shm beside the fabric, and the test's peers (this
-   * node) reached over it; else off, so the fabric carries everything. */
-  int shm_auto;
+  /* XPORT_SHM: what reaches this node's peers beside the fabric. NULL:
+   * nothing (off), the fabric carries everything; "auto" (the default):
+   * xport's own shared memory; "libfabric": libfabric's shm. The test's
+   * peers (this node) are reached over it. */
+  const char *beside;
   /* Servers run on another node: a network namespace joined to the test
    * process's by a veth pair (both made here), so that the fabric carries
-   * their connections though shm is beside it. */
+   * their connections though shared memory is beside it. */
   int two_nodes;
-  /* With shm_auto: xport's own shared memory beside the fabric
-   * (XPORT_SHM=xshm) instead of libfabric's shm. */
-  int xshm;
 };
 
-/* Every configuration xport targets; absent ones are skipped with why. */
+/* Every configuration xport targets; absent ones are skipped with why.
+ * xshm+: the default (XPORT_SHM=auto); shm+: libfabric's shm beside. */
 static const struct xt_cfg cfgs[] = {
-  {"tcp", "tcp", 0, 0, 0, 0},
-  {"tcp-strict", "tcp", 1, 0, 0, 0},
-  {"tcp;ofi_rxm", "tcp;ofi_rxm", 0, 0, 0, 0},
-  {"shm", "shm", 0, 0, 0, 0},
-  {"xshm", "xshm", 0, 0, 0, 0},
-  {"verbs", "verbs", 0, 0, 0, 0},
-  {"verbs;ofi_rxm", "verbs;ofi_rxm", 0, 0, 0, 0},
-  {"shm+tcp", "tcp", 0, 1, 0, 0},
-  {"shm+tcp;ofi_rxm", "tcp;ofi_rxm", 0, 1, 0, 0},
-  {"shm+verbs", "verbs", 0, 1, 0, 0},
-  {"shm+tcp@2nodes", "tcp", 0, 1, 1, 0},
-  {"xshm+tcp", "tcp", 0, 1, 0, 1},
+  {"tcp", "tcp", 0, NULL, 0},
+  {"tcp-strict", "tcp", 1, NULL, 0},
+  {"tcp;ofi_rxm", "tcp;ofi_rxm", 0, NULL, 0},
+  {"shm", "shm", 0, NULL, 0},
+  {"xshm", "xshm", 0, NULL, 0},
+  {"verbs", "verbs", 0, NULL, 0},
+  {"verbs;ofi_rxm", "verbs;ofi_rxm", 0, NULL, 0},
+  {"xshm+tcp", "tcp", 0, "auto", 0},
+  {"shm+tcp;ofi_rxm", "tcp;ofi_rxm", 0, "libfabric", 0},
+  {"xshm+verbs", "verbs", 0, "auto", 0},
+  {"shm+verbs", "verbs", 0, "libfabric", 0},
+  {"xshm+tcp@2nodes", "tcp", 0, "auto", 1},
 };
 
 static const struct xt_cfg *current;
 
 const char *xt_transport(void)
 {
-  return current && current->shm_auto && !current->two_nodes ? (current->xshm ? "xshm" : "shm")
+  return current && current->beside && !current->two_nodes
+             ? (strcmp(current->beside, "libfabric") ? "xshm" : "shm")
          : current                                           ? current->provider
                                                              : "";
 }
@@ -205,14 +206,16 @@ static int available(const struct xt_cfg *c, char *why, size_t len)
       dup2(fileno(log), 2);
     int rc = xport_ctx_create(&a, &ctx);
     xport_ctx_t *sctx = NULL;
-    if (rc == 0 && c->shm_auto) {
+    if (rc == 0 && c->beside) {
       /* Both transports must be there, and the test's connections take
-       * the shm one: its capabilities are what they see. */
-      xport_ctx_attr_t sa = {.provider = c->xshm ? "xshm" : "shm", .strict = a.strict};
+       * the node's one: its capabilities are what they see. */
+      int fi_shm = !strcmp(c->beside, "libfabric");
+      xport_ctx_attr_t sa = {.provider = fi_shm ? "shm" : "xshm", .strict = a.strict};
       const xport_candidate_t *cands;
-      int nc = xport_ctx_candidates(ctx, &cands), beside = c->xshm; /* no candidate of its own */
+      int nc = xport_ctx_candidates(ctx, &cands), beside = 0;
       for (int k = 0; k < nc; k++)
-        beside += !strcmp(cands[k].provider, "shm") && cands[k].verdict == XPORT_VERDICT_CHOSEN;
+        beside += !strcmp(cands[k].provider, sa.provider) &&
+                  cands[k].verdict == XPORT_VERDICT_CHOSEN;
       if (xport_ctx_create(&sa, &sctx) == 0 && beside)
         ;
       else {
@@ -299,7 +302,7 @@ int xt_main(const char *prog, Suite *(*make)(void), int network)
       printf("SKIP: %s on %s: not in XPORT_TEST_CONFIGS\n", prog, c->label);
       continue;
     }
-    setenv("XPORT_SHM", c->xshm ? "xshm" : c->shm_auto ? "auto" : "off", 1);
+    setenv("XPORT_SHM", c->beside ? c->beside : "off", 1);
     current = c;
     if (c->two_nodes && two_nodes_begin(why, sizeof why)) {
       printf("SKIP: %s on %s: %s\n", prog, c->label, why);
@@ -339,7 +342,7 @@ void xt_shm_name(const char *port, char *buf, size_t len)
            b[0], b[1], b[2], b[3]);
 }
 
-int xt_mixed(void) { return current && current->shm_auto; }
+int xt_mixed(void) { return current && current->beside; }
 
 void xt_key_reseal(uint8_t *k, size_t len)
 {

@@ -18,7 +18,8 @@ tmp=$(mktemp -d /tmp/xport-jobs.XXXXXX)
 ns_a="xjA$$"; ns_b="xjB$$"
 slurm_ns=""
 # The fabric named carries every pair, unless a case says otherwise:
-# cases with shm beside it (XPORT_SHM=auto) check who went over which.
+# cases with xshm beside it (XPORT_SHM=auto, the default) check who went
+# over which.
 XPORT_SHM=off; export XPORT_SHM
 
 cleanup() {
@@ -112,7 +113,7 @@ esac
 if ! command -v mpirun >/dev/null 2>&1; then
   skip "mpirun" "no mpirun (Debian: openmpi-bin)"
 else
-  for prov in shm tcp "tcp;ofi_rxm"; do
+  for prov in shm xshm tcp "tcp;ofi_rxm"; do
     job_case "mpirun -np 4, one node, $prov: every pair connected; messages, writes, reads verified" \
       mpirun -np 4 -x LSAN_OPTIONS -x XPORT_SHM -x XPORT_PROVIDER="$prov" "$ranks"
   done
@@ -125,15 +126,16 @@ else
       mpirun -np 4 -x LSAN_OPTIONS -x XPORT_SHM -x XPORT_PROVIDER="$prov" \
       -x XPORT_AUTH_KEY_FILE="$tmp/job.key" "$ranks"
   done
-  # shm beside tcp: every peer is on this node, so every pair goes over shm.
+  # xport's own shared memory beside tcp (the default): every peer is on
+  # this node, so every pair goes over xshm.
   log="$tmp/mixed1.log"
   (XPORT_SHM=auto; export XPORT_SHM
    private_shm timeout 120 mpirun -np 4 -x LSAN_OPTIONS -x XPORT_SHM -x XPORT_PROVIDER=tcp \
      "$ranks" >"$log" 2>&1)
   rc=$?
-  if [ $rc = 0 ] && count_ok "$log" 4 && [ "$(grep -c 'over: .*=shm' "$log")" = 4 ] &&
+  if [ $rc = 0 ] && count_ok "$log" 4 && [ "$(grep -c 'over: .*=xshm' "$log")" = 4 ] &&
      ! grep 'over:' "$log" | grep -q '=tcp'; then
-    ok "mpirun -np 4, one node, tcp with shm beside (XPORT_SHM=auto): every pair over shm"
+    ok "mpirun -np 4, one node, tcp with xshm beside (XPORT_SHM=auto): every pair over xshm"
   else
     bad "mpirun -np 4, one node, XPORT_SHM=auto (rc $rc):"; sed 's/^/  /' "$log" | tail -20
   fi
@@ -179,7 +181,7 @@ else
   # A rank killed mid-job: the survivors' operations to it fail (recovery
   # on, so the launcher lets them finish and say so), and under the
   # launcher's default it ends the job with its own report, not a hang.
-  for prov in shm tcp "tcp;ofi_rxm"; do
+  for prov in shm xshm tcp "tcp;ofi_rxm"; do
     log="$tmp/kill.log"
     private_shm timeout 120 mpirun --enable-recovery -np 4 -x JOB_DIE_RANK=3 \
       -x JOB_SURVIVORS_EXIT=1 -x LSAN_OPTIONS -x XPORT_SHM -x XPORT_PROVIDER="$prov" "$ranks" >"$log" 2>&1
@@ -240,13 +242,13 @@ EOF
         line=$(grep "^job_ranks: rank $r of 4 .*: ok" "$log")
         for p in 0 1 2 3; do
           [ $p = $r ] && continue
-          if [ $mode = auto ] && [ $((p / 2)) = $((r / 2)) ]; then w=shm; else w=$prov; fi
+          if [ $mode = auto ] && [ $((p / 2)) = $((r / 2)) ]; then w=xshm; else w=$prov; fi
           case "$line" in *" $p=$w"|*" $p=$w "*) ;; *) want_ok=0 ;; esac
         done
       done
       if [ $rc = 0 ] && count_ok "$log" 4 && [ "$na" = 2 ] && [ "$nb" = 2 ] && [ $want_ok = 1 ]; then
         if [ $mode = auto ]; then
-          ok "mpirun -np 4 over two nodes (2 + 2), $prov with shm beside: node mates over shm, the other node over $prov, every pair verified"
+          ok "mpirun -np 4 over two nodes (2 + 2), $prov with xshm beside: node mates over xshm, the other node over $prov, every pair verified"
         else
           ok "mpirun -np 4 over two nodes (2 + 2), $prov: every pair verified"
         fi

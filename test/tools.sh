@@ -32,15 +32,19 @@ check() { # name, then the command
   fi
 }
 
-# shm+PROV: shm beside the fabric (XPORT_SHM=auto), so that the loopback's
-# connection runs over shm and xport_perf says so ("transport"); one size
-# there, the others having run on shm alone.
-for cfg in tcp tcp-strict "tcp;ofi_rxm" shm shm+tcp "shm+tcp;ofi_rxm"; do
+# xshm+PROV: xport's own shared memory beside the fabric (XPORT_SHM=auto,
+# the default), shm+PROV: libfabric's (XPORT_SHM=libfabric), so that the
+# loopback's connection runs over it and xport_perf says so ("transport");
+# one size there, the others having run on each alone.
+for cfg in tcp tcp-strict "tcp;ofi_rxm" shm xshm xshm+tcp "shm+tcp;ofi_rxm"; do
   prov=${cfg%-strict}
-  prov=${prov#shm+}
-  strict=0 shm=off over=$prov sizes="1 4099 65536"
+  prov=${prov#*shm+}
+  strict=0 shm=off over=$prov beside=none sizes="1 4099 65536"
   [ "$cfg" = tcp-strict ] && strict=1
-  case $cfg in shm+*) shm=auto over=shm sizes=4099 ;; esac
+  case $cfg in
+    xshm+*) shm=auto over=xshm beside=xshm sizes=4099 ;;
+    shm+*) shm=libfabric over=shm beside=shm sizes=4099 ;;
+  esac
   export XPORT_STRICT=$strict XPORT_LOG=none XPORT_SHM=$shm
   if ! XPORT_PROVIDER="$prov" "$info" --json > /dev/null 2>&1; then
     echo "SKIP: tools on $cfg: xport_info finds no usable $prov"
@@ -59,9 +63,9 @@ assert d[\"candidates\"]
 for x in d[\"candidates\"]:
     assert {\"provider\", \"domain\", \"verdict\", \"reason\"} <= set(x), x
     assert x[\"verdict\"] in (\"chosen\", \"usable\", \"rejected\")
-beside = [x for x in d[\"candidates\"] if x[\"provider\"] == \"shm\" and x[\"verdict\"] == \"chosen\" and \"beside\" in x[\"reason\"]]
-assert len(beside) == (sys.argv[2] == \"auto\"), beside
-' '$prov' $shm"
+beside = [x for x in d[\"candidates\"] if x[\"verdict\"] == \"chosen\" and \"beside\" in x[\"reason\"]]
+assert [x[\"provider\"] for x in beside] == ([] if sys.argv[2] == \"none\" else [sys.argv[2]]), beside
+' '$prov' $beside"
   # The table shows each place once: no usable row repeats the chosen one
   # (shm: libfabric lists it twice, differing in nothing the table shows).
   check "xport_info's table on $cfg: the chosen row not repeated as usable" sh -c "

@@ -748,6 +748,18 @@ static int lane_open(xport_ctx_t *ctx, unsigned index, struct settings s,
   lane->caps.write_imm = lane->native_wimm > 0    ? XPORT_SUPPORT_NATIVE
                          : lane->native_wimm == 0 ? XPORT_SUPPORT_EMULATED
                                                   : XPORT_SUPPORT_NONE;
+  if (own && cands_p) {
+    /* No probe, but a reader of the candidates learns what opened. */
+    xport_candidate_t *c = calloc(1, sizeof *c);
+    if (!c) {
+      ret = -XPORT_ENOMEM;
+      goto fail;
+    }
+    set_cand(c, lane->info, XPORT_VERDICT_CHOSEN,
+             "xport's own transport, named (XPORT_PROVIDER, or XPORT_SHM=only): no probe");
+    *cands_p = c;
+    *ncands_p = 1;
+  }
   XPORT__INFO("chose %s on %s/%s%s", lane->caps.provider, lane->caps.fabric, lane->caps.domain,
               s.strict ? " (strict mode)" : "");
   *lane_p = lane;
@@ -776,53 +788,72 @@ static xport_candidate_t *node_local_cand(xport_ctx_t *ctx, const char *prov)
   return NULL;
 }
 
-/* XPORT_SHM=auto: opens the node-local provider beside ctx's fabric, with
- * the same switches, for peers on this node. A failure leaves the fabric
- * alone, and says why in the candidate list. */
+/* xport's own node-local transport beside ctx's fabric; 0, or why not. */
+static int own_local_open(xport_ctx_t *ctx, struct settings s, const char *mode)
+{
+  const struct xport__transport *own = xport__transport_node_local();
+  struct xport__lane *lane;
+  s.domain = NULL; /* XPORT_DOMAIN and XPORT_IFACE name the fabric's */
+  s.iface = NULL;
+  int ret = lane_open(ctx, 1, s, own, NULL, NULL, &lane);
+  if (ret) {
+    XPORT__INFO("%s beside %s: %s", own->name, ctx->lanes[0]->caps.provider,
+                xport_strerror(ret));
+    return ret;
+  }
+  ctx->lanes[ctx->nlanes++] = lane;
+  /* Said where a user looks: a candidate of its own, after the probe's. */
+  xport_candidate_t *more = realloc(ctx->cands, (size_t)(ctx->ncands + 1) * sizeof *more);
+  if (more) {
+    ctx->cands = more;
+    xport_candidate_t *c = &ctx->cands[ctx->ncands++];
+    memset(c, 0, sizeof *c);
+    set_cand(c, lane->info, XPORT_VERDICT_CHOSEN, "");
+    snprintf(c->reason, sizeof c->reason, "opened beside %s for peers on this node (XPORT_SHM=%s)",
+             ctx->lanes[0]->caps.provider, mode);
+  }
+  XPORT__INFO("%s opened beside %s for peers on this node", own->name,
+              ctx->lanes[0]->caps.provider);
+  return 0;
+}
+
+/* Peers on this node, as XPORT_SHM says: auto opens xport's own shared
+ * memory beside ctx's fabric, libfabric's shm where that fails (memfd or
+ * Unix sockets refused) or where XPORT_SHM=libfabric asks for it; xshm
+ * opens xport's only. The same switches as the fabric; a failure leaves
+ * the fabric alone, and says why in the candidate list. */
 static void node_local_open(xport_ctx_t *ctx, struct settings s, const char *mode)
 {
   const struct xport__profile *nl = node_local_profile();
-  if (!strcmp(mode, "xshm")) {
-    /* xport's own shared memory beside the fabric (a transport of its own
-     * provider: no candidate of the probe's). */
-    const struct xport__transport *own = xport__transport_named("xshm");
-    struct xport__lane *lane;
-    if (ctx->lanes[0]->tp == own)
-      return;
-    s.domain = NULL;
-    s.iface = NULL;
-    int ret = lane_open(ctx, 1, s, own, NULL, NULL, &lane);
-    if (ret) {
-      XPORT__INFO("xshm beside %s: %s: peers on this node use %s",
-                  ctx->lanes[0]->caps.provider, xport_strerror(ret),
-                  ctx->lanes[0]->caps.provider);
+  if (ctx->lanes[0]->tp == xport__transport_node_local() ||
+      (ctx->lanes[0]->prof && ctx->lanes[0]->prof->node_local))
+    return; /* the fabric is this node's already */
+  xport_candidate_t *c = nl ? node_local_cand(ctx, nl->name) : NULL;
+  int usable = c && c->verdict == XPORT_VERDICT_USABLE;
+  if (!strcmp(mode, "auto") || !strcmp(mode, "xshm")) {
+    int ret = own_local_open(ctx, s, mode);
+    if (!ret) {
+      if (usable)
+        snprintf(c->reason, sizeof c->reason,
+                 "not opened: xport's own %s is beside %s (XPORT_SHM=libfabric opens this one)",
+                 xport__transport_node_local()->name, ctx->lanes[0]->caps.provider);
       return;
     }
-    ctx->lanes[ctx->nlanes++] = lane;
-    /* Said where a user looks: a candidate of its own, after the probe's. */
-    xport_candidate_t *more = realloc(ctx->cands, (size_t)(ctx->ncands + 1) * sizeof *more);
-    if (more) {
-      ctx->cands = more;
-      xport_candidate_t *c = &ctx->cands[ctx->ncands++];
-      memset(c, 0, sizeof *c);
-      set_cand(c, lane->info, XPORT_VERDICT_CHOSEN, "");
-      snprintf(c->reason, sizeof c->reason,
-               "opened beside %s for peers on this node (XPORT_SHM=xshm)",
-               ctx->lanes[0]->caps.provider);
-    }
-    XPORT__INFO("xshm opened beside %s for peers on this node", ctx->lanes[0]->caps.provider);
-    return;
+    if (!strcmp(mode, "xshm"))
+      return;
+    if (usable)
+      snprintf(c->reason, sizeof c->reason, "opened because %s failed to: %s",
+               xport__transport_node_local()->name, xport_strerror(ret));
   }
-  if (!nl || (ctx->lanes[0]->prof && ctx->lanes[0]->prof->node_local))
+  if (!nl)
     return;
-  xport_candidate_t *c = node_local_cand(ctx, nl->name);
   if (!strcmp(mode, "off")) {
-    if (c && c->verdict == XPORT_VERDICT_USABLE)
+    if (usable)
       snprintf(c->reason, sizeof c->reason, "not opened for peers on this node: XPORT_SHM=off");
     return;
   }
   s.provider = nl->name;
-  s.domain = NULL; /* XPORT_DOMAIN and XPORT_IFACE name the fabric's */
+  s.domain = NULL;
   s.iface = NULL;
   xport_candidate_t *cands = NULL;
   int ncands = 0;
@@ -834,15 +865,17 @@ static void node_local_open(xport_ctx_t *ctx, struct settings s, const char *mod
     XPORT__INFO("%s beside %s: %s: peers on this node use %s", nl->name, fabric->caps.provider,
                 xport_strerror(ret), fabric->caps.provider);
     if (c)
-      snprintf(c->reason, sizeof c->reason, "XPORT_SHM=auto, but it failed to open: %s",
+      snprintf(c->reason, sizeof c->reason, "XPORT_SHM=%s, but it failed to open: %s", mode,
                xport_strerror(ret));
     return;
   }
   ctx->lanes[ctx->nlanes++] = lane;
   if (c) {
     c->verdict = XPORT_VERDICT_CHOSEN;
-    snprintf(c->reason, sizeof c->reason, "opened beside %s for peers on this node (XPORT_SHM=auto)",
-             fabric->caps.provider);
+    if (!strcmp(mode, "libfabric"))
+      snprintf(c->reason, sizeof c->reason,
+               "opened beside %s for peers on this node (XPORT_SHM=libfabric)",
+               fabric->caps.provider);
   }
   XPORT__INFO("%s opened beside %s for peers on this node", nl->name, fabric->caps.provider);
 }
@@ -876,18 +909,14 @@ static int ctx_create(const struct xport__transport *own, const xport_ctx_attr_t
     mode = "only";
   else if (!strcasecmp(mode, "xshm"))
     mode = "xshm";
+  else if (!strcasecmp(mode, "libfabric"))
+    mode = "libfabric";
   else {
-    XPORT__WARN("XPORT_SHM=%s is none of auto, off, only, xshm: using off", mode);
+    XPORT__WARN("XPORT_SHM=%s is none of auto, off, only, xshm, libfabric: using off", mode);
     mode = "off"; /* a setting not understood adds no transport */
   }
-  const struct xport__profile *nl = node_local_profile();
-  if (!strcmp(mode, "only")) {
-    if (!nl) {
-      xport__auth_wipe(s.auth_key, sizeof s.auth_key);
-      return -XPORT_ENOPROV;
-    }
-    s.provider = nl->name;
-  }
+  if (!strcmp(mode, "only") && !own)
+    own = xport__transport_node_local();
   /* Before anything opens: a malformed value fails the call whole. */
   struct xport__fault *fault;
   ret = xport__fault_new(&fault);

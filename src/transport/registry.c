@@ -10,7 +10,8 @@ extern const struct xport__transport xport__transport_msg, xport__transport_rdm,
 static const struct xport__transport *const transports[] = {&xport__transport_msg,
                                                             &xport__transport_rdm};
 
-/* Transports of xport's own provider, chosen by name (XPORT_PROVIDER). */
+/* Transports of xport's own provider, chosen by name (XPORT_PROVIDER).
+ * The first is the default for peers on this node (XPORT_SHM=auto). */
 static const struct xport__transport *const own[] = {&xport__transport_xshm};
 
 /* Every operation the core calls without looking is there (struct
@@ -41,4 +42,10 @@ const struct xport__transport *xport__transport_named(const char *name)
       return own[i];
     }
   return NULL;
+}
+
+const struct xport__transport *xport__transport_node_local(void)
+{
+  XPORT__ASSERT(complete(own[0]));
+  return own[0];
 }

@@ -116,6 +116,8 @@ struct xport__transport {
 const struct xport__transport *xport__transport_named(const char *name);
 /* The transport for endpoints of type t, or NULL (transport/registry.c). */
 const struct xport__transport *xport__transport_for(enum fi_ep_type t);
+/* xport's own transport for peers on this node (XPORT_SHM=auto, only). */
+const struct xport__transport *xport__transport_node_local(void);
 
 /* The part of mr that lane's endpoints take (mr itself, or its second
  * lane's part), or NULL where mr belongs to another context. */

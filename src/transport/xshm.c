@@ -1293,6 +1293,27 @@ static int xshm_here(const struct xport__lane *lane, const char *addr)
   return found;
 }
 
+static void accept_hooked(struct xport__lane *lane);
+
+/* The listener's welcome to our hello. Meanwhile the listeners a layer
+ * above owns (a job's) go on accepting, as over the fabric's transports:
+ * two ranks that connect to each other at once each accept the other's
+ * request (job.c weighs which stays), where waiting alone would leave
+ * both waiting for their deadline. */
+static int await_welcome(struct xport__lane *lane, int sock, long deadline,
+                         struct xshm_hello *w, int got[2])
+{
+  for (;;) {
+    long slice = xport__now_ms() + 1;
+    if (deadline >= 0 && deadline < slice)
+      slice = deadline;
+    int ret = recv_hello(sock, slice, XSHM_H_WELCOME, w, got, 2);
+    if (ret != -XPORT_ETIMEDOUT || (deadline >= 0 && xport__now_ms() >= deadline))
+      return ret;
+    accept_hooked(lane);
+  }
+}
+
 static int xshm_connect(struct xport__lane *lane, const char *host, const char *port,
                         long deadline, xport_conn_t **conn_p)
 {
@@ -1352,7 +1373,7 @@ static int xshm_connect(struct xport__lane *lane, const char *host, const char *
   segfd = -1;
   struct xshm_hello w;
   int got[2];
-  if ((ret = recv_hello(sock, deadline, XSHM_H_WELCOME, &w, got, 2))) {
+  if ((ret = await_welcome(lane, sock, deadline, &w, got))) {
     /* A listener closed with this request still waiting refused it. */
     if (ret == -XPORT_ECONNRESET)
       ret = -XPORT_ECONNREFUSED;
@@ -1748,18 +1769,23 @@ static void xshm_fini(struct xport__lane *lane)
   x->q = NULL;
 }
 
-/* Housekeeping: a peer whose socket closed (it closed, or died) has
- * given all it will; what its ring holds for our receives is taken, then
- * the connection ends. */
-static void xshm_progress(struct xport__lane *lane)
+/* A listener a layer above owns (a job's) accepts in the background. */
+static void accept_hooked(struct xport__lane *lane)
 {
-  /* A listener a layer above owns (a job's) accepts in the background. */
   for (xport_listener_t *lst = lane->listeners, *next; lst; lst = next) {
     next = lst->next;
     xport_conn_t *conn;
     while (lst->admit && lst->tpd && xshm_accept(lst, 0, &conn) == 0)
       lst->accepted(lst->hook_arg, conn);
   }
+}
+
+/* Housekeeping: a peer whose socket closed (it closed, or died) has
+ * given all it will; what its ring holds for our receives is taken, then
+ * the connection ends. */
+static void xshm_progress(struct xport__lane *lane)
+{
+  accept_hooked(lane);
   for (xport_conn_t *conn = lane->conns, *next; conn; conn = next) {
     next = conn->next;
     struct xshm_conn *c = xc(conn);

@@ -104,15 +104,16 @@ static const xport_env_var_t env_table[XPORT__ENV_COUNT] = {
     "still waiting says so in the log."},
   [XPORT__ENV_SHM] = {"XPORT_SHM", "string", "auto",
     "Whether peers on this node are reached over shared memory. auto: a "
-    "context whose fabric (XPORT_PROVIDER) is not shm opens shm beside it, "
-    "listens on both under one host:port, and xport_connect reaches a "
-    "listener on this node (same /dev/shm, same PID namespace, another "
-    "process) over shm and every other peer over the fabric; off: the "
-    "fabric only; only: shm only, as XPORT_PROVIDER=shm; xshm: xport's own "
-    "shared memory beside the fabric instead of libfabric's shm (a listener "
-    "of this node's network namespace and user, found by its socket's name). "
-    "0/no/false mean off, "
-    "1/yes/true/on auto; any other value warns and means off."},
+    "context whose fabric (XPORT_PROVIDER) is not of this node opens xport's "
+    "own shared memory (xshm) beside it, or libfabric's shm where xshm "
+    "cannot open; it listens on both under one host:port, and xport_connect "
+    "reaches a listener on this node (same network and PID namespace, same "
+    "user, another process) over shared memory and every other peer over "
+    "the fabric; xshm: xshm beside the fabric, never libfabric's shm; "
+    "libfabric: libfabric's shm beside the fabric (same /dev/shm, same PID "
+    "namespace); off: the fabric only; only: shared memory only, as "
+    "XPORT_PROVIDER=xshm. 0/no/false mean off, 1/yes/true/on auto; any "
+    "other value warns and means off."},
   [XPORT__ENV_FAULT] = {"XPORT_FAULT", "string", "(none)",
     "Fault injection, for tests: comma-separated rules, each NAME:N. "
     "mr_reg:N: the process's Nth xport_mr_reg fails with XPORT_ENOMEM; "
