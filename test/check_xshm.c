@@ -603,7 +603,7 @@ START_TEST(strangers_on_the_socket)
 END_TEST
 
 /* A peer that does the handshake itself, then writes garbage where the
- * receiver reads: records of every bad kind, a tail past the ring, a
+ * receiver reads: records of every bad kind, a wrap where none can be, a
  * control record of no type. The receiver ends that connection and goes
  * on; under AddressSanitizer (make check-sanitizers) it touches nothing
  * outside its buffers. */
@@ -660,22 +660,20 @@ START_TEST(hostile_peer_scribbles_its_ring)
     case 0: /* a message longer than a ring record can be */
       rec = (struct xshm_rec){.len = 1u << 30, .type = XSHM_R_MSG};
       memcpy(r->data, &rec, sizeof rec);
-      __atomic_store_n(&r->tail, 64, __ATOMIC_RELEASE);
       break;
     case 1: /* a long message of too many pieces, then one from nowhere */
       rec = (struct xshm_rec){.len = 100000, .type = XSHM_R_RNDV, .niov = 60000};
       memcpy(r->data, &rec, sizeof rec);
-      __atomic_store_n(&r->tail, 64, __ATOMIC_RELEASE);
       break;
-    case 2: /* a tail past the ring */
-      __atomic_store_n(&r->tail, (uint64_t)XSHM_RING * 3, __ATOMIC_RELEASE);
+    case 2: /* a wrap where a record always fits: the ring's start */
+      rec = (struct xshm_rec){.type = XSHM_R_WRAP};
+      memcpy(r->data, &rec, sizeof rec);
       break;
     default: /* random records, then a control record of no type */
-      for (size_t i = 0; i < 4096; i++)
-        r->data[i] = (uint8_t)(i * 2654435761u >> 13);
       seg->ctl[0].slot[0].type = 77;
       __atomic_store_n(&seg->ctl[0].tail, 1, __ATOMIC_RELEASE);
-      __atomic_store_n(&r->tail, 4096, __ATOMIC_RELEASE);
+      for (size_t i = 4095; i-- > 0;) /* the first header last: its publication */
+        r->data[i] = (uint8_t)(i * 2654435761u >> 13 | (i == 4 ? 1 : 0));
       break;
     }
     /* Until the receiver has ended it. */

@@ -112,6 +112,7 @@ static inline void full_fence(void)
 static void rings_run(struct xport__lane *lane);
 static int frag_pump(xport_conn_t *conn);
 static size_t rec_size(size_t payload);
+static int rec_load(const uint8_t *p, struct xshm_rec *h);
 
 /* Back from a sleep: the doorbell read empty, the rings disarmed. */
 static void disarm(struct xport__lane *lane)
@@ -164,8 +165,8 @@ static int fab_trywait(struct fid_fabric *fabric, struct fid **fids, int count)
     if (__atomic_load_n(&g->ctl[!c->side].tail, __ATOMIC_ACQUIRE) != c->ctl_head &&
         ctl_used < XSHM_CSLOTS)
       return -FI_EAGAIN;
-    if ((c->rx_head != c->rx_tail &&
-         __atomic_load_n(&g->ring[!c->side].tail, __ATOMIC_ACQUIRE) != c->in_head) ||
+    struct xshm_rec next;
+    if ((c->rx_head != c->rx_tail && rec_load(g->ring[!c->side].data + c->in_head % XSHM_RING, &next)) ||
         (c->rndv_seen != c->rndv_posted &&
          __atomic_load_n(&g->ring[c->side].rndv_done, __ATOMIC_ACQUIRE) != c->rndv_seen))
       return -FI_EAGAIN;
@@ -399,38 +400,94 @@ static size_t rec_size(size_t payload)
   return sizeof(struct xshm_rec) + ((payload + 15) & ~(size_t)15);
 }
 
-/* Room for a record of payload bytes at the tail of conn's outgoing ring:
- * its offset, with a wrap record written before it where it would not fit
- * before the end; -FI_EAGAIN where the ring is full, -FI_EIO where the
- * peer's head makes no sense. */
+/* A record's header at p: the rest, then its first word with release (the
+ * record's publication). */
+static void rec_store(uint8_t *p, const struct xshm_rec *h)
+{
+  uint64_t w;
+  memcpy(p + 8, (const uint8_t *)h + 8, sizeof *h - 8);
+  memcpy(&w, h, sizeof w);
+  __atomic_store_n((uint64_t *)(void *)p, w, __ATOMIC_RELEASE);
+}
+
+/* The header at p: 1 if a record is there (its type not 0), else 0. */
+static int rec_load(const uint8_t *p, struct xshm_rec *h)
+{
+  uint64_t w = __atomic_load_n((const uint64_t *)(const void *)p, __ATOMIC_ACQUIRE);
+  memcpy(h, &w, sizeof w);
+  if (!h->type)
+    return 0;
+  memcpy((uint8_t *)h + 8, p + 8, sizeof *h - 8);
+  return 1;
+}
+
+/* Empty: the header where the producer's next record will go. */
+static inline void rec_clear(uint8_t *p)
+{
+  __atomic_store_n((uint64_t *)(void *)p, 0, __ATOMIC_RELAXED);
+}
+
+/* Room for a record of payload bytes at the tail of conn's outgoing ring
+ * (and for the empty header after it): its offset, with a wrap record
+ * published before it where it would not fit before the end;
+ * -FI_EAGAIN where the ring is full, -FI_ECONNRESET where the peer's head
+ * makes no sense. The peer's head is read only where the ring looks full
+ * by the one last read. */
 static ssize_t ring_reserve(xport_conn_t *conn, size_t payload, uint64_t *tail_p)
 {
   struct xshm_conn *c = xc(conn);
   struct xshm_ring *r = &c->seg->ring[c->side];
-  uint64_t head = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE), tail = c->out_tail;
-  if (tail - head > XSHM_RING) {
-    c->doomed = 1; /* a head the peer wrote that makes no sense: the connection ends */
-    return -FI_ECONNRESET;
-  }
+  uint64_t tail = c->out_tail;
   size_t need = rec_size(payload), off = tail % XSHM_RING;
   size_t wrap = off + need > XSHM_RING ? XSHM_RING - off : 0;
-  if (tail + wrap + need - head > XSHM_RING)
-    return -FI_EAGAIN;
+  uint64_t end = tail + wrap + need + sizeof(struct xshm_rec);
+  if (XPORT__UNLIKELY(end - c->head_seen > XSHM_RING)) {
+    uint64_t head = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
+    if (head - c->head_seen > tail - c->head_seen) {
+      c->doomed = 1; /* a head the peer wrote that makes no sense: the connection ends */
+      return -FI_ECONNRESET;
+    }
+    c->head_seen = head;
+    if (end - head > XSHM_RING)
+      return -FI_EAGAIN;
+  }
   if (wrap) {
-    struct xshm_rec w = {.len = 0, .type = XSHM_R_WRAP};
-    memcpy(r->data + off, &w, sizeof w);
+    struct xshm_rec w = {.type = XSHM_R_WRAP};
+    rec_clear(r->data);
+    rec_store(r->data + off, &w);
     tail += wrap;
+    c->out_tail = tail;
   }
   *tail_p = tail;
   return (ssize_t)(tail % XSHM_RING);
 }
 
-static void ring_publish(xport_conn_t *conn, uint64_t tail, size_t payload)
+/* Publishes the record h whose payload is written at tail: the empty
+ * header after it first, then its own. */
+static void ring_publish(xport_conn_t *conn, uint64_t tail, size_t payload,
+                         const struct xshm_rec *h)
 {
   struct xshm_conn *c = xc(conn);
+  uint8_t *data = c->seg->ring[c->side].data;
   c->out_tail = tail + rec_size(payload);
-  __atomic_store_n(&c->seg->ring[c->side].tail, c->out_tail, __ATOMIC_RELEASE);
+  rec_clear(data + c->out_tail % XSHM_RING);
+  rec_store(data + tail % XSHM_RING, h);
   ring_bell(conn);
+}
+
+/* The consumer took conn's records up to head: room goes back to the
+ * producer in batches, and at once to one asleep for it. */
+static inline void ring_taken(xport_conn_t *conn, struct xshm_ring *r, uint64_t head)
+{
+  struct xshm_conn *c = xc(conn);
+  c->in_head = head;
+  if (XPORT__LIKELY(head - c->head_given < XSHM_HEAD_BATCH))
+    return;
+  c->head_given = head;
+  __atomic_store_n(&r->head, head, __ATOMIC_RELEASE);
+  full_fence(); /* our head before its flag, as its flag before its look at our head */
+  if (__atomic_load_n(&r->want_room, __ATOMIC_RELAXED))
+    ring_bell(conn);
 }
 
 /* Copies iov (total bytes) into a MSG record: 0, or -FI_EAGAIN. */
@@ -449,8 +506,7 @@ static ssize_t put_msg(xport_conn_t *conn, const struct iovec *iov, size_t cnt, 
     memcpy(p + at, iov[i].iov_base, iov[i].iov_len);
     at += iov[i].iov_len;
   }
-  memcpy(p, &h, sizeof h);
-  ring_publish(conn, tail, total);
+  ring_publish(conn, tail, total, &h);
   return 0;
 }
 
@@ -481,20 +537,15 @@ static int take_one(struct xport__lane *lane, xport_conn_t *conn)
 {
   struct xshm_conn *c = xc(conn);
   struct xshm_ring *r = &c->seg->ring[!c->side];
-  uint64_t head = c->in_head, tail = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
-  if (tail == head)
-    return 0;
-  if (tail - head > XSHM_RING)
-    return -1;
-  size_t off = head % XSHM_RING, avail = tail - head;
+  uint64_t head = c->in_head;
+  size_t off = head % XSHM_RING;
   struct xshm_rec h;
-  memcpy(&h, r->data + off, sizeof h);
+  if (!rec_load(r->data + off, &h))
+    return 0;
   if (h.type == XSHM_R_WRAP) {
-    size_t skip = XSHM_RING - off;
-    if (skip > avail)
-      return -1;
-    c->in_head = head + skip;
-    __atomic_store_n(&r->head, c->in_head, __ATOMIC_RELEASE);
+    if (!off)
+      return -1; /* a wrap where a record always fits */
+    ring_taken(conn, r, head + (XSHM_RING - off));
     return 1;
   }
   if (c->rx_head == c->rx_tail)
@@ -508,7 +559,7 @@ static int take_one(struct xport__lane *lane, xport_conn_t *conn)
       (c->fin && h.type != XSHM_R_FRAG) || /* a message inside another's pieces */
       ((h.type == XSHM_R_MSG || h.type == XSHM_R_FRAG) && h.len > XSHM_EAGER) ||
       (h.type == XSHM_R_RNDV && (h.niov == 0 || h.niov > XSHM_IOV)) ||
-      rec_size(payload) > avail || off + rec_size(payload) > XSHM_RING)
+      off + rec_size(payload) > XSHM_RING)
     return -1;
   const uint8_t *p = r->data + off + sizeof h;
   uint64_t flags = FI_RECV | FI_MSG, data = 0;
@@ -535,10 +586,7 @@ static int take_one(struct xport__lane *lane, xport_conn_t *conn)
     }
     if (__builtin_add_overflow(c->fin_off, (size_t)h.len, &c->fin_off))
       return -1;
-    c->in_head = head + rec_size(payload);
-    __atomic_store_n(&r->head, c->in_head, __ATOMIC_RELEASE);
-    if (XPORT__UNLIKELY(__atomic_load_n(&r->want_room, __ATOMIC_RELAXED)))
-      ring_bell(conn);
+    ring_taken(conn, r, head + rec_size(payload));
     if (!(h.flags & XSHM_F_LAST)) {
       c->fin = 1;
       return 1; /* the receive waits for the rest */
@@ -595,10 +643,7 @@ static int take_one(struct xport__lane *lane, xport_conn_t *conn)
   } else { /* WIMM: the write landed before the record was published */
     flags |= FI_REMOTE_WRITE;
   }
-  c->in_head = head + rec_size(payload);
-  __atomic_store_n(&r->head, c->in_head, __ATOMIC_RELEASE);
-  if (XPORT__UNLIKELY(__atomic_load_n(&r->want_room, __ATOMIC_RELAXED)))
-    ring_bell(conn);
+  ring_taken(conn, r, head + rec_size(payload));
   c->rx_head++;
   if (!err && len > rx->len && h.type != XSHM_R_WIMM)
     err = FI_ETRUNC;
@@ -755,9 +800,8 @@ static int frag_pump(xport_conn_t *conn)
       left -= take;
       skip = 0;
     }
-    memcpy(p, &h, sizeof h);
     c->fout.off += piece;
-    ring_publish(conn, tail, piece);
+    ring_publish(conn, tail, piece, &h);
   }
   done_push(conn->lane, c->fout.req, c->fout.total, FI_SEND | FI_MSG, 0, 0);
   c->fout.req = NULL;
@@ -809,9 +853,8 @@ static ssize_t xshm_send(xport_conn_t *conn, struct xport__req *req, struct iove
     memcpy(p + sizeof h + 16 * i, &a, 8);
     memcpy(p + sizeof h + 16 * i + 8, &l, 8);
   }
-  memcpy(p, &h, sizeof h);
   c->rndv[c->rndv_posted++ % XSHM_RNDV] = req;
-  ring_publish(conn, tail, 16 * cnt);
+  ring_publish(conn, tail, 16 * cnt, &h);
   return 0;
 }
 
@@ -912,10 +955,8 @@ static ssize_t xshm_write(xport_conn_t *conn, struct xport__req *req, struct iov
   rma(conn, req, iov, cnt, addr, key, 1);
   if (x->q[before % x->qsize].err)
     return 0; /* refused or failed: no notice */
-  struct xshm_conn *c = xc(conn);
   struct xshm_rec h = {.type = XSHM_R_WIMM, .imm = (uint32_t)data, .flags = XSHM_F_IMM};
-  memcpy(c->seg->ring[c->side].data + off, &h, sizeof h);
-  ring_publish(conn, tail, 0);
+  ring_publish(conn, tail, 0, &h);
   return 0;
 }
 

@@ -11,7 +11,7 @@
 #include <sys/uio.h>
 
 #define XSHM_MAGIC 0x4d485358u /* "XSHM" */
-#define XSHM_VERSION 1
+#define XSHM_VERSION 2
 #define XSHM_RING (256u * 1024)  /* bytes of one direction's ring */
 #define XSHM_EAGER 8192u         /* longer messages are read from the sender (CMA) */
 #define XSHM_INJECT 4096u        /* caps.inject_size */
@@ -33,21 +33,27 @@ enum { XSHM_R_MSG = 1, XSHM_R_RNDV, XSHM_R_WIMM, XSHM_R_WRAP, XSHM_R_FRAG };
 #define XSHM_F_IMM 1u
 #define XSHM_F_LAST 2u /* FRAG: the message's last piece */
 
-/* One direction: the producer owns tail, the consumer head and
- * rndv_done (the long messages it has copied out of the sender), each
- * on a cache line of its own. */
+/* One direction. A record is published by its header's first word
+ * (len, type, niov), stored last: a type of 0 is no record yet, and the
+ * producer writes that empty header where its next record will go before
+ * it publishes one, so the consumer polls the one line it reads anyway
+ * and never mistakes what a lap before left there for a record. The
+ * consumer owns head (given back in batches, so the producer reads it
+ * only when its ring looks full) and rndv_done (the long messages it has
+ * copied out of the sender); each flag is on a line that is written
+ * only when someone sleeps, so that reading it per record costs nothing. */
 struct xshm_ring {
-  _Alignas(64) uint64_t tail;
   /* The producer sleeps until room comes (a long message in pieces): the
-   * consumer rings it when it takes a record. */
-  uint32_t want_room;
+   * consumer rings it when it gives back room. */
+  _Alignas(64) uint32_t want_room;
   _Alignas(64) uint64_t head;
   uint64_t rndv_done;
   /* The consumer sleeps (xport_wait): whoever publishes something for it
    * here (a record, a control record, rndv_done) writes its eventfd. */
-  uint32_t armed;
+  _Alignas(64) uint32_t armed;
   _Alignas(64) uint8_t data[XSHM_RING];
 };
+#define XSHM_HEAD_BATCH (XSHM_RING / 4) /* room the consumer gives back at once */
 
 /* A control record (atomics: their requests and answers), in a ring of
  * its own so that it never waits behind a message no receive has taken
@@ -127,7 +133,9 @@ struct xshm_conn {
   int releasing;
   struct xshm_seg *seg;
   const struct xshm_key *peer_keys;
-  uint64_t out_tail, in_head; /* our copies of what we own */
+  uint64_t out_tail, in_head; /* where our next record goes, and the peer's we take */
+  uint64_t head_seen;         /* the peer's head as we last read it */
+  uint64_t head_given;        /* the head we last gave back */
   struct xshm_rx rx[XSHM_RXQ];
   unsigned rx_head, rx_tail;
   struct xport__req *rndv[XSHM_RNDV];
