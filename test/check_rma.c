@@ -892,7 +892,10 @@ static void target_stop(pid_t pid)
 {
   int st;
   XT_CHECK(kill(pid, SIGUSR1) == 0, "signal the target");
-  XT_CHECK(waitpid(pid, &st, WUNTRACED) == pid && WIFSTOPPED(st), "target did not stop");
+  pid_t w = waitpid(pid, &st, WUNTRACED);
+  XT_CHECK(w == pid && WIFSTOPPED(st), "target did not stop (%s %d)",
+           w != pid ? "waitpid failed" : WIFSIGNALED(st) ? "killed by signal" : "exited with",
+           w != pid ? errno : WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
 }
 
 #define KILLED_OPS 50
@@ -1028,12 +1031,14 @@ static int two_target(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 {
   xport_mr_t *mr;
   char bye[8];
+  /* Before the key goes out: the client may stop this target as soon as
+   * it has the key (target_stop), and SIGUSR1 unhandled kills. */
+  struct sigaction sa = {.sa_handler = on_rest};
+  sigaction(SIGUSR1, &sa, NULL);
   char *reg = export_region_filled(ctx, conn, TWO_OPS * 2 * TWO_LEN,
                                    XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_READ |
                                        XPORT_ACCESS_REMOTE_WRITE,
                                    &mr, (unsigned)(uintptr_t)arg);
-  struct sigaction sa = {.sa_handler = on_rest}; /* target_stop */
-  sigaction(SIGUSR1, &sa, NULL);
   XT_OK(xport_recv(conn, bye, sizeof bye, NULL, NULL));
   xport_completion_t c = {0};
   struct timespec t0, t;
