@@ -533,6 +533,14 @@ START_TEST(strangers_on_the_socket)
   socks[4] = raw_connect(addr);
   socks[5] = raw_connect(addr);
   send_fds(socks[5], &h, sizeof h - 1, right, 2); /* truncated */
+  /* Another version of xport's, with all its descriptors. */
+  struct xshm_hello old = h;
+  old.version = XSHM_VERSION - 1;
+  int all3[3] = {memfd_sealed(sizeof(struct xshm_seg), SEG_SEALS),
+                 memfd_sealed(XSHM_KEYS * sizeof(struct xshm_key), KEY_SEALS),
+                 eventfd(0, EFD_CLOEXEC)};
+  int s8 = raw_connect(addr);
+  send_fds(s8, &old, sizeof old, all3, 3);
   /* Right sizes and a doorbell, but unsealed: a peer could shrink them
    * under the listener's mapping (SIGBUS). */
   int unsealed[3] = {memfd_of(sizeof(struct xshm_seg)),
@@ -576,17 +584,21 @@ START_TEST(strangers_on_the_socket)
     close(pp[0]);
     close(pp[1]);
   }
-  /* Each is refused (its socket closed), and the honest client gets in. */
+  /* Each is refused, and told why: not a hello of this version with its
+   * descriptors (XPORT_EPROTO); then the honest client gets in. */
+  int told[6] = {socks[0], socks[1], socks[2], socks[3], socks[5], s8}; /* socks[4] is silent */
   for (int i = 0; i < 6; i++) {
-    if (i == 4)
-      continue;
-    struct pollfd pf = {.fd = socks[i], .events = POLLIN};
-    char b[sizeof h];
+    struct pollfd pf = {.fd = told[i], .events = POLLIN};
+    struct xshm_hello b;
     XT_CHECK(poll(&pf, 1, T_MS) == 1, "stranger %d: no answer", i);
-    ssize_t n = recv(socks[i], b, sizeof b, 0);
-    XT_CHECK(n <= 0 || (n == (ssize_t)sizeof h && ((struct xshm_hello *)b)->kind == XSHM_H_REFUSE),
-             "stranger %d was welcomed", i);
+    ssize_t n = recv(told[i], &b, sizeof b, 0);
+    XT_CHECK(n == (ssize_t)sizeof b && b.kind == XSHM_H_REFUSE && b.status == XPORT_EPROTO,
+             "stranger %d: %s", i,
+             n != (ssize_t)sizeof b ? "closed without a refusal" : "not refused with EPROTO");
   }
+  for (int i = 0; i < 3; i++)
+    close(all3[i]);
+  close(s8);
   xport_ctx_t *ctx = xt_ctx();
   xport_conn_t *conn;
   XT_OK(xport_connect(ctx, addr, T_MS, &conn));

@@ -1513,6 +1513,14 @@ static int shake(xport_listener_t *lst, struct xshm_pend *p, xport_conn_t **conn
     int ret = recv_hello(p->sock, 0, XSHM_H_HELLO, &p->h, fds, 3);
     if (ret == -XPORT_EAGAIN)
       return 0;
+    if (ret == -XPORT_EPROTO) {
+      /* Said to a peer still there: another version of xport, or a hello
+       * without its descriptors, learns why rather than a bare close. */
+      XPORT__INFO("xshm: a connection request refused: not a hello of this version of xport "
+                  "(%u) with its three descriptors", XSHM_VERSION);
+      pend_refuse(p, XPORT_EPROTO);
+      return -1;
+    }
     if (ret) {
       pend_drop(p);
       return -1;
