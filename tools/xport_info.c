@@ -127,8 +127,8 @@ static void print_text(const xport_caps_t *c, const xport_candidate_t *cands, in
          c->max_msg_size, c->inject_size, c->max_iov, c->tx_depth, c->rx_depth, c->imm_bits,
          c->wire_imm_bytes, support_name(c->rma), support_name(c->write_imm),
          support_name(c->atomics),
-         c->atomics == XPORT_SUPPORT_EMULATED ? " (applied by the target's xport, over a "
-                                                "service channel per connection)"
+         c->atomics == XPORT_SUPPORT_EMULATED ? " (applied by the target's xport when it "
+                                                "makes progress)"
          : c->atomics == XPORT_SUPPORT_NATIVE ? " (the provider's)"
                                               : "",
          mr, c->wait_fd ? "yes" : "no", c->progress == XPORT_PROGRESS_MANUAL ? "manual" : "auto",
