@@ -832,6 +832,7 @@ static void node_local_open(xport_ctx_t *ctx, struct settings s, const char *mod
   int usable = c && c->verdict == XPORT_VERDICT_USABLE;
   if (!strcmp(mode, "auto") || !strcmp(mode, "xshm")) {
     int ret = own_local_open(ctx, s, mode);
+    c = nl ? node_local_cand(ctx, nl->name) : NULL; /* the list grew: it may have moved */
     if (!ret) {
       if (usable)
         snprintf(c->reason, sizeof c->reason,
