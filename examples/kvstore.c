@@ -35,7 +35,6 @@
  */
 #include <xport.h>
 
-#include <errno.h>
 #include <sched.h>
 #include <signal.h>
 #include <stddef.h>
@@ -239,6 +238,7 @@ struct kv_peer {
   int rep_busy[KV_REPLIES];
   int pending; /* slot of a request waiting for a locked bucket, or -1 */
   int bye;
+  int64_t client; /* what its hello said; -1 before */
 };
 
 struct kv_server {
@@ -338,7 +338,12 @@ static int kv_server_serve(struct kv_server *s, unsigned i, int r)
   size_t len = KV_REP_SHORT;
   if (!rep)
     return 0; /* every reply buffer still xport's: poll first */
+  if (rq->op != KV_HELLO && (int64_t)rq->client != p->client)
+    kv_bad("a request in another client's name");
   if (rq->op == KV_HELLO) {
+    if (p->client >= 0 || rq->client >= kv_sh->nclients)
+      kv_bad("a second hello, or one from no client of ours");
+    p->client = rq->client;
     memset(rep, 0, sizeof *rep);
     memcpy(rep->rkey, s->rkey, (size_t)s->rkey_len);
     rep->rkey_len = (uint32_t)s->rkey_len;
@@ -399,6 +404,7 @@ static void kv_server_accept(struct kv_server *s, xport_listener_t *lst)
     struct kv_peer *p = &s->peer[i];
     int rc;
     p->pending = -1;
+    p->client = -1;
     if ((rc = xport_accept(lst, 30000, &p->conn)))
       kv_die("xport_accept", rc);
     /* Receives before the client's first message: its HELLO says who it

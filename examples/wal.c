@@ -175,7 +175,7 @@ static int wal_poll(xport_ctx_t *ctx, xport_completion_t *c, int max, unsigned *
 #define WAL_KIND(u) ((unsigned)((uintptr_t)(u) >> 60))
 #define WAL_F(u) ((int)(((uintptr_t)(u) >> 56) & 0xf))
 #define WAL_N(u) ((uint64_t)(uintptr_t)(u) & ((1ull << 56) - 1))
-enum { WAL_K_WRITE = 1, WAL_K_ACK, WAL_K_RKEY, WAL_K_SEND };
+enum { WAL_K_WRITE = 1, WAL_K_ACK, WAL_K_RKEY, WAL_K_SEND, WAL_K_HELLO };
 
 /* ---- follower ------------------------------------------------------------ */
 
@@ -579,7 +579,7 @@ static void wal_leader_connect(struct wal_leader *l, const char addrs[][128])
     for (unsigned s = 0; s < WAL_ACK_RECVS; s++)
       wal_leader_post_acks(l, f, s);
     l->fin.kind = WAL_HELLO;
-    if ((rc = xport_send(p->conn, &l->fin, WAL_MSG_SHORT, NULL, WAL_CTX(WAL_K_SEND + 1, f, 0))))
+    if ((rc = xport_send(p->conn, &l->fin, WAL_MSG_SHORT, NULL, WAL_CTX(WAL_K_HELLO, f, 0))))
       wal_die("xport_send", rc);
   }
   for (int have = 0; have < 2 * WAL_FOLLOWERS;) /* each hello sent, each key received */
