@@ -91,9 +91,13 @@ struct kv_rep {
   uint64_t ver;
   uint64_t present;
   struct kv_value val;
-  uint8_t rkey[XPORT_RKEY_MAX_SIZE]; /* only in the answer to KV_HELLO */
+  /* Only in the answer to KV_HELLO: the key, and whether the server
+   * registered the table for atomics (its context's caps.atomics, which
+   * may differ from the client's connection's). */
+  uint64_t atomic_right;
+  uint8_t rkey[XPORT_RKEY_MAX_SIZE];
 };
-#define KV_REP_SHORT offsetof(struct kv_rep, rkey)
+#define KV_REP_SHORT offsetof(struct kv_rep, atomic_right)
 
 /* An update applied to a bucket, and what a GET saw: the same record. */
 struct kv_entry {
@@ -248,7 +252,7 @@ struct kv_server {
   struct kv_peer peer[KV_MAX_CLIENTS];
   unsigned npeers, byes;
   uint8_t rkey[XPORT_RKEY_MAX_SIZE];
-  int rkey_len;
+  int rkey_len, atomic_right;
 };
 
 #define KV_CTX(peer, kind, slot) ((void *)(uintptr_t)((peer) << 8 | (kind) << 4 | (slot)))
@@ -347,6 +351,7 @@ static int kv_server_serve(struct kv_server *s, unsigned i, int r)
     memset(rep, 0, sizeof *rep);
     memcpy(rep->rkey, s->rkey, (size_t)s->rkey_len);
     rep->rkey_len = (uint32_t)s->rkey_len;
+    rep->atomic_right = (uint64_t)s->atomic_right;
     len = sizeof *rep;
   } else if (rq->op == KV_BYE) {
     memset(rep, 0, KV_REP_SHORT);
@@ -453,7 +458,8 @@ static void kv_server(int addr_pipe, unsigned nclients)
   if ((rc = xport_ctx_create(NULL, &s.ctx)) || (rc = xport_ctx_query(s.ctx, &caps)))
     kv_die("xport_ctx_create", rc);
   unsigned access = XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_READ | XPORT_ACCESS_REMOTE_WRITE;
-  if (caps.atomics != XPORT_SUPPORT_NONE)
+  s.atomic_right = caps.atomics != XPORT_SUPPORT_NONE;
+  if (s.atomic_right)
     access |= XPORT_ACCESS_REMOTE_ATOMIC;
   if ((rc = xport_mr_reg(s.ctx, s.table, sizeof kv_sh->table, access, &s.mr)))
     kv_die("xport_mr_reg", rc);
@@ -682,6 +688,7 @@ static void kv_client_connect(struct kv_client *cl, const char *addr)
   if ((rc = xport_mr_reg(cl->ctx, cl->buf, sizeof *cl->buf, XPORT_ACCESS_LOCAL, &cl->mr)))
     kv_die("xport_mr_reg", rc);
   kv_client_request(cl, KV_HELLO, 0, NULL);
+  cl->atomics &= cl->buf->rep.atomic_right != 0;
   if ((rc = xport_rkey_unpack(cl->conn, cl->buf->rep.rkey, cl->buf->rep.rkey_len, &cl->rkey)))
     kv_die("xport_rkey_unpack", rc);
 }
