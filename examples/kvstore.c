@@ -458,7 +458,9 @@ static void kv_server(int addr_pipe, unsigned nclients)
   if ((rc = xport_ctx_create(NULL, &s.ctx)) || (rc = xport_ctx_query(s.ctx, &caps)))
     kv_die("xport_ctx_create", rc);
   unsigned access = XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_READ | XPORT_ACCESS_REMOTE_WRITE;
-  s.atomic_right = caps.atomics != XPORT_SUPPORT_NONE;
+  /* With the progress thread, peers' atomics would be applied while the
+   * server updates buckets itself: no compare-and-swap PUTs then. */
+  s.atomic_right = caps.atomics != XPORT_SUPPORT_NONE && !caps.progress_thread;
   if (s.atomic_right)
     access |= XPORT_ACCESS_REMOTE_ATOMIC;
   if ((rc = xport_mr_reg(s.ctx, s.table, sizeof kv_sh->table, access, &s.mr)))
