@@ -134,7 +134,19 @@ check_fails() {
   fi
 }
 
+# XPORT_TEST_CONFIGS narrows the run as it does the suites' (the default
+# setting is the suites' xshm+tcp).
+wanted() {
+  local name=$1
+  [ "$name" = default ] && name=xshm+tcp
+  [ -z "${XPORT_TEST_CONFIGS:-}" ] || case ",$XPORT_TEST_CONFIGS," in *",$name,"*) ;; *) return 1 ;; esac
+}
+
 for setting in shm xshm tcp 'tcp;ofi_rxm' default; do
+  if ! wanted "$setting"; then
+    skip "examples on $setting: not in XPORT_TEST_CONFIGS"
+    continue
+  fi
   absent=$(setting_absent "$setting")
   if [ -n "$absent" ]; then
     for e in hello "kvstore --check" "wal --check" "wal --check --kill-follower 1" "fault cases"; do

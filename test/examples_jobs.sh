@@ -97,6 +97,16 @@ else
   # The fabric providers with XPORT_SHM=off: on one node every pair would
   # otherwise go over xshm, beside them.
   for prov in shm xshm tcp "tcp;ofi_rxm" default; do
+    # XPORT_TEST_CONFIGS narrows the run as it does the suites' (the
+    # default setting is the suites' xshm+tcp).
+    name=$prov
+    [ "$name" = default ] && name=xshm+tcp
+    if [ -n "${XPORT_TEST_CONFIGS:-}" ]; then
+      case ",$XPORT_TEST_CONFIGS," in
+        *",$name,"*) ;;
+        *) for ex in $examples; do skp "$ex on $prov" "not in XPORT_TEST_CONFIGS"; done; continue ;;
+      esac
+    fi
     if [ "$prov" != default ] &&
        ! XPORT_PROVIDER="$prov" "$b/tools/xport_info" -p "$prov" --json >/dev/null 2>&1; then
       for ex in $examples; do skp "$ex on $prov" "provider $prov absent (xport_info -p $prov fails)"; done
