@@ -69,13 +69,35 @@ int main(void)
   xport_caps_t caps;
   const xport_candidate_t *cands;
   char addr[128], buf[4096];
-  int rc;
+  int rc, pfd[2];
 
+  /* The client first, before any context exists (a child must not
+   * inherit one: xport(7), Processes and fork); it waits for the
+   * listener's address on a pipe. */
+  if (pipe(pfd)) {
+    perror("demo: pipe");
+    return 1;
+  }
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid < 0) {
+    perror("demo: fork");
+    return 1;
+  }
+  if (pid == 0) {
+    close(pfd[1]);
+    ssize_t n = read(pfd[0], addr, sizeof addr);
+    if (n <= 0 || addr[n - 1] != '\0')
+      _exit(1); /* the server failed first and said why */
+    client(addr); /* the child uses a context of its own */
+    _exit(0);
+  }
+  close(pfd[0]);
   if ((rc = xport_ctx_create(NULL, &ctx)))
     die("xport_ctx_create", rc);
   xport_ctx_query(ctx, &caps);
-  /* The choice and its reason; a second chosen candidate is shm opened
-   * beside the fabric for peers on this node (XPORT_SHM). The whole table
+  /* The choice and its reason; a second chosen candidate is the shared
+   * memory opened beside the fabric for peers on this node (XPORT_SHM). The whole table
    * is xport_info's to print. */
   int n = xport_ctx_candidates(ctx, &cands);
   for (int i = 0; i < n; i++)
@@ -89,12 +111,9 @@ int main(void)
   xport_listener_addr(lst, addr, sizeof addr);
   printf("server: listening on %s\n", addr);
   fflush(stdout);
-
-  pid_t pid = fork();
-  if (pid == 0) {
-    client(addr); /* the child uses a context of its own */
-    _exit(0);
-  }
+  if (write(pfd[1], addr, strlen(addr) + 1) != (ssize_t)(strlen(addr) + 1))
+    die("write the address to the client", -XPORT_EIO);
+  close(pfd[1]);
   if ((rc = xport_accept(lst, 10000, &conn)))
     die("xport_accept", rc);
   for (int r = 0; r < ROUNDS; r++) {
@@ -105,7 +124,7 @@ int main(void)
   }
   int st;
   waitpid(pid, &st, 0);
-  /* The connection's own transport: shm for a peer on this node where the
+  /* The connection's own transport: xshm for a peer on this node where the
    * probe's fabric is another (XPORT_SHM). */
   xport_caps_t over;
   xport_conn_query(conn, &over);
