@@ -68,7 +68,14 @@ struct xshm_lane {
   struct xshm_key *keys;
   unsigned keys_next;
   uint32_t next_conn_id;
+  long looked_ms; /* when housekeeping last looked at the sockets */
 };
+
+/* Housekeeping looks at the connections' sockets (a peer's close or
+ * death) and a job's listener at most this often: a look is a system call
+ * per socket, and a process spinning in xport_poll runs housekeeping every
+ * few microseconds (every XPORT__EQ_EVERY polls). */
+#define XSHM_LOOK_MS 10
 
 static struct xshm_lane *xl(const struct xport__lane *lane)
 {
@@ -1829,11 +1836,15 @@ static void accept_hooked(struct xport__lane *lane)
   }
 }
 
-/* Housekeeping: a peer whose socket closed (it closed, or died) has
- * given all it will; what its ring holds for our receives is taken, then
- * the connection ends. */
+/* Housekeeping, every XSHM_LOOK_MS at most: a peer whose socket closed
+ * (it closed, or died) has given all it will; what its ring holds for our
+ * receives is taken, then the connection ends. */
 static void xshm_progress(struct xport__lane *lane)
 {
+  long now = xport__now_ms();
+  if (now - xl(lane)->looked_ms < XSHM_LOOK_MS && now >= xl(lane)->looked_ms)
+    return;
+  xl(lane)->looked_ms = now;
   accept_hooked(lane);
   for (xport_conn_t *conn = lane->conns, *next; conn; conn = next) {
     next = conn->next;
