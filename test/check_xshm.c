@@ -17,6 +17,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -132,6 +133,125 @@ START_TEST(pieces_without_cross_memory_attach)
   setenv("XPORT_XSHM_CMA", "0", 1);
   xt_pair(stream_server, stream_client, NULL);
   unsetenv("XPORT_XSHM_CMA");
+}
+END_TEST
+
+/* The kernel's refusal, not the switch: both ends another user (made by
+ * the test: nobody), the listener not dumpable, so that neither may read
+ * the other's memory (as Yama's ptrace_scope does). A long message still
+ * arrives whole, through the ring; a read fails with XPORT_EIO; the
+ * connection goes on; the client's log says why, once. */
+#define DENIED_LEN (100000)
+static int denied_child(int server, int pfd[2], const char *logpath)
+{
+  if (setgid(65534) || setuid(65534))
+    return 10;
+  if (server && prctl(PR_SET_DUMPABLE, 0, 0, 0, 0))
+    return 11;
+  if (!server) {
+    int fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0 || dup2(fd, 2) < 0)
+      return 12;
+    close(fd);
+  }
+  setenv("XPORT_LOG", "warn", 1);
+  xport_ctx_attr_t a = {.provider = "xshm"};
+  xport_ctx_t *ctx;
+  xport_conn_t *conn;
+  xport_completion_t c;
+  static char buf[DENIED_LEN];
+  if (xport_ctx_create(&a, &ctx))
+    return 13;
+  if (server) {
+    xport_listener_t *lst;
+    char addr[128];
+    if (xport_listen(ctx, "127.0.0.1:0", &lst) || xport_listener_addr(lst, addr, sizeof addr))
+      return 14;
+    if (write(pfd[1], addr, sizeof addr) != (ssize_t)sizeof addr)
+      return 15;
+    xport_mr_t *mr;
+    uint8_t key[XPORT_RKEY_MAX_SIZE];
+    if (xport_accept(lst, T_MS, &conn) ||
+        xport_mr_reg(ctx, buf, sizeof buf, XPORT_ACCESS_REMOTE_READ, &mr))
+      return 16;
+    int klen = xport_rkey_pack(mr, 0, sizeof buf, key, sizeof key);
+    xt_fill(buf, DENIED_LEN, 5);
+    if (klen < 0 || xport_send(conn, buf, DENIED_LEN, NULL, NULL) ||
+        xport_send(conn, key, (size_t)klen, NULL, NULL) || xport_recv(conn, buf, 8, NULL, NULL))
+      return 17;
+    for (int done = 0; done < 3;) { /* two sends and the client's bye */
+      if (xt_next(ctx, &c, T_MS) || c.status)
+        return 18;
+      done++;
+    }
+    xport_conn_close(conn);
+    xport_mr_dereg(mr);
+    xport_listener_close(lst);
+  } else {
+    char addr[128];
+    uint8_t key[XPORT_RKEY_MAX_SIZE];
+    if (read(pfd[0], addr, sizeof addr) != (ssize_t)sizeof addr)
+      return 20;
+    if (xport_connect(ctx, addr, T_MS, &conn) || xport_recv(conn, buf, sizeof buf, NULL, NULL) ||
+        xport_recv(conn, key, sizeof key, NULL, key))
+      return 21;
+    size_t klen = 0;
+    for (int got = 0; got < 2; got++) {
+      if (xt_next(ctx, &c, T_MS) || c.status || c.op != XPORT_OP_RECV)
+        return 22;
+      if (c.user_ctx == key)
+        klen = c.len;
+      else if (c.len != DENIED_LEN || xt_verify(buf, c.len, 5) != c.len)
+        return 23; /* the long message, through the ring, whole */
+    }
+    xport_rkey_t *rk;
+    if (xport_rkey_unpack(conn, key, klen, &rk) || xport_read(conn, buf, 64, NULL, rk, 0, NULL))
+      return 24;
+    if (xt_next(ctx, &c, T_MS) || c.op != XPORT_OP_READ || c.status != -XPORT_EIO)
+      return 25; /* refused by the kernel: EIO, as xport(7) says */
+    if (xport_send(conn, "bye", 4, NULL, NULL) || xt_wait_op(ctx, XPORT_OP_SEND, T_MS).status)
+      return 26; /* and the connection goes on */
+    xport_rkey_release(rk);
+    xport_conn_close(conn);
+  }
+  xport_ctx_destroy(ctx);
+  return 0;
+}
+
+START_TEST(cross_memory_attach_denied_by_the_kernel)
+{
+  if (!on_xshm("cross_memory_attach_denied_by_the_kernel"))
+    return;
+  if (geteuid() != 0) {
+    printf("SKIP: cross_memory_attach_denied_by_the_kernel on xshm: another user needs root\n");
+    return;
+  }
+  char logpath[] = "/tmp/xshm-denied.XXXXXX";
+  int lfd = mkstemp(logpath);
+  XT_CHECK(lfd >= 0 && fchown(lfd, 65534, 65534) == 0, "the client's log file");
+  close(lfd);
+  int pfd[2];
+  XT_CHECK(pipe(pfd) == 0, "pipe");
+  pid_t pid[2];
+  for (int i = 0; i < 2; i++) {
+    pid[i] = xt_fork();
+    if (pid[i] == 0)
+      _exit(denied_child(i == 0, pfd, logpath));
+  }
+  close(pfd[0]);
+  close(pfd[1]);
+  int st0 = xt_reap(pid[0]), st1 = xt_reap(pid[1]);
+  FILE *f = fopen(logpath, "r");
+  char line[600];
+  int said = 0;
+  while (f && fgets(line, sizeof line, f))
+    said += !!strstr(line, "may not read the memory of its peer");
+  if (f)
+    fclose(f);
+  unlink(logpath);
+  XT_CHECK(st0 == 0 && st1 == 0, "listener step %d, client step %d (10: no user to become)", st0,
+           st1);
+  XT_CHECK(said == 1, "the client's log said why %d times, not once", said);
 }
 END_TEST
 
@@ -855,6 +975,7 @@ static Suite *make_suite(void)
   tcase_set_timeout(t, 600);
   tcase_add_test(t, ring_wraps_every_byte);
   tcase_add_test(t, pieces_without_cross_memory_attach);
+  tcase_add_test(t, cross_memory_attach_denied_by_the_kernel);
   tcase_add_test(t, many_senders_one_receiver);
   tcase_add_test(t, full_ring_then_progress);
   tcase_add_test(t, sender_killed_mid_stream);

@@ -1021,6 +1021,30 @@ static int cma_probe(pid_t pid, uint64_t addr)
          !memcmp(got, canary, sizeof got);
 }
 
+/* Said once per process where a peer's memory cannot be read: what it
+ * costs, and why, where the kernel says (Yama). */
+static void cma_denied_say(pid_t pid)
+{
+  static int said;
+  if (__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED) || !xport__env_bool(XPORT__ENV_XSHM_CMA, 1))
+    return;
+  char why[96] = "";
+  FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "re");
+  int scope = -1;
+  if (f) {
+    if (fscanf(f, "%d", &scope) != 1)
+      scope = -1;
+    fclose(f);
+  }
+  if (scope > 0)
+    snprintf(why, sizeof why, " (Yama's kernel.yama.ptrace_scope is %d: 0 allows it)", scope);
+  XPORT__WARN("xshm: this process may not read the memory of its peer %d by cross-memory "
+              "attach%s: messages over %u bytes go through the ring in pieces, and "
+              "xport_read, xport_write and xport_write_imm over xshm fail with XPORT_EIO "
+              "(XPORT_SHM=libfabric uses libfabric's shm instead)",
+              (int)pid, why, XSHM_EAGER);
+}
+
 /* Ends conn's use of the rings: what the core has yet to read of it goes
  * first, then every operation still out ends with status. */
 static void conn_release(xport_conn_t *conn, int status)
@@ -1090,6 +1114,8 @@ static int conn_make(struct xport__lane *lane, int sock, int side, pid_t pid, ui
   xc(conn)->peer_efd = peer_efd;
   xc(conn)->my_efd = my_efd;
   xc(conn)->cma = cma_probe(pid, peer_canary);
+  if (!xc(conn)->cma)
+    cma_denied_say(pid);
   __atomic_store_n(&seg->can_read[side], (uint32_t)xc(conn)->cma, __ATOMIC_RELEASE);
   struct xshm_conn *c = xc(conn);
   c->sock = sock;
