@@ -742,7 +742,7 @@ END_TEST
 static void scribbled_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
 {
   (void)arg;
-  for (int round = 0; round < 4; round++) {
+  for (int round = 0; round < 5; round++) {
     xport_conn_t *conn;
     XT_OK(xport_accept(lst, T_MS, &conn));
     static char bufs[4][MAXMSG];
@@ -768,7 +768,7 @@ START_TEST(hostile_peer_scribbles_its_ring)
     return;
   char addr[128];
   pid_t srv = xt_spawn_server(scribbled_server, NULL, addr, sizeof addr);
-  for (int round = 0; round < 4; round++) {
+  for (int round = 0; round < 5; round++) {
     int s = raw_connect(addr);
     int fds[3] = {memfd_sealed(sizeof(struct xshm_seg), SEG_SEALS),
                   memfd_sealed(XSHM_KEYS * sizeof(struct xshm_key), KEY_SEALS),
@@ -801,6 +801,14 @@ START_TEST(hostile_peer_scribbles_its_ring)
       rec = (struct xshm_rec){.type = XSHM_R_WRAP};
       memcpy(r->data, &rec, sizeof rec);
       break;
+    case 3: { /* a long message whose length its scatter list contradicts */
+      static char src[100000];
+      uint64_t el[2] = {(uintptr_t)src, sizeof src};
+      rec = (struct xshm_rec){.len = 1000, .type = XSHM_R_RNDV, .niov = 1};
+      memcpy(r->data + sizeof rec, el, sizeof el);
+      memcpy(r->data, &rec, sizeof rec);
+      break;
+    }
     default: /* random records, then a control record of no type */
       seg->ctl[0].slot[0].type = 77;
       __atomic_store_n(&seg->ctl[0].tail, 1, __ATOMIC_RELEASE);

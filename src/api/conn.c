@@ -207,11 +207,12 @@ XPORT_API int xport_connect(xport_ctx_t *ctx, const char *addr, int timeout_ms,
     /* A listener of this node answers over shm. One that is not here
      * (no live name, a host of another node) or that says "not this way"
      * (another PID namespace, another context of this process:
-     * EADDRNOTAVAIL) leaves the peer to the fabric. Its other answers are
-     * the listener's: a full backlog refuses over either. */
+     * EADDRNOTAVAIL), or that speaks another version of it (EPROTO),
+     * leaves the peer to the fabric. Its other answers are the
+     * listener's: a full backlog refuses over either. */
     long t0 = xport__now_ms();
     int ret = connect_locked(ctx->lanes[1], addr, timeout_ms, conn_p);
-    if (ret != -XPORT_EADDRNOTAVAIL)
+    if (ret != -XPORT_EADDRNOTAVAIL && ret != -XPORT_EPROTO)
       return ret;
     if (timeout_ms >= 0) {
       long left = timeout_ms - (xport__now_ms() - t0);

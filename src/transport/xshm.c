@@ -628,6 +628,8 @@ static int take_one(struct xport__lane *lane, xport_conn_t *conn)
       remote[i].iov_base = (void *)(uintptr_t)a;
       remote[i].iov_len = l;
     }
+    if (total != h.len)
+      return -1; /* a length its scatter list does not add up to */
     len = total;
     size_t want = total < rx->len ? total : rx->len;
     size_t nl = iov_trim(rx->iov, rx->cnt, want, local);
@@ -640,9 +642,10 @@ static int take_one(struct xport__lane *lane, xport_conn_t *conn)
      * end with ECANCELED): bytes read after that are not its message. */
     if (got != (ssize_t)want ||
         __atomic_load_n(&c->seg->closed[!c->side], __ATOMIC_ACQUIRE)) {
-      /* Denied (EIO), or the sender gone or closed: then the connection
-       * ends behind this receive. */
-      err = got < 0 && errno != ESRCH ? FI_EIO : FI_ECONNRESET;
+      /* Denied (EIO), or the sender gone or closed, or naming memory it
+       * does not have (EFAULT: a record that makes no sense): then the
+       * connection ends behind this receive. */
+      err = got < 0 && errno != ESRCH && errno != EFAULT ? FI_EIO : FI_ECONNRESET;
       c->doomed = err == FI_ECONNRESET;
     }
     __atomic_store_n(&r->rndv_done, r->rndv_done + 1, __ATOMIC_RELEASE);
