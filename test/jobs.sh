@@ -258,6 +258,20 @@ EOF
       fi
     done
     done
+    # The allreduce example across the two nodes, as a user runs it: the
+    # default (node mates over xshm, the other node over tcp).
+    log="$tmp/two-allreduce.log"
+    XPORT_SHM=auto ip netns exec "$ns_a" $in_ns -u sh -c \
+      'mount -t tmpfs -o mode=1777 none /dev/shm && hostname "$0" && exec "$@"' "$ns_a" \
+      timeout 180 mpirun --hostfile "$tmp/hosts" -np 4 --mca plm_rsh_agent "$tmp/agent" \
+      --mca oob_tcp_if_include 10.98.0.0/24 --mca btl_tcp_if_include 10.98.0.0/24 \
+      -x LSAN_OPTIONS -x XPORT_SHM -x XPORT_PROVIDER=tcp "$(cd "$b" && pwd)/examples/allreduce" --check >"$log" 2>&1
+    rc=$?
+    if [ $rc = 0 ] && grep -q '^allreduce: ok: 4 ranks' "$log"; then
+      ok "mpirun -np 4 ./examples/allreduce --check over two nodes (2 + 2), tcp with xshm beside: every sum verified"
+    else
+      bad "mpirun -np 4 ./examples/allreduce --check over two nodes (rc $rc):"; sed 's/^/  /' "$log" | tail -20
+    fi
   fi
 fi
 
