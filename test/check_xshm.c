@@ -132,6 +132,16 @@ START_TEST(pieces_without_cross_memory_attach)
     return;
   setenv("XPORT_XSHM_CMA", "0", 1);
   xt_pair(stream_server, stream_client, NULL);
+  /* Said where a user looks first: the candidate's reason (xport_info);
+   * after the pair, whose processes fork before any context exists. */
+  xport_ctx_attr_t a = {.provider = "xshm"};
+  xport_ctx_t *ctx;
+  const xport_candidate_t *cands;
+  XT_OK(xport_ctx_create(&a, &ctx));
+  int n = xport_ctx_candidates(ctx, &cands);
+  XT_CHECK(n == 1 && strstr(cands[0].reason, "no cross-memory attach"),
+           "the candidate does not say cross-memory attach is off: %s", n ? cands[0].reason : "");
+  XT_OK(xport_ctx_destroy(ctx));
   unsetenv("XPORT_XSHM_CMA");
 }
 END_TEST

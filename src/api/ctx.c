@@ -154,6 +154,19 @@ static void set_cand(xport_candidate_t *c, const struct fi_info *fi,
   xport__strlcpy(c->reason, reason, sizeof c->reason);
 }
 
+/* The transport's remark, after what a candidate's reason says already. */
+static void cand_remark(xport_candidate_t *c, const struct xport__lane *lane)
+{
+  char r[sizeof c->reason];
+  if (!lane->tp->remark)
+    return;
+  r[0] = '\0';
+  lane->tp->remark(lane, r, sizeof r);
+  size_t n = strlen(c->reason);
+  if (r[0] && n + 3 < sizeof c->reason)
+    snprintf(c->reason + n, sizeof c->reason - n, "; %s", r);
+}
+
 /* The ordering xport(7) promises on one connection: messages in order
  * (SAS), a message after a write delivered after its data (SAW: the
  * emulated write-with-immediate depends on it), writes applied in order
@@ -757,6 +770,7 @@ static int lane_open(xport_ctx_t *ctx, unsigned index, struct settings s,
     }
     set_cand(c, lane->info, XPORT_VERDICT_CHOSEN,
              "xport's own transport, named (XPORT_PROVIDER, or XPORT_SHM=only): no probe");
+    cand_remark(c, lane);
     *cands_p = c;
     *ncands_p = 1;
   }
@@ -811,6 +825,7 @@ static int own_local_open(xport_ctx_t *ctx, struct settings s, const char *mode)
     set_cand(c, lane->info, XPORT_VERDICT_CHOSEN, "");
     snprintf(c->reason, sizeof c->reason, "opened beside %s for peers on this node (XPORT_SHM=%s)",
              ctx->lanes[0]->caps.provider, mode);
+    cand_remark(c, lane);
   }
   XPORT__INFO("%s opened beside %s for peers on this node", own->name,
               ctx->lanes[0]->caps.provider);

@@ -51,6 +51,10 @@ struct xport__transport {
    * first (it may still say "not this way": -XPORT_EADDRNOTAVAIL, and the
    * fabric carries the connection). NULL: never. */
   int (*here)(const struct xport__lane *lane, const char *addr);
+  /* What a user should know of this lane that its candidate's reason
+   * says after its verdict (a limit the host imposes), into buf; "" for
+   * nothing. NULL: nothing ever. */
+  void (*remark)(const struct xport__lane *lane, char *buf, size_t len);
   /* Makes a connection to host:port by deadline (xport__now_ms, or -1
    * for none). May block. On success *conn_p is linked (xport__conn_link),
    * perhaps lost already with its event queued; on failure nothing is

@@ -1024,6 +1024,32 @@ static int cma_probe(pid_t pid, uint64_t addr)
          !memcmp(got, canary, sizeof got);
 }
 
+/* Yama's ptrace_scope, or -1 where the kernel has no Yama. */
+static int yama_scope(void)
+{
+  int scope = -1;
+  FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "re");
+  if (f) {
+    if (fscanf(f, "%d", &scope) != 1)
+      scope = -1;
+    fclose(f);
+  }
+  return scope;
+}
+
+/* The candidate's remark: where cross-memory attach is off or limited
+ * before any peer is met, so that xport_info shows it. */
+static void xshm_remark(const struct xport__lane *lane, char *buf, size_t len)
+{
+  (void)lane;
+  int scope = yama_scope();
+  if (!xport__env_bool(XPORT__ENV_XSHM_CMA, 1))
+    snprintf(buf, len, "no cross-memory attach (XPORT_XSHM_CMA=0): one-sided operations fail");
+  else if (scope > 0)
+    snprintf(buf, len, "cross-memory attach limited (Yama ptrace_scope %d): see xport(7) xshm",
+             scope);
+}
+
 /* Said once per process where a peer's memory cannot be read: what it
  * costs, and why, where the kernel says (Yama). */
 static void cma_denied_say(pid_t pid)
@@ -1032,13 +1058,7 @@ static void cma_denied_say(pid_t pid)
   if (__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED) || !xport__env_bool(XPORT__ENV_XSHM_CMA, 1))
     return;
   char why[96] = "";
-  FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "re");
-  int scope = -1;
-  if (f) {
-    if (fscanf(f, "%d", &scope) != 1)
-      scope = -1;
-    fclose(f);
-  }
+  int scope = yama_scope();
   if (scope > 0)
     snprintf(why, sizeof why, " (Yama's kernel.yama.ptrace_scope is %d: 0 allows it)", scope);
   XPORT__WARN("xshm: this process may not read the memory of its peer %d by cross-memory "
@@ -1921,4 +1941,5 @@ const struct xport__transport xport__transport_xshm = {
     .fini = xshm_fini,
     .mr_access = xshm_mr_access,
     .watches_peers = 1,
+    .remark = xshm_remark,
 };
