@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -99,19 +100,25 @@ static void send_stream(xport_ctx_t *ctx, xport_conn_t *conn, unsigned n, unsign
 
 /* ---- the ring wrapped, every byte ------------------------------------------ */
 
-#define STREAM_N 20000
+/* 20,000 messages (some hundreds of laps) in make check's time;
+ * XPORT_TEST_STREAM_N runs a soak of as many as asked. */
+static int stream_n(void)
+{
+  const char *e = getenv("XPORT_TEST_STREAM_N");
+  return e && atoi(e) > 0 ? atoi(e) : 20000;
+}
 
 static int stream_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 {
   (void)arg;
-  recv_stream(ctx, conn, STREAM_N, 7);
+  recv_stream(ctx, conn, stream_n(), 7);
   return 0;
 }
 
 static int stream_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 {
   (void)arg;
-  send_stream(ctx, conn, STREAM_N, 7);
+  send_stream(ctx, conn, stream_n(), 7);
   return 0;
 }
 
