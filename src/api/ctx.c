@@ -844,11 +844,11 @@ static void node_local_open(xport_ctx_t *ctx, struct settings s, const char *mod
       (ctx->lanes[0]->prof && ctx->lanes[0]->prof->node_local))
     return; /* the fabric is this node's already */
   xport_candidate_t *c = nl ? node_local_cand(ctx, nl->name) : NULL;
-  int usable = c && c->verdict == XPORT_VERDICT_USABLE;
+  int usable = c && c->verdict == XPORT_VERDICT_USABLE, own_ret = 0;
   if (!strcmp(mode, "auto") || !strcmp(mode, "xshm")) {
-    int ret = own_local_open(ctx, s, mode);
+    own_ret = own_local_open(ctx, s, mode);
     c = nl ? node_local_cand(ctx, nl->name) : NULL; /* the list grew: it may have moved */
-    if (!ret) {
+    if (!own_ret) {
       if (usable)
         snprintf(c->reason, sizeof c->reason,
                  "not opened: xport's own %s is beside %s (XPORT_SHM=libfabric opens this one)",
@@ -857,9 +857,6 @@ static void node_local_open(xport_ctx_t *ctx, struct settings s, const char *mod
     }
     if (!strcmp(mode, "xshm"))
       return;
-    if (usable)
-      snprintf(c->reason, sizeof c->reason, "opened because %s failed to: %s",
-               xport__transport_node_local()->name, xport_strerror(ret));
   }
   if (!nl)
     return;
@@ -888,10 +885,13 @@ static void node_local_open(xport_ctx_t *ctx, struct settings s, const char *mod
   ctx->lanes[ctx->nlanes++] = lane;
   if (c) {
     c->verdict = XPORT_VERDICT_CHOSEN;
-    if (!strcmp(mode, "libfabric"))
-      snprintf(c->reason, sizeof c->reason,
-               "opened beside %s for peers on this node (XPORT_SHM=libfabric)",
-               fabric->caps.provider);
+    char why[96] = "";
+    if (own_ret) /* auto, where xport's own failed */
+      snprintf(why, sizeof why, ": %s failed to open: %s", xport__transport_node_local()->name,
+               xport_strerror(own_ret));
+    snprintf(c->reason, sizeof c->reason,
+             "opened beside %s for peers on this node (XPORT_SHM=%s%s)", fabric->caps.provider,
+             mode, why);
   }
   XPORT__INFO("%s opened beside %s for peers on this node", nl->name, fabric->caps.provider);
 }

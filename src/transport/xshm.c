@@ -173,7 +173,8 @@ static int fab_trywait(struct fid_fabric *fabric, struct fid **fids, int count)
         ctl_used < XSHM_CSLOTS)
       return -FI_EAGAIN;
     struct xshm_rec next;
-    if ((c->rx_head != c->rx_tail && rec_load(g->ring[!c->side].data + c->in_head % XSHM_RING, &next)) ||
+    if ((c->rx_head != c->rx_tail &&
+         rec_load(g->ring[!c->side].data + c->in_head % XSHM_RING, &next)) ||
         (c->rndv_seen != c->rndv_posted &&
          __atomic_load_n(&g->ring[c->side].rndv_done, __ATOMIC_ACQUIRE) != c->rndv_seen))
       return -FI_EAGAIN;
