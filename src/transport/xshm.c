@@ -1393,19 +1393,20 @@ static int xshm_here(const struct xport__lane *lane, const char *addr)
 
 static void accept_hooked(struct xport__lane *lane);
 
-/* The listener's welcome to our hello. Meanwhile the listeners a layer
- * above owns (a job's) go on accepting, as over the fabric's transports:
- * two ranks that connect to each other at once each accept the other's
- * request (job.c weighs which stays), where waiting alone would leave
- * both waiting for their deadline. */
-static int await_welcome(struct xport__lane *lane, int sock, long deadline,
-                         struct xshm_hello *w, int got[2])
+/* The listener's answer of kind (its welcome, its READY) to our hello.
+ * Meanwhile the listeners a layer above owns (a job's) go on accepting,
+ * as over the fabric's transports: two ranks that connect to each other
+ * at once each take the other's request a step further (job.c weighs
+ * which stays), where waiting alone would leave both waiting until one
+ * listener gave up the other's handshake. */
+static int await_answer(struct xport__lane *lane, int sock, long deadline, unsigned kind,
+                        struct xshm_hello *w, int *got, int want)
 {
   for (;;) {
     long slice = xport__now_ms() + 1;
     if (deadline >= 0 && deadline < slice)
       slice = deadline;
-    int ret = recv_hello(sock, slice, XSHM_H_WELCOME, w, got, 2);
+    int ret = recv_hello(sock, slice, kind, w, got, want);
     if (ret != -XPORT_ETIMEDOUT || (deadline >= 0 && xport__now_ms() >= deadline))
       return ret;
     accept_hooked(lane);
@@ -1471,7 +1472,7 @@ static int xshm_connect(struct xport__lane *lane, const char *host, const char *
   segfd = -1;
   struct xshm_hello w;
   int got[2];
-  if ((ret = await_welcome(lane, sock, deadline, &w, got))) {
+  if ((ret = await_answer(lane, sock, deadline, XSHM_H_WELCOME, &w, got, 2))) {
     /* A listener closed with this request still waiting refused it. */
     if (ret == -XPORT_ECONNRESET)
       ret = -XPORT_ECONNREFUSED;
@@ -1498,8 +1499,14 @@ static int xshm_connect(struct xport__lane *lane, const char *host, const char *
                             .flags = XSHM_HF_AUTH};
     proof(lane, 0, &h, &w, pr.mac);
     struct xshm_hello rd;
-    if (send(sock, &pr, sizeof pr, MSG_NOSIGNAL) != (ssize_t)sizeof pr ||
-        (ret = recv_hello(sock, deadline, XSHM_H_READY, &rd, NULL, 0)))
+    ret = send(sock, &pr, sizeof pr, MSG_NOSIGNAL) != (ssize_t)sizeof pr
+              ? -XPORT_ECONNRESET
+              : await_answer(lane, sock, deadline, XSHM_H_READY, &rd, NULL, 0);
+    /* A listener that closed with this request unfinished refused it, as
+     * before its welcome. */
+    if (ret == -XPORT_ECONNRESET)
+      ret = -XPORT_ECONNREFUSED;
+    if (ret)
       goto fail_keys;
   }
   ret = conn_make(lane, sock, 0, pid, w.ctx_id, seg, keys, efd, my, w.canary, conn_p);
