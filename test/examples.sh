@@ -45,19 +45,28 @@ leftovers() {
 # a file whose owner is gone (providers/shm.c, shm_sweep). Nobody else's
 # are touched.
 touch "$work/.began"
+# Only files two seconds old or more: an owner takes its lock at once,
+# and a suite running beside this one (make -j2 check) may be making
+# one this instant.
 shm_leftovers() {
-  local l f
+  local l f now young=0
+  now=$(date +%s)
   for l in /dev/shm/xport-*.lock; do
     f=${l%.lock}
     [ -e "$f" ] && [ "$f" -nt "$work/.began" ] || continue
+    if [ $((now - $(stat -c %Y "$f"))) -lt 2 ]; then
+      young=1
+      continue
+    fi
     flock -n -E 75 "$l" rm -f "$f" "$l" 2>/dev/null
   done
+  return $young
 }
 
 cleanup() {
   local p
   for p in $(leftovers); do kill -KILL "$p" 2>/dev/null; done
-  shm_leftovers
+  shm_leftovers || { sleep 2; shm_leftovers; }
   rm -rf "$work"
 }
 trap cleanup EXIT
