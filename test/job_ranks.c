@@ -355,9 +355,12 @@ int main(void)
   for (int p = 0; p < n; p++) {
     xport_conn_t *c2;
     done_out[p] = 1000 + me;
-    if (p != me && (xport_job_conn(job, p, &c2) ||
-                    xport_send(c2, &done_out[p], sizeof done_out[p], NULL, FLAG(K_DONE_OUT, p))))
-      FAIL("second job: send to %d", p);
+    if (p == me)
+      continue;
+    if ((rc = xport_job_conn(job, p, &c2)))
+      FAIL("second job: job_conn(%d) after the barrier: %s", p, xport_strerror(rc));
+    if ((rc = xport_send(c2, &done_out[p], sizeof done_out[p], NULL, FLAG(K_DONE_OUT, p))))
+      FAIL("second job: send to %d: %s", p, xport_strerror(rc));
   }
   collect(ctx, job, n, 1u << K_DONE_IN | 1u << K_DONE_OUT, "second job's messages");
   for (int p = 0; p < n; p++)

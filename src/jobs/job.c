@@ -90,10 +90,16 @@ static void job_forget(xport_job_t *job, int r)
 
 /* A handshake with that context is under way at either half of the
  * job's listener. Used with and without PMIx: xport_job_conn weighs it. */
+static int shaking_at(const xport_listener_t *lst, uint64_t ctx_id)
+{
+  const struct xport__transport *tp = lst->lane->tp;
+  return tp->shaking_from ? tp->shaking_from(lst, ctx_id)
+                          : xport__listener_shaking_from(lst, ctx_id);
+}
+
 static int shaking_from(const xport_job_t *job, uint64_t ctx_id)
 {
-  return xport__listener_shaking_from(job->lst, ctx_id) ||
-         (job->lst->sub && xport__listener_shaking_from(job->lst->sub, ctx_id));
+  return shaking_at(job->lst, ctx_id) || (job->lst->sub && shaking_at(job->lst->sub, ctx_id));
 }
 
 #ifdef XPORT_HAVE_PMIX /* the hooks of the job's listener, set by job_join */

@@ -65,6 +65,11 @@ struct xport__transport {
    * never waits). May block. As connect on success; -XPORT_ETIMEDOUT when
    * none came. */
   int (*accept)(xport_listener_t *lst, long deadline, xport_conn_t **conn_p);
+  /* 1 if a handshake with the context peer_ctx_id is under way at lst
+   * (its request read, its connection not yet accepted), so that a job
+   * does not cross it with a connect of its own. NULL: the transport
+   * keeps its handshakes on lst->shaking (xport__listener_shaking_from). */
+  int (*shaking_from)(const xport_listener_t *lst, uint64_t peer_ctx_id);
   /* The user closes conn (conn->closing set, the caller then unlinks it
    * and marks it CLOSED): its share of the endpoint goes, and every
    * operation still outstanding completes with -XPORT_ECANCELED, now or

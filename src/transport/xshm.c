@@ -1677,6 +1677,15 @@ struct xshm_lst {
   int npend;
 };
 
+static int xshm_shaking_from(const xport_listener_t *lst, uint64_t peer_ctx_id)
+{
+  const struct xshm_lst *l = lst->tpd;
+  for (int i = 0; i < l->npend; i++)
+    if (l->pend[i].stage > 0 && l->pend[i].h.ctx_id == peer_ctx_id)
+      return 1;
+  return 0;
+}
+
 static int xshm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_p)
 {
   struct xshm_lst *l = lst->tpd;
@@ -1940,6 +1949,7 @@ const struct xport__transport xport__transport_xshm = {
     .listener_close = xshm_listener_close,
     .connect = xshm_connect,
     .accept = xshm_accept,
+    .shaking_from = xshm_shaking_from,
     .close_conn = xshm_close_conn,
     .progress = xshm_progress,
     .op_failed = xshm_op_failed,
