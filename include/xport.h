@@ -186,6 +186,10 @@ XPORT_API int xport_conn_close(xport_conn_t *conn);
 /* The capabilities of the transport conn runs on (caps.provider names it:
  * "shm" for a peer on this node where XPORT_SHM let the context open shm). */
 XPORT_API int xport_conn_query(const xport_conn_t *conn, xport_caps_t *caps_p);
+/* A deadline for conn's operations: outstanding sends, writes, reads and
+ * atomics of which none ends for timeout_ms lose the connection, and fail
+ * with XPORT_ETIMEDOUT. 0: none (XPORT_OP_TIMEOUT sets the default). */
+XPORT_API int xport_conn_timeout(xport_conn_t *conn, int timeout_ms);
 
 /* Access rights of a registered region. */
 #define XPORT_ACCESS_LOCAL 0x1u        /* send, receive, local side of RMA */

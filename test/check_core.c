@@ -268,8 +268,9 @@ static void f_op_failed(struct xport__lane *lane, struct xport__req *req, int st
   (void)lane, (void)req, (void)status;
 }
 
-static void f_drop(xport_conn_t *conn)
+static void f_drop(xport_conn_t *conn, int status)
 {
+  (void)status;
   f_lose(conn);
 }
 

@@ -1391,6 +1391,198 @@ static pid_t hung_peer_start(int *addr_fd, int *up_fd)
   return pid;
 }
 
+/* ---- deadlines (xport_conn_timeout) ----------------------------------- */
+
+#define DL_MS 300
+
+/* The target: exports BIG bytes, then stops itself (SIGSTOP) when told:
+ * alive, its connection up, but serving nothing from then on. */
+static int stopping_target(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  struct xt_steps *st = arg;
+  xport_mr_t *mr;
+  char *reg = malloc(BIG);
+  XT_CHECK(reg != NULL, "malloc");
+  xt_fill(reg, BIG, 3);
+  XT_OK(xport_mr_reg(ctx, reg, BIG, XPORT_ACCESS_REMOTE_READ, &mr));
+  send_key(ctx, conn, mr, BIG);
+  step_get_polling(ctx, st->c2s[0]);
+  raise(SIGSTOP);
+  for (;;)
+    pause(); /* killed */
+  return 0;
+}
+
+/* Tells the target to stop, and waits until it has. */
+static void target_stop(struct xt_steps *st, pid_t pid)
+{
+  int ws;
+  xt_step_put(st->c2s[1], 'S');
+  XT_CHECK(waitpid(pid, &ws, WUNTRACED) == pid && WIFSTOPPED(ws), "the target did not stop");
+}
+
+/* Collects the end of conn's read (rd_ctx; NULL: none posted) and send
+ * (snd_ctx) to the stopped target pid, and its disconnect event, into
+ * *read_st, *send_st and *disc_st. Over RDM (shm, rxm) the provider keeps
+ * the buffers of operations to a peer that never answers
+ * (xport_conn_close(3)): they end once the shared endpoint they were
+ * posted on is retired, when the connection is closed (rxm), or, where
+ * libfabric cannot close it while the peer has yet to take a message
+ * from it (shm), when the peer dies. Returns 1 if it closed conn, with 2
+ * added if it killed the target. */
+static int hung_ops_end(xport_ctx_t *ctx, xport_conn_t *conn, pid_t pid, void *rd_ctx,
+                        void *snd_ctx, int *read_st, int *send_st, int *disc_st)
+{
+  xport_completion_t c;
+  int done = 0;
+  *read_st = rd_ctx ? 1 : 0;
+  *send_st = *disc_st = 1;
+  while (*disc_st == 1) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0,
+             "on %s nothing ended within %d ms of a %d ms deadline (read %d, send %d)",
+             xt_config(), T_MS, DL_MS, *read_st, *send_st);
+    XT_CHECK(c.conn == conn, "a completion of another connection");
+    if (c.op == XPORT_OP_READ && c.user_ctx == rd_ctx && *read_st == 1)
+      *read_st = c.status;
+    else if (c.op == XPORT_OP_SEND && c.user_ctx == snd_ctx && *send_st == 1)
+      *send_st = c.status;
+    else if (c.op == XPORT_OP_DISCONNECT)
+      *disc_st = c.status;
+    else
+      XT_CHECK(0, "on %s op %d (%s) came twice or unasked", xt_config(), c.op,
+               xport_strerror(c.status));
+  }
+  if (*read_st == 1 || *send_st == 1) {
+    XT_OK(xport_conn_close(conn));
+    done = 1;
+  }
+  while (*read_st == 1 || *send_st == 1) {
+    int rc = xt_next(ctx, &c, done & 2 ? T_MS : 2000);
+    if (rc == -XPORT_ETIMEDOUT && !(done & 2)) {
+      XT_CHECK(kill(pid, SIGKILL) == 0, "SIGKILL");
+      done |= 2;
+      continue;
+    }
+    XT_CHECK(rc == 0, "on %s the operations did not end when their connection was closed and "
+             "its peer killed (read %d, send %d)", xt_config(), *read_st, *send_st);
+    if (c.op == XPORT_OP_READ && *read_st == 1)
+      *read_st = c.status;
+    else if (c.op == XPORT_OP_SEND && *send_st == 1)
+      *send_st = c.status;
+    else
+      XT_CHECK(0, "on %s op %d (%s) came twice or unasked", xt_config(), c.op,
+               xport_strerror(c.status));
+  }
+  XT_CHECK(*send_st == -XPORT_ETIMEDOUT, "on %s the send to the stopped peer ended with %s",
+           xt_config(), xport_strerror(*send_st));
+  XT_CHECK(*disc_st == -XPORT_ETIMEDOUT, "on %s the disconnect event says %s", xt_config(),
+           xport_strerror(*disc_st));
+  return done;
+}
+
+/* Ends the target, which stopped or was killed, and the rest. */
+static void target_end(pid_t pid, int done)
+{
+  XT_CHECK((done & 2) || kill(pid, SIGKILL) == 0, "SIGKILL");
+  XT_CHECK(xt_reap(pid) == 128 + SIGKILL, "the stopped target did not die by SIGKILL");
+}
+
+START_TEST(deadline_ends_ops_to_a_hung_peer)
+{
+  /* A connection with a deadline: idle, or with operations that end, it
+   * stays; once its peer stops (alive, its socket open, serving nothing),
+   * its 16 MiB send ends with XPORT_ETIMEDOUT, its read with the bytes
+   * (where the kernel or the NIC serves it: xshm, verbs) or
+   * XPORT_ETIMEDOUT, and the disconnect event says XPORT_ETIMEDOUT. */
+  struct xt_steps st;
+  char addr[128];
+  xt_steps_open(&st);
+  pid_t pid = xt_spawn_pair_server(stopping_target, &st, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn;
+  xport_completion_t c;
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  XT_CHECK(xport_conn_timeout(NULL, DL_MS) == -XPORT_EINVAL, "a NULL connection took a deadline");
+  XT_CHECK(xport_conn_timeout(conn, -1) == -XPORT_EINVAL, "a negative deadline was taken");
+  xport_rkey_t *rk = get_key(ctx, conn);
+  XT_OK(xport_conn_timeout(conn, DL_MS));
+  /* Idle for three deadlines: nothing outstanding, nothing lost. */
+  XT_CHECK(xt_next(ctx, &c, 3 * DL_MS) == -XPORT_ETIMEDOUT,
+           "on %s an idle connection with a deadline gave op %d (%s)", xt_config(), c.op,
+           xport_strerror(c.status));
+  char *rd = malloc(BIG), *big = malloc(BIG);
+  XT_CHECK(rd && big, "malloc");
+  xport_mr_t *rmr, *bmr;
+  XT_OK(xport_mr_reg(ctx, rd, BIG, XPORT_ACCESS_LOCAL, &rmr));
+  XT_OK(xport_mr_reg(ctx, big, BIG, XPORT_ACCESS_LOCAL, &bmr));
+  XT_OK(xport_read(conn, rd, BIG, rmr, rk, 0, NULL));
+  expect(ctx, &c, XPORT_OP_READ, 0);
+  XT_CHECK(xt_verify(rd, BIG, 3) == BIG, "on %s the read's bytes differ", xt_config());
+  /* The target stops; what it never serves ends by the deadline. */
+  target_stop(&st, pid);
+  memset(rd, 0, BIG);
+  xt_fill(big, BIG, 4);
+  XT_OK(xport_read(conn, rd, BIG, rmr, rk, 0, rd));
+  XT_OK(xport_send(conn, big, BIG, bmr, big));
+  int read_st, send_st, disc_st;
+  int done = hung_ops_end(ctx, conn, pid, rd, big, &read_st, &send_st, &disc_st);
+  XT_CHECK(read_st == -XPORT_ETIMEDOUT || (read_st == 0 && xt_verify(rd, BIG, 3) == BIG),
+           "on %s the read from the stopped peer ended with %s", xt_config(),
+           xport_strerror(read_st));
+  /* The buffers are the application's again; nothing more comes. */
+  xt_fill(rd, BIG, 5);
+  xt_fill(big, BIG, 5);
+  XT_CHECK(xt_next(ctx, &c, 300) == -XPORT_ETIMEDOUT, "on %s op %d came after the disconnect",
+           xt_config(), c.op);
+  XT_CHECK((done & 1) || xport_send(conn, big, 8, bmr, NULL) == -XPORT_ENOTCONN,
+           "a send on the timed-out connection was taken");
+  xport_rkey_release(rk);
+  if (!(done & 1))
+    XT_OK(xport_conn_close(conn));
+  XT_OK(xport_mr_dereg(rmr));
+  XT_OK(xport_mr_dereg(bmr));
+  xport_ctx_destroy(ctx);
+  free(rd);
+  free(big);
+  target_end(pid, done);
+  xt_steps_close(&st);
+}
+END_TEST
+
+START_TEST(op_timeout_is_every_connections_deadline)
+{
+  /* XPORT_OP_TIMEOUT gives every new connection its deadline: a send to
+   * a stopped peer ends with XPORT_ETIMEDOUT, with no call asking. */
+  char ms[16];
+  snprintf(ms, sizeof ms, "%d", DL_MS);
+  setenv("XPORT_OP_TIMEOUT", ms, 1);
+  struct xt_steps st;
+  char addr[128];
+  xt_steps_open(&st);
+  pid_t pid = xt_spawn_pair_server(stopping_target, &st, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn;
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  xport_rkey_release(get_key(ctx, conn));
+  char *big = malloc(BIG);
+  XT_CHECK(big != NULL, "malloc");
+  xport_mr_t *bmr;
+  XT_OK(xport_mr_reg(ctx, big, BIG, XPORT_ACCESS_LOCAL, &bmr));
+  target_stop(&st, pid);
+  xt_fill(big, BIG, 4);
+  XT_OK(xport_send(conn, big, BIG, bmr, big));
+  int read_st, send_st, disc_st;
+  int done = hung_ops_end(ctx, conn, pid, NULL, big, &read_st, &send_st, &disc_st);
+  if (!(done & 1))
+    XT_OK(xport_conn_close(conn));
+  XT_OK(xport_mr_dereg(bmr));
+  xport_ctx_destroy(ctx);
+  free(big);
+  target_end(pid, done);
+  xt_steps_close(&st);
+}
+END_TEST
+
 /* The healthy peer: echoes every message until one of ECHO_LAST bytes. */
 #define ECHO_MSG 64
 #define ECHO_LAST 8
@@ -1925,6 +2117,8 @@ static Suite *life_suite(void)
   tcase_set_timeout(loss, 90);
   tcase_add_test(loss, peer_killed_mid_stream_ends_every_op);
   tcase_add_test(loss, hung_peer_never_blocks_poll);
+  tcase_add_test(loss, deadline_ends_ops_to_a_hung_peer);
+  tcase_add_test(loss, op_timeout_is_every_connections_deadline);
   suite_add_tcase(s, loss);
   TCase *faults = tcase_create("Faults");
   tcase_set_timeout(faults, 90);

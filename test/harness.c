@@ -10,6 +10,7 @@
 #include <rdma/fabric.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -289,12 +290,29 @@ static int run_suite(const char *prog, Suite *(*make)(void), const char *label)
   return failed;
 }
 
+/* As root, this run gets a /dev/shm of its own (a mount namespace of
+ * its own, and a tmpfs there): the endpoint files of processes its tests
+ * kill, which libfabric's shm must keep for an hour where a live peer may
+ * yet map them (providers/shm.c), go with the run, and two suites side
+ * by side (make -j2 check) never see each other's. Elsewhere the files
+ * stay in the machine's /dev/shm, where the context each configuration
+ * opens last sweeps what it may. */
+static void private_dev_shm(void)
+{
+  if (geteuid() != 0 || unshare(CLONE_NEWNS))
+    return;
+  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
+      mount("none", "/dev/shm", "tmpfs", 0, "mode=1777"))
+    fprintf(stderr, "%s: no /dev/shm of its own (mount): %s\n", "harness", strerror(errno));
+}
+
 int xt_main(const char *prog, Suite *(*make)(void), int network)
 {
   int failed = 0, ran = 0;
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (!network)
     return run_suite(prog, make, "no provider") ? 1 : 0;
+  private_dev_shm();
   for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
     const struct xt_cfg *c = &cfgs[i];
     char why[700];

@@ -264,6 +264,27 @@ XPORT_API int xport_conn_query(const xport_conn_t *conn, xport_caps_t *caps_p)
   return 0;
 }
 
+XPORT_API int xport_conn_timeout(xport_conn_t *conn, int timeout_ms)
+{
+  if (!conn || timeout_ms < 0)
+    return -XPORT_EINVAL;
+  xport_ctx_t *ctx = conn->ctx;
+  XPORT__LOCK(ctx);
+  int ret = 0;
+  if (conn->state == XPORT__CONN_CLOSED) {
+    ret = -XPORT_EINVAL;
+  } else {
+    /* Counted from now, as if its operations had just ended. */
+    conn->dl.ms = timeout_ms;
+    conn->dl.done_seen = conn->heard.done;
+    conn->dl.since = xport__now_ms();
+    if (timeout_ms && (!ctx->dl_min_ms || timeout_ms < ctx->dl_min_ms))
+      ctx->dl_min_ms = timeout_ms;
+  }
+  XPORT__UNLOCK(ctx);
+  return ret;
+}
+
 XPORT_API int xport_conn_close(xport_conn_t *conn)
 {
   if (!conn)

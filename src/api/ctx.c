@@ -957,6 +957,8 @@ static int ctx_create(const struct xport__transport *own, const xport_ctx_attr_t
   ctx->peer_check_ms = (long)xport__env_size(XPORT__ENV_PEER_TIMEOUT, 500);
   if (ctx->peer_check_ms < 4)
     ctx->peer_check_ms = 4;
+  ctx->op_timeout_ms = (long)xport__env_size(XPORT__ENV_OP_TIMEOUT, 0);
+  ctx->dl_min_ms = ctx->op_timeout_ms;
   ctx->eager_size = xport__env_size(XPORT__ENV_EAGER_SIZE, 8192);
   if (ctx->eager_size > XPORT__EAGER_MAX) {
     XPORT__WARN("XPORT_EAGER_SIZE=%zu is more than %zu; using %zu", ctx->eager_size,

@@ -687,7 +687,7 @@ static int read_error(struct xport__lane *lane, struct xport__req **req_p)
   if (XPORT__UNLIKELY(status == -XPORT_ECANCELED || status == -XPORT_ENOTCONN ||
                       status == -XPORT_ECONNRESET) &&
       req->conn)
-    status = req->conn->closing ? -XPORT_ECANCELED : -XPORT_ECONNRESET;
+    status = req->conn->closing ? -XPORT_ECANCELED : xport__lost_status(req->conn->fail_code);
   if (XPORT__UNLIKELY(req->op >= XPORT__OP_CTL_SEND || req->zombie)) {
     struct fi_cq_data_entry e = {err.op_context, err.flags, err.len, err.buf, err.data};
     internal_entry(lane, req, status, &e, FI_ADDR_NOTAVAIL);
@@ -784,6 +784,44 @@ static int deliver_events(xport_ctx_t *ctx, xport_completion_t *comps, int n, in
   return n;
 }
 
+/* Connections of lane with a deadline (xport_conn_timeout) that had
+ * operations outstanding and none of them end for it: lost with
+ * -XPORT_ETIMEDOUT, as the transport loses a dead peer's (its operations
+ * fail once the provider lets go of them). Housekeeping's, under the
+ * lock: a look that comes later than half a deadline after the last one
+ * cannot tell how long the connection has stood (its operations may be
+ * new), and starts the count there. */
+static void deadlines_check(struct xport__lane *lane, long now)
+{
+  for (xport_conn_t *conn = lane->conns, *next; conn; conn = next) {
+    next = conn->next;
+    struct xport__deadline *dl = &conn->dl;
+    if (!dl->ms || conn->state != XPORT__CONN_CONNECTED)
+      continue;
+    if (!(conn->ntx || conn->hq.head) || conn->heard.done != dl->done_seen ||
+        now - lane->ctx->dl_checked > dl->ms / 2) {
+      dl->done_seen = conn->heard.done;
+      dl->since = now;
+    } else if (now - dl->since >= dl->ms) {
+      XPORT__INFO("connection %u: its operations made no progress for %ld ms "
+                  "(xport_conn_timeout): it is lost",
+                  conn->id, dl->ms);
+      conn->fail_code = -XPORT_ETIMEDOUT;
+      lane->tp->drop(conn, -XPORT_ETIMEDOUT);
+    }
+  }
+}
+
+static __attribute__((noinline)) void deadlines_run(xport_ctx_t *ctx)
+{
+  long now = xport__now_ms();
+  if (now == ctx->dl_checked)
+    return;
+  for (unsigned l = 0; l < ctx->nlanes; l++)
+    deadlines_check(ctx->lanes[l], now);
+  ctx->dl_checked = now;
+}
+
 /* A lane with nothing of the application's on it: no connection, nothing
  * posted. Its CQ is read only with its housekeeping: a poll then costs
  * what the busy lanes cost (an empty read of rxm's CQ runs its progress). */
@@ -836,6 +874,8 @@ poll_lane(struct xport__lane *lane, xport_completion_t *comps, int n, int max, i
     if (idle)
       xport__cq_drain(lane); /* what came for it meanwhile (control traffic) */
     lane->tp->progress(lane);
+    if (XPORT__UNLIKELY(ctx->dl_min_ms != 0))
+      deadlines_run(ctx);
     /* A connection lost just now ended its operations: they come before
      * its disconnect event, as they do where the loss was seen earlier. */
     n = deliver_done(ctx, comps, n, max);
@@ -1027,6 +1067,8 @@ static int wait_check(xport_ctx_t *ctx, int drain)
     xport__held_retry(ctx);
   for (unsigned l = 0; l < ctx->nlanes && !ctx->done && !ctx->evq; l++)
     ctx->lanes[l]->tp->progress(ctx->lanes[l]);
+  if (ctx->dl_min_ms)
+    deadlines_run(ctx);
   int ready = work_queued(ctx);
   XPORT__UNLOCK(ctx);
   return ready;
@@ -1094,7 +1136,10 @@ static int wait_any(xport_ctx_t *ctx, int timeout_ms)
       ctx->lanes[l]->tp->pay_owed(ctx->lanes[l]);
   if (ctx->holding)
     xport__held_retry(ctx);
-  /* Held posts wake nothing when they fit again: look often. */
+  /* Held posts wake nothing when they fit again: look often. Deadlines
+   * are looked at a few times within the shortest. */
+  if (ctx->dl_min_ms && (cap < 0 || cap > ctx->dl_min_ms / 4))
+    cap = ctx->dl_min_ms / 4 > 0 ? (int)(ctx->dl_min_ms / 4) : 1;
   if (ctx->holding)
     cap = 1;
   int ready = work_queued(ctx);
@@ -1115,7 +1160,7 @@ static int wait_any(xport_ctx_t *ctx, int timeout_ms)
   int r = epoll_wait(ctx->epfd, &ev, 1, t);
   if (r < 0 && errno != EINTR)
     return -XPORT_EIO;
-  if (r == 0 && watches && wait_check(ctx, 0))
+  if (r == 0 && (watches || ctx->dl_min_ms) && wait_check(ctx, 0))
     return 0;
   return r != 0 ? 0 : (t == timeout_ms ? -XPORT_ETIMEDOUT : 0);
 }

@@ -203,7 +203,7 @@ static void drops_run(struct xport__fault *f, xport_ctx_t *c)
       if (conn->state != XPORT__CONN_CONNECTED)
         continue;
       XPORT__INFO("XPORT_FAULT: connection %u is dropped after %lu posts", conn->id, f->drop_conn);
-      conn->lane->tp->drop(conn);
+      conn->lane->tp->drop(conn, -XPORT_ECONNRESET);
     }
   }
   XPORT__UNLOCK(c);

@@ -49,6 +49,7 @@ xport_conn_t *xport__conn_new(struct xport__lane *lane)
   conn->lane = lane;
   conn->ops = lane->tp->data;
   conn->proc.pidfd = -1;
+  conn->dl.ms = lane->ctx->op_timeout_ms;
   conn->state = XPORT__CONN_CONNECTING;
   return conn;
 }

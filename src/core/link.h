@@ -17,6 +17,13 @@ int xport__listener_shaking_from(const xport_listener_t *lst, uint64_t peer_ctx_
 /* Queues conn's disconnect event (once): it is delivered after the
  * done-list entries pushed before it and its own connection's later ones. */
 void xport__evq_push(xport_ctx_t *ctx, xport_conn_t *conn, int status);
+/* What a lost connection's event carries, whatever ended it: its
+ * deadline's -XPORT_ETIMEDOUT (xport_conn_timeout), else the peer's
+ * loss, -XPORT_ECONNRESET, the same on every transport. */
+static inline int xport__lost_status(int status)
+{
+  return status == -XPORT_ETIMEDOUT ? status : -XPORT_ECONNRESET;
+}
 void xport__evq_remove(xport_ctx_t *ctx, xport_conn_t *conn);
 /* Frees a closed connection once nothing refers to it any more. */
 void xport__conn_free_if_done(xport_conn_t *conn);

@@ -250,6 +250,15 @@ struct xport__holdq {
   struct xport_conn *next, *prev;
 };
 
+/* Its deadline (xport_conn_timeout): ms, 0 for none; the count of its
+ * ended operations (heard.done) at the last look, and since when it has
+ * stood there with operations outstanding (cq.c deadlines_check). */
+struct xport__deadline {
+  long ms;
+  size_t done_seen;
+  long since;
+};
+
 /* Its disconnect event (link.c evq_*). */
 struct xport__event {
   int queued;              /* waiting in ctx->evq */
@@ -287,7 +296,7 @@ struct xport_conn {
   uint64_t peer_ctx_id;           /* the peer context's id, from the hello */
   uint32_t id;
   enum xport__conn_state state;
-  int fail_code;                  /* why FAILED */
+  int fail_code;                  /* why FAILED; -XPORT_ETIMEDOUT: its deadline lost it */
   /* The user closed it: what the provider cancels from now on is
    * ECANCELED; before, a cancellation means the connection broke. */
   int closing;
@@ -316,6 +325,7 @@ struct xport_conn {
   struct xport__proc proc;
   struct xport__heard heard;
   struct xport__event ev;
+  struct xport__deadline dl;
   struct xport__fault_conn fault;
   struct xport__shake shake;
   struct xport__drain drain;
@@ -485,6 +495,10 @@ struct xport_ctx {
   void (*wimm_write_done)(xport_ctx_t *ctx, struct xport__req *p, int status);
   void (*wimm_retry)(xport_ctx_t *ctx, int fail);
   long peer_check_ms; /* XPORT_PEER_TIMEOUT: a dead peer is noticed within it */
+  long op_timeout_ms;  /* XPORT_OP_TIMEOUT: every new connection's deadline */
+  /* Some connection has a deadline (xport_conn_timeout): housekeeping
+   * looks at them, and waits wake to; dl_checked: when it last did. */
+  long dl_min_ms, dl_checked;
   uint64_t rma_seq;    /* the last one's posted_seq */
   size_t eager_size;  /* copy through bounce buffers up to this size */
 

@@ -146,11 +146,11 @@ static void conn_lost(xport_conn_t *conn, int status)
      * application may only call after seeing them end. */
     conn->state = XPORT__CONN_DISCONNECTED;
     xport__conn_check_gone(conn);
-    conn_release_ep(conn, -XPORT_ECONNRESET);
+    conn_release_ep(conn, xport__lost_status(status));
     /* Only a connection the application holds has an event: one lost
      * in its handshake is dropped by the accept or connect making it. */
     if (conn->handed)
-      xport__evq_push(conn->lane->ctx, conn, -XPORT_ECONNRESET);
+      xport__evq_push(conn->lane->ctx, conn, xport__lost_status(status));
   }
 }
 
@@ -835,9 +835,9 @@ static int msg_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
 /* XPORT_FAULT drop_conn: the loss a peer's shutdown brings, whose
  * endpoint close ends the stream: the peer's provider sees the
  * shutdown in turn. */
-static void msg_drop(xport_conn_t *conn)
+static void msg_drop(xport_conn_t *conn, int status)
 {
-  conn_lost(conn, -XPORT_ECONNRESET);
+  conn_lost(conn, status);
 }
 
 static void msg_close_conn(xport_conn_t *conn)

@@ -176,7 +176,7 @@ void rdm_conn_lost(xport_conn_t *conn, int status, int dead)
   /* One proven under a key and not yet accepted has its event once
    * accept hands it out (rdm_accept). */
   if (conn->handed)
-    xport__evq_push(conn->lane->ctx, conn, -XPORT_ECONNRESET);
+    xport__evq_push(conn->lane->ctx, conn, xport__lost_status(status));
 }
 
 /* The rdm_answer to an RMA probe: judged at the next check, after one more
@@ -1131,13 +1131,16 @@ static void rdm_op_failed(struct xport__lane *lane, struct xport__req *req, int 
 /* XPORT_FAULT drop_conn, and a peer past XPORT_RECV_AHEAD (ahead): the
  * loss a refused key brings (rdm_rma_failed), a live peer told with a
  * goodbye: from the probe endpoint where its own pushes back, and again
- * where the provider may lose it (rdm_bye_resent). */
-void rdm_drop(xport_conn_t *conn)
+ * where the provider may lose it (rdm_bye_resent). A peer past its
+ * deadline (-XPORT_ETIMEDOUT) is told too, and then taken for dead, as
+ * heartbeats take one that stopped answering: what the provider holds
+ * for it is released only by closing the endpoint (conn_dead). */
+void rdm_drop(xport_conn_t *conn, int status)
 {
   if (rdm_ctl_send_conn(conn, CTL_DISC, 1))
     probe_send(conn->lane, conn, CTL_DISC);
   rdm_bye_resent(conn);
-  rdm_conn_lost(conn, -XPORT_ECONNRESET, 0);
+  rdm_conn_lost(conn, status, status == -XPORT_ETIMEDOUT);
 }
 
 static int rdm_open(struct xport__lane *lane)

@@ -203,7 +203,7 @@ void rdm_rma_probe_answered(xport_conn_t *conn);
 void rdm_rma_failed(xport_conn_t *conn, int status);
 int rdm_probe_ctl(struct xport__lane *lane, const struct xport__peer *to, uint32_t type,
                   const struct ctl_args *a);
-void rdm_drop(xport_conn_t *conn);
+void rdm_drop(xport_conn_t *conn, int status);
 /* rdm_ep.c: */
 size_t rdm_addr_len(const struct xport__rep *rep, const void *addr, size_t len);
 struct xport__peer *rdm_peer_get(struct xport__rep *rep, const void *addr, size_t len, int *ret_p);

@@ -281,7 +281,7 @@ static int ahead(struct xport__rep *rep, xport_conn_t *conn, uint64_t tag)
   XPORT__WARN("connection %u: the peer sent more than %zu messages ahead of the receives "
               "posted for them (XPORT_RECV_AHEAD): the connection ends",
               conn->id, rctx(lane)->recv_ahead);
-  rdm_drop(conn); /* as the peer's death would end it, and the peer told */
+  rdm_drop(conn, -XPORT_ECONNRESET); /* as the peer's death would end it, and the peer told */
   return 0;
 }
 

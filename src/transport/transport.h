@@ -103,7 +103,7 @@ struct xport__transport {
    * operations end with -XPORT_ECONNRESET, or 0 where the provider had
    * finished them; its disconnect event is queued), and its end reaches
    * the peer, which loses it too. Never fails; does not block. */
-  void (*drop)(xport_conn_t *conn);
+  void (*drop)(xport_conn_t *conn, int status);
   /* The data path of its connections, unless it gives one another
    * (conn->ops). */
   const struct xport__data_ops *data;

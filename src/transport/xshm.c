@@ -1107,7 +1107,7 @@ static void xshm_lost(xport_conn_t *conn, int status)
   conn->proc.gone = 1;
   conn_release(conn, status);
   if (conn->handed)
-    xport__evq_push(conn->ctx, conn, -XPORT_ECONNRESET);
+    xport__evq_push(conn->ctx, conn, xport__lost_status(status));
 }
 
 static void xshm_close_conn(xport_conn_t *conn)
@@ -1115,9 +1115,9 @@ static void xshm_close_conn(xport_conn_t *conn)
   conn_release(conn, -XPORT_ECANCELED);
 }
 
-static void xshm_drop(xport_conn_t *conn)
+static void xshm_drop(xport_conn_t *conn, int status)
 {
-  xshm_lost(conn, -XPORT_ECONNRESET);
+  xshm_lost(conn, status);
 }
 
 /* A connection made (either side): linked, its rings and the peer's key

@@ -40,6 +40,12 @@ static const xport_env_var_t env_table[XPORT__ENV_COUNT] = {
     "kernel lets the peers do it (same user; Yama ptrace_scope 0). 0, or a peer "
     "that may not: they travel through the ring in pieces, one copy more, and "
     "one-sided operations fail with XPORT_EIO."},
+  [XPORT__ENV_OP_TIMEOUT] = {"XPORT_OP_TIMEOUT", "size", "0",
+    "The deadline in milliseconds of every connection's operations, as "
+    "xport_conn_timeout(3) sets it: a connection with sends, writes, reads "
+    "or atomics outstanding and none of its operations ending for that "
+    "long (a peer that hangs, or stopped serving it) is lost, and they fail "
+    "with XPORT_ETIMEDOUT. 0: never."},
   [XPORT__ENV_PEER_TIMEOUT] = {"XPORT_PEER_TIMEOUT", "size", "500",
     "On providers that never report a dead peer (shm, tcp;ofi_rxm), the "
     "time in milliseconds within which xport notices it: a peer process "
