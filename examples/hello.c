@@ -1,5 +1,5 @@
-/* hello: a child process listens, the parent connects and greets it, the child
- * answers; both check every byte and close. Run ./examples/hello, any provider. */
+/* hello: a child process listens, the parent connects and greets it, the child answers; both
+ * check every byte and close. Run ./examples/hello [HOST] (default 127.0.0.1), any provider. */
 #include <xport.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,6 +11,7 @@
 #define HELLO_OP(op) (1u << XPORT_OP_##op)
 static const char hello_greeting[] = "hello, server", hello_answer[] = "hello, client";
 static pid_t hello_child; /* in the parent: the server; never left behind */
+static char hello_at[80] = "127.0.0.1:0"; /* where the server listens: HOST:0, any port */
 
 static void hello_fail(const char *who, const char *what, int rc)
 {
@@ -49,7 +50,7 @@ static void hello_expect(xport_ctx_t *ctx, const char *who, unsigned want, const
 static void hello_server(int pipe_w) /* the child: tells the parent where it listens */
 {
   xport_ctx_t *ctx; xport_listener_t *lst; xport_conn_t *conn; char addr[128] = "", buf[64]; int rc;
-  if ((rc = xport_ctx_create(NULL, &ctx)) || (rc = xport_listen(ctx, "127.0.0.1:0", &lst)) ||
+  if ((rc = xport_ctx_create(NULL, &ctx)) || (rc = xport_listen(ctx, hello_at, &lst)) ||
       (rc = xport_listener_addr(lst, addr, sizeof addr)))
     hello_fail("server", "listen", rc);
   if (write(pipe_w, addr, sizeof addr) != (ssize_t)sizeof addr)
@@ -65,18 +66,17 @@ static void hello_server(int pipe_w) /* the child: tells the parent where it lis
     hello_fail("server", "teardown", rc);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
   xport_ctx_t *ctx; xport_conn_t *conn; xport_caps_t caps; char addr[128], buf[64]; int fds[2], rc, st;
-  signal(SIGALRM, hello_watchdog);
-  alarm(60);
+  if (argc > 1) /* an RDMA NIC's address, say: verbs listens there */
+    snprintf(hello_at, sizeof hello_at, strchr(argv[1], ':') ? "[%s]:0" : "%s:0", argv[1]);
+  signal(SIGALRM, hello_watchdog), alarm(60);
   if (pipe(fds) || (hello_child = fork()) < 0) /* before any context: xport(7), fork */
     hello_fail("client", "fork", -XPORT_EIO);
   if (hello_child == 0) { /* fork cleared the alarm: the child arms its own */
-    alarm(60);
-    hello_server(fds[1]);
-    fflush(stdout); /* _exit flushes nothing */
-    _exit(0);
+    alarm(60), hello_server(fds[1]);
+    fflush(stdout), _exit(0); /* _exit flushes nothing */
   }
   close(fds[1]);
   if (read(fds[0], addr, sizeof addr) != (ssize_t)sizeof addr)

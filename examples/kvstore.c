@@ -189,6 +189,7 @@ static int kv_map_shared(unsigned nclients, uint64_t ops)
 /* ---- common ------------------------------------------------------------- */
 
 static const char *kv_who = "kvstore";
+static char kv_at[80] = "127.0.0.1:0"; /* where the server listens (-H HOST) */
 
 static void kv_die(const char *what, int rc)
 {
@@ -468,7 +469,7 @@ static void kv_server(int addr_pipe, unsigned nclients)
   /* One key for every client: packed once, the same bytes to each. */
   if ((s.rkey_len = xport_rkey_pack(s.mr, 0, sizeof kv_sh->table, s.rkey, sizeof s.rkey)) < 0)
     kv_die("xport_rkey_pack", s.rkey_len);
-  if ((rc = xport_listen(s.ctx, "127.0.0.1:0", &lst)) || (rc = xport_listener_addr(lst, addr, sizeof addr)))
+  if ((rc = xport_listen(s.ctx, kv_at, &lst)) || (rc = xport_listener_addr(lst, addr, sizeof addr)))
     kv_die("xport_listen", rc);
   for (unsigned i = 0; i < nclients; i++) /* one copy per client; atomic: < PIPE_BUF */
     if (write(addr_pipe, addr, sizeof addr) != (ssize_t)sizeof addr)
@@ -993,7 +994,8 @@ static int kv_verify(void)
 
 static void kv_usage(void)
 {
-  fprintf(stderr, "usage: kvstore [-c CLIENTS (1-%d)] [-n OPS per client] [--check]\n", KV_MAX_CLIENTS);
+  fprintf(stderr, "usage: kvstore [-c CLIENTS (1-%d)] [-n OPS per client] [-H HOST] [--check]\n",
+          KV_MAX_CLIENTS);
   exit(2);
 }
 
@@ -1009,6 +1011,8 @@ int main(int argc, char **argv)
       nclients = (unsigned)strtoul(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "-n") && i + 1 < argc)
       ops = strtoull(argv[++i], NULL, 10);
+    else if (!strcmp(argv[i], "-H") && i + 1 < argc) /* an RDMA NIC's address, for verbs */
+      snprintf(kv_at, sizeof kv_at, strchr(argv[i + 1], ':') ? "[%s]:0" : "%s:0", argv[i + 1]), i++;
     else
       kv_usage();
   }

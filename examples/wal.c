@@ -289,12 +289,14 @@ static int wal_follower_sends_out(const struct wal_follower *w)
   return 0;
 }
 
+static char wal_at[80] = "127.0.0.1:0"; /* where followers listen (-H HOST) */
+
 static void wal_follower_setup(struct wal_follower *w, int addr_pipe)
 {
   xport_listener_t *lst;
   char addr[128] = "";
   int rc;
-  if ((rc = xport_ctx_create(NULL, &w->ctx)) || (rc = xport_listen(w->ctx, "127.0.0.1:0", &lst)) ||
+  if ((rc = xport_ctx_create(NULL, &w->ctx)) || (rc = xport_listen(w->ctx, wal_at, &lst)) ||
       (rc = xport_listener_addr(lst, addr, sizeof addr)))
     wal_die("listen", rc);
   if (write(addr_pipe, addr, sizeof addr) != (ssize_t)sizeof addr)
@@ -741,8 +743,8 @@ static int wal_verify(const struct wal_leader *l, int *ok_files)
 
 static void wal_usage(void)
 {
-  fprintf(stderr, "usage: wal [-n RECORDS] [-w IN_FLIGHT (1-%d)] [--fsync] [--kill-follower 0|1|2] [--check]\n",
-          WAL_WINDOW);
+  fprintf(stderr, "usage: wal [-n RECORDS] [-w IN_FLIGHT (1-%d)] [--fsync] [--kill-follower 0|1|2] "
+          "[-H HOST] [--check]\n", WAL_WINDOW);
   exit(2);
 }
 
@@ -798,6 +800,8 @@ int main(int argc, char **argv)
       l.window = strtoull(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--kill-follower") && i + 1 < argc)
       l.kill = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "-H") && i + 1 < argc) /* an RDMA NIC's address, for verbs */
+      snprintf(wal_at, sizeof wal_at, strchr(argv[i + 1], ':') ? "[%s]:0" : "%s:0", argv[i + 1]), i++;
     else
       wal_usage();
   }

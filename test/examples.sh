@@ -6,8 +6,10 @@
 #
 # Settings: shm, xshm, tcp and tcp;ofi_rxm alone (XPORT_SHM=off for the two
 # fabrics: without it a peer at 127.0.0.1 is reached over xshm beside them,
-# and the fabric would carry nothing), and the default (nothing set: tcp
-# with xshm beside it). A setting whose provider does not open here is
+# and the fabric would carry nothing), the default (nothing set: tcp
+# with xshm beside it), and verbs, whose examples listen on
+# XPORT_TEST_HOST (an address of an RDMA NIC: make check-verbs runs this
+# in the Soft-RoCE guest). A setting whose provider does not open here is
 # skipped, with the reason.
 #
 # Failure cases, on each setting: wal with a follower SIGKILLed mid-stream
@@ -83,6 +85,7 @@ setting_env() {
     xshm) echo "XPORT_PROVIDER=xshm" ;;
     tcp) echo "XPORT_PROVIDER=tcp XPORT_SHM=off" ;;
     'tcp;ofi_rxm') echo "XPORT_PROVIDER=tcp;ofi_rxm XPORT_SHM=off" ;;
+    verbs) echo "XPORT_PROVIDER=verbs XPORT_SHM=off" ;;
     default) echo "" ;;
   esac
 }
@@ -167,7 +170,7 @@ wanted() {
   [ -z "${XPORT_TEST_CONFIGS:-}" ] || case ",$XPORT_TEST_CONFIGS," in *",$name,"*) ;; *) return 1 ;; esac
 }
 
-for setting in shm xshm tcp 'tcp;ofi_rxm' default; do
+for setting in shm xshm tcp 'tcp;ofi_rxm' default verbs; do
   if ! wanted "$setting"; then
     skip "examples on $setting: not in XPORT_TEST_CONFIGS"
     continue
@@ -179,15 +182,21 @@ for setting in shm xshm tcp 'tcp;ofi_rxm' default; do
     done
     continue
   fi
-  check_ok "$setting" hello "$ex/hello"
-  check_ok "$setting" kvstore "$ex/kvstore" --check
-  check_ok "$setting" wal "$ex/wal" --check
-  check_ok "$setting" wal "$ex/wal" --check --kill-follower 1
-  check_fails "$setting" drop_conn:1 hello "$ex/hello"
-  check_fails "$setting" drop_conn:300 kvstore "$ex/kvstore" --check
-  check_fails "$setting" mr_reg:1 kvstore "$ex/kvstore" --check
-  check_fails "$setting" drop_conn:300 wal "$ex/wal" --check
-  check_fails "$setting" mr_reg:1 wal "$ex/wal" --check
+  # Where they listen: 127.0.0.1, or for verbs the NIC's address.
+  at=() h=()
+  if [ "$setting" = verbs ]; then
+    at=("${XPORT_TEST_HOST:-127.0.0.1}")
+    h=(-H "${at[0]}")
+  fi
+  check_ok "$setting" hello "$ex/hello" "${at[@]}"
+  check_ok "$setting" kvstore "$ex/kvstore" --check "${h[@]}"
+  check_ok "$setting" wal "$ex/wal" --check "${h[@]}"
+  check_ok "$setting" wal "$ex/wal" --check --kill-follower 1 "${h[@]}"
+  check_fails "$setting" drop_conn:1 hello "$ex/hello" "${at[@]}"
+  check_fails "$setting" drop_conn:300 kvstore "$ex/kvstore" --check "${h[@]}"
+  check_fails "$setting" mr_reg:1 kvstore "$ex/kvstore" --check "${h[@]}"
+  check_fails "$setting" drop_conn:300 wal "$ex/wal" --check "${h[@]}"
+  check_fails "$setting" mr_reg:1 wal "$ex/wal" --check "${h[@]}"
 done
 
 echo "examples: $npass passed, $nfail failed, $nskip skipped"
