@@ -387,11 +387,20 @@ struct wal_leader {
   struct wal_msg fin;
 };
 
+static void wal_leader_lose(struct wal_leader *l, int f, const char *how);
+
 static void wal_leader_post_acks(struct wal_leader *l, int f, unsigned slot)
 {
+  if (l->peer[f].dead)
+    return;
   int rc = xport_recv(l->peer[f].conn, &l->peer[f].in[slot], sizeof l->peer[f].in[slot], NULL,
                       WAL_CTX(slot == WAL_ACK_RECVS ? WAL_K_RKEY : WAL_K_ACK, f, slot));
-  if (rc)
+  /* Acks that arrived before a loss still complete (with 0) before its
+   * event (xport_conn_close(3)): the receive posted again for one is the
+   * first to hear of it. */
+  if (rc == -XPORT_ENOTCONN)
+    wal_leader_lose(l, f, "xport_recv: not connected");
+  else if (rc)
     wal_die("xport_recv", rc);
 }
 
