@@ -122,6 +122,12 @@ struct xport__profile {
    * (shm copies through the dead peer's shared memory), and xport retires
    * the endpoint. */
   int dead_peer_lets_go;
+  /* 1: a peer that is alive keeps using this process's buffers of
+   * operations to it whatever this process does, closing the endpoint
+   * included (shm: the peer copies them by cross-memory attach when it
+   * serves the operation), so that no deadline can give them back:
+   * connections there take none (xport_conn_timeout: XPORT_ENOSYS). */
+  int hung_keeps_buffers;
   /* Non-NULL when the provider's native atomics must not be used, and
    * why (may be NULL): xport then emulates them where it can (MSG). */
   const char *(*atomics_untrusted)(void);

@@ -634,6 +634,7 @@ static size_t shm_tx_depth(void) { return 512; }
 
 const struct xport__profile xport__profile_shm = {
   .name = "shm",
+  .hung_keeps_buffers = 1,
   .rank = 40,
   .explicit_only = NULL,
   .manual_progress = 1,

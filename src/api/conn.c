@@ -271,15 +271,21 @@ XPORT_API int xport_conn_timeout(xport_conn_t *conn, int timeout_ms)
   xport_ctx_t *ctx = conn->ctx;
   XPORT__LOCK(ctx);
   int ret = 0;
+  const struct xport__profile *prof = conn->lane->prof;
   if (conn->state == XPORT__CONN_CLOSED) {
     ret = -XPORT_EINVAL;
+  } else if (timeout_ms && prof && prof->hung_keeps_buffers) {
+    XPORT__INFO("xport_conn_timeout: %s cannot give back the buffers of operations to a peer "
+                "that hangs: no deadline there", conn->lane->caps.provider);
+    ret = -XPORT_ENOSYS;
   } else {
-    /* Counted from now, as if its operations had just ended. */
+    /* Counted from the next look, as if its operations had just begun. */
     conn->dl.ms = timeout_ms;
-    conn->dl.done_seen = conn->heard.done;
-    conn->dl.since = xport__now_ms();
-    if (timeout_ms && (!ctx->dl_min_ms || timeout_ms < ctx->dl_min_ms))
+    conn->dl.watching = 0;
+    if (timeout_ms && (!ctx->dl_min_ms || timeout_ms < ctx->dl_min_ms)) {
       ctx->dl_min_ms = timeout_ms;
+      ret = xport__deadline_tick(ctx);
+    }
   }
   XPORT__UNLOCK(ctx);
   return ret;

@@ -946,7 +946,7 @@ static int ctx_create(const struct xport__transport *own, const xport_ctx_attr_t
     xport__auth_wipe(s.auth_key, sizeof s.auth_key);
     return -XPORT_ENOMEM;
   }
-  ctx->epfd = ctx->sig_fd = -1;
+  ctx->epfd = ctx->sig_fd = ctx->dl_tick_fd = -1;
   /* One identity over every lane: a peer sees the same context over
    * either transport (hellos, jobs, keys bound to the peer context). */
   ctx->id = xport__random_key(8);
@@ -974,8 +974,12 @@ static int ctx_create(const struct xport__transport *own, const xport_ctx_attr_t
       ret = xport__progress_start(ctx);
   }
   xport__auth_wipe(s.auth_key, sizeof s.auth_key);
+  if (!ret) /* XPORT_OP_TIMEOUT: a sleeper on the context's fd wakes for it */
+    ret = xport__deadline_tick(ctx);
   if (ret) {
     xport__fault_free(fault);
+    if (ctx->dl_tick_fd >= 0)
+      close(ctx->dl_tick_fd);
     for (unsigned l = 0; l < ctx->nlanes; l++)
       lane_free(ctx->lanes[l]);
     if (ctx->sig_fd >= 0)
@@ -1040,6 +1044,8 @@ XPORT_API int xport_ctx_destroy(xport_ctx_t *ctx)
     lane_free(ctx->lanes[l]);
   }
   xport__req_fini(ctx);
+  if (ctx->dl_tick_fd >= 0)
+    close(ctx->dl_tick_fd);
   if (ctx->sig_fd >= 0)
     close(ctx->sig_fd);
   if (ctx->epfd >= 0)

@@ -788,9 +788,9 @@ static int deliver_events(xport_ctx_t *ctx, xport_completion_t *comps, int n, in
  * operations outstanding and none of them end for it: lost with
  * -XPORT_ETIMEDOUT, as the transport loses a dead peer's (its operations
  * fail once the provider lets go of them). Housekeeping's, under the
- * lock: a look that comes later than half a deadline after the last one
- * cannot tell how long the connection has stood (its operations may be
- * new), and starts the count there. */
+ * lock. The count starts at the first look that finds operations
+ * outstanding (never earlier: they may have been posted just before),
+ * and again at each look that finds one ended since the last. */
 static void deadlines_check(struct xport__lane *lane, long now)
 {
   for (xport_conn_t *conn = lane->conns, *next; conn; conn = next) {
@@ -798,8 +798,10 @@ static void deadlines_check(struct xport__lane *lane, long now)
     struct xport__deadline *dl = &conn->dl;
     if (!dl->ms || conn->state != XPORT__CONN_CONNECTED)
       continue;
-    if (!(conn->ntx || conn->hq.head) || conn->heard.done != dl->done_seen ||
-        now - lane->ctx->dl_checked > dl->ms / 2) {
+    if (!(conn->ntx || conn->hq.head)) {
+      dl->watching = 0;
+    } else if (!dl->watching || conn->heard.done != dl->done_seen) {
+      dl->watching = 1;
       dl->done_seen = conn->heard.done;
       dl->since = now;
     } else if (now - dl->since >= dl->ms) {
@@ -1007,6 +1009,36 @@ static void ticks_clear(xport_ctx_t *ctx)
       XPORT__DEBUG("lane timer: %s", strerror(errno));
 }
 
+int xport__deadline_tick(xport_ctx_t *ctx)
+{
+  if (!ctx->dl_min_ms || ctx->epfd < 0)
+    return 0;
+  long ms = ctx->dl_min_ms / 4 > 0 ? ctx->dl_min_ms / 4 : 1;
+  struct timespec every = {ms / 1000, (ms % 1000) * 1000000L};
+  struct itimerspec t = {every, every};
+  if (ctx->dl_tick_fd < 0) {
+    struct epoll_event ev = {.events = EPOLLIN};
+    int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (fd < 0 || epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+      if (fd >= 0)
+        close(fd);
+      return -XPORT_ENOMEM;
+    }
+    ctx->dl_tick_fd = fd;
+  }
+  return timerfd_settime(ctx->dl_tick_fd, 0, &t, NULL) ? -XPORT_EIO : 0;
+}
+
+/* Reads the deadlines' timer and looks at them, as the timer asked.
+ * Under the lock. */
+static void deadline_tick_clear(xport_ctx_t *ctx)
+{
+  uint64_t n;
+  if (ctx->dl_tick_fd >= 0 && read(ctx->dl_tick_fd, &n, sizeof n) < 0 && errno != EAGAIN)
+    XPORT__DEBUG("deadline timer: %s", strerror(errno));
+  deadlines_run(ctx);
+}
+
 XPORT_API int xport_ctx_fd(xport_ctx_t *ctx, int *fd_p)
 {
   if (!ctx || !fd_p)
@@ -1115,6 +1147,11 @@ static int wait_any(xport_ctx_t *ctx, int timeout_ms)
 {
   if (steps_only(ctx)) {
     ticks_clear(ctx);
+    if (ctx->dl_min_ms) {
+      XPORT__LOCK(ctx);
+      deadline_tick_clear(ctx);
+      XPORT__UNLOCK(ctx);
+    }
     return wait_steps(ctx, timeout_ms);
   }
   /* Where peers are watched for death (RDM), never sleep past a check. */
@@ -1131,6 +1168,8 @@ static int wait_any(xport_ctx_t *ctx, int timeout_ms)
    * finds the CQ empty; from then on it signals sig_fd, which is in
    * epfd, for whatever it queues. */
   XPORT__LOCK(ctx);
+  if (ctx->dl_min_ms)
+    deadline_tick_clear(ctx);
   for (unsigned l = 0; l < ctx->nlanes; l++)
     if (ctx->lanes[l]->ka_owed)
       ctx->lanes[l]->tp->pay_owed(ctx->lanes[l]);

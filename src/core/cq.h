@@ -68,6 +68,11 @@ void xport__zombie_reclaim(struct xport__lane *lane, struct xport__rep *rep);
 void xport__cq_drain(struct xport__lane *lane);
 void xport__req_release(xport_ctx_t *ctx, struct xport__req *req);
 void xport__req_fini(xport_ctx_t *ctx);
+/* Arms the context's deadline timer (in its epfd, a few times per its
+ * shortest deadline), so that a loop asleep on xport_ctx_fd looks at
+ * them; nothing without deadlines or an epfd. Under the lock, or before
+ * the context is handed out. 0, or a code. */
+int xport__deadline_tick(xport_ctx_t *ctx);
 int xport__progress_start(xport_ctx_t *ctx);
 void xport__progress_stop(xport_ctx_t *ctx);
 /* With the progress thread on, every call into the provider is made

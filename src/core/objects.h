@@ -250,11 +250,13 @@ struct xport__holdq {
   struct xport_conn *next, *prev;
 };
 
-/* Its deadline (xport_conn_timeout): ms, 0 for none; the count of its
- * ended operations (heard.done) at the last look, and since when it has
- * stood there with operations outstanding (cq.c deadlines_check). */
+/* Its deadline (xport_conn_timeout): ms, 0 for none; whether the last
+ * look found operations outstanding (watching), the count of its ended
+ * operations (heard.done) then, and since when it has stood there (cq.c
+ * deadlines_check). */
 struct xport__deadline {
   long ms;
+  int watching;
   size_t done_seen;
   long since;
 };
@@ -496,9 +498,12 @@ struct xport_ctx {
   void (*wimm_retry)(xport_ctx_t *ctx, int fail);
   long peer_check_ms; /* XPORT_PEER_TIMEOUT: a dead peer is noticed within it */
   long op_timeout_ms;  /* XPORT_OP_TIMEOUT: every new connection's deadline */
-  /* Some connection has a deadline (xport_conn_timeout): housekeeping
-   * looks at them, and waits wake to; dl_checked: when it last did. */
+  /* The shortest deadline set yet (xport_conn_timeout), 0 for none:
+   * housekeeping looks at them, and waits wake to, within a quarter of
+   * it; dl_checked: when it last did; dl_tick_fd: the timer in epfd that
+   * wakes a sleeper on xport_ctx_fd for it, or -1. */
   long dl_min_ms, dl_checked;
+  int dl_tick_fd;
   uint64_t rma_seq;    /* the last one's posted_seq */
   size_t eager_size;  /* copy through bounce buffers up to this size */
 

@@ -1132,15 +1132,17 @@ static void rdm_op_failed(struct xport__lane *lane, struct xport__req *req, int 
  * loss a refused key brings (rdm_rma_failed), a live peer told with a
  * goodbye: from the probe endpoint where its own pushes back, and again
  * where the provider may lose it (rdm_bye_resent). A peer past its
- * deadline (-XPORT_ETIMEDOUT) is told too, and then taken for dead, as
- * heartbeats take one that stopped answering: what the provider holds
- * for it is released only by closing the endpoint (conn_dead). */
+ * deadline (-XPORT_ETIMEDOUT) is told too, and taken for neither dead
+ * nor gone: alive as far as anyone knows, it may still serve what the
+ * provider holds for it, whose buffers are shown only when the provider
+ * ends them, its death is seen, or the context goes (rxm keeps its
+ * endpoints open until then: retire_eps). */
 void rdm_drop(xport_conn_t *conn, int status)
 {
   if (rdm_ctl_send_conn(conn, CTL_DISC, 1))
     probe_send(conn->lane, conn, CTL_DISC);
   rdm_bye_resent(conn);
-  rdm_conn_lost(conn, status, status == -XPORT_ETIMEDOUT);
+  rdm_conn_lost(conn, status, 0);
 }
 
 static int rdm_open(struct xport__lane *lane)
