@@ -1413,6 +1413,38 @@ static int stopping_target(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   return 0;
 }
 
+/* A connection to a stopping_target, with its context and steps. */
+struct hung_pair {
+  struct xt_steps st;
+  pid_t pid;
+  xport_ctx_t *ctx;
+  xport_conn_t *conn;
+};
+
+static void hung_pair_open(struct hung_pair *h)
+{
+  char addr[128];
+  xt_steps_open(&h->st);
+  h->pid = xt_spawn_pair_server(stopping_target, &h->st, addr, sizeof addr);
+  h->ctx = xt_ctx();
+  XT_OK(xport_connect(h->ctx, addr, T_MS, &h->conn));
+}
+
+/* Closes the connection (unless closed: hung_ops_end did) and the
+ * context, and ends the target: killed (by hung_ops_end, or here),
+ * whether it stopped or, where the test ended early, saw its connection
+ * go. */
+static void hung_pair_close(struct hung_pair *h, int closed)
+{
+  if (!closed)
+    XT_OK(xport_conn_close(h->conn));
+  xport_ctx_destroy(h->ctx);
+  kill(h->pid, SIGKILL);
+  xt_reap(h->pid);
+  xt_shm_remove_of(h->pid);
+  xt_steps_close(&h->st);
+}
+
 /* Tells the target to stop, and waits until it has. */
 static void target_stop(struct xt_steps *st, pid_t pid)
 {
@@ -1450,10 +1482,12 @@ static int next_by(xport_ctx_t *ctx, int fd, xport_completion_t *c, int timeout_
  * Over rxm the provider keeps the buffers of operations to a peer that
  * never answers (xport_conn_timeout(3)): they end when the peer dies
  * (then killed), not before. Returns 1 if it closed conn, with 2 added
- * if it killed the target (pid). */
-static int hung_ops_end(xport_ctx_t *ctx, int fd, xport_conn_t *conn, pid_t pid, void *rd_ctx,
-                        void *snd_ctx, int *read_st, int *send_st, int *disc_st)
+ * if it killed the target. */
+static int hung_ops_end(const struct hung_pair *h, int fd, void *rd_ctx, void *snd_ctx,
+                        int *read_st, int *send_st, int *disc_st)
 {
+  xport_ctx_t *ctx = h->ctx;
+  xport_conn_t *conn = h->conn;
   xport_completion_t c;
   int closed = 0;
   *read_st = rd_ctx ? 1 : 0;
@@ -1480,7 +1514,7 @@ static int hung_ops_end(xport_ctx_t *ctx, int fd, xport_conn_t *conn, pid_t pid,
   while (*read_st == 1 || *send_st == 1) {
     int rc = next_by(ctx, fd, &c, closed & 2 ? T_MS : 1000);
     if (rc == -XPORT_ETIMEDOUT && !(closed & 2)) {
-      XT_CHECK(kill(pid, SIGKILL) == 0, "SIGKILL");
+      XT_CHECK(kill(h->pid, SIGKILL) == 0, "SIGKILL");
       closed |= 2;
       continue;
     }
@@ -1501,14 +1535,6 @@ static int hung_ops_end(xport_ctx_t *ctx, int fd, xport_conn_t *conn, pid_t pid,
   return closed;
 }
 
-/* Ends the target: killed (by hung_ops_end, or here), whether it stopped
- * or, where the test ended early, saw its connection go. */
-static void target_end(pid_t pid)
-{
-  kill(pid, SIGKILL);
-  xt_reap(pid);
-  xt_shm_remove_of(pid);
-}
 
 /* 1 where conn's provider takes no deadline (libfabric's shm: a peer
  * that resumes copies the buffers itself), which xport_conn_timeout
@@ -1532,23 +1558,17 @@ START_TEST(deadline_ends_ops_to_a_hung_peer)
    * its 16 MiB send ends with XPORT_ETIMEDOUT, its read with the bytes
    * (where the kernel or the NIC serves it: xshm, verbs) or
    * XPORT_ETIMEDOUT, and the disconnect event says XPORT_ETIMEDOUT. */
-  struct xt_steps st;
-  char addr[128];
-  xt_steps_open(&st);
-  pid_t pid = xt_spawn_pair_server(stopping_target, &st, addr, sizeof addr);
-  xport_ctx_t *ctx = xt_ctx();
-  xport_conn_t *conn;
+  struct hung_pair h;
+  hung_pair_open(&h);
+  xport_ctx_t *ctx = h.ctx;
+  xport_conn_t *conn = h.conn;
   xport_completion_t c;
-  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
   XT_CHECK(xport_conn_timeout(NULL, DL_MS) == -XPORT_EINVAL, "a NULL connection took a deadline");
   XT_CHECK(xport_conn_timeout(conn, -1) == -XPORT_EINVAL, "a negative deadline was taken");
   xport_rkey_t *rk = get_key(ctx, conn);
   if (no_deadline_here(conn)) {
     xport_rkey_release(rk);
-    XT_OK(xport_conn_close(conn));
-    xport_ctx_destroy(ctx);
-    target_end(pid);
-    xt_steps_close(&st);
+    hung_pair_close(&h, 0);
     return;
   }
   XT_OK(xport_conn_timeout(conn, DL_MS));
@@ -1565,13 +1585,13 @@ START_TEST(deadline_ends_ops_to_a_hung_peer)
   expect(ctx, &c, XPORT_OP_READ, 0);
   XT_CHECK(xt_verify(rd, BIG, 3) == BIG, "on %s the read's bytes differ", xt_config());
   /* The target stops; what it never serves ends by the deadline. */
-  target_stop(&st, pid);
+  target_stop(&h.st, h.pid);
   memset(rd, 0, BIG);
   xt_fill(big, BIG, 4);
   XT_OK(xport_read(conn, rd, BIG, rmr, rk, 0, rd));
   XT_OK(xport_send(conn, big, BIG, bmr, big));
   int read_st, send_st, disc_st;
-  int closed = hung_ops_end(ctx, -1, conn, pid, rd, big, &read_st, &send_st, &disc_st);
+  int closed = hung_ops_end(&h, -1, rd, big, &read_st, &send_st, &disc_st);
   XT_CHECK(read_st == -XPORT_ETIMEDOUT || (read_st == 0 && xt_verify(rd, BIG, 3) == BIG),
            "on %s the read from the stopped peer ended with %s", xt_config(),
            xport_strerror(read_st));
@@ -1583,15 +1603,11 @@ START_TEST(deadline_ends_ops_to_a_hung_peer)
   XT_CHECK((closed & 1) || xport_send(conn, big, 8, bmr, NULL) == -XPORT_ENOTCONN,
            "a send on the timed-out connection was taken");
   xport_rkey_release(rk);
-  if (!(closed & 1))
-    XT_OK(xport_conn_close(conn));
   XT_OK(xport_mr_dereg(rmr));
   XT_OK(xport_mr_dereg(bmr));
-  xport_ctx_destroy(ctx);
+  hung_pair_close(&h, closed & 1);
   free(rd);
   free(big);
-  target_end(pid);
-  xt_steps_close(&st);
 }
 END_TEST
 
@@ -1603,40 +1619,27 @@ START_TEST(op_timeout_is_every_connections_deadline)
   char ms[16];
   snprintf(ms, sizeof ms, "%d", DL_MS);
   setenv("XPORT_OP_TIMEOUT", ms, 1);
-  struct xt_steps st;
-  char addr[128];
-  xt_steps_open(&st);
-  pid_t pid = xt_spawn_pair_server(stopping_target, &st, addr, sizeof addr);
-  xport_ctx_t *ctx = xt_ctx();
-  xport_conn_t *conn;
+  struct hung_pair h;
+  hung_pair_open(&h);
   int fd;
-  XT_OK(xport_ctx_fd(ctx, &fd));
-  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
-  xport_rkey_release(get_key(ctx, conn));
-  xport_caps_t caps;
-  XT_OK(xport_conn_query(conn, &caps));
-  if (!strcmp(caps.provider, "shm")) { /* no deadline there (no_deadline_here) */
-    XT_OK(xport_conn_close(conn));
-    xport_ctx_destroy(ctx);
-    target_end(pid);
-    xt_steps_close(&st);
+  XT_OK(xport_ctx_fd(h.ctx, &fd));
+  xport_rkey_release(get_key(h.ctx, h.conn));
+  if (no_deadline_here(h.conn)) {
+    hung_pair_close(&h, 0);
     return;
   }
   char *big = malloc(BIG);
   XT_CHECK(big != NULL, "malloc");
   xport_mr_t *bmr;
-  XT_OK(xport_mr_reg(ctx, big, BIG, XPORT_ACCESS_LOCAL, &bmr));
-  target_stop(&st, pid);
+  XT_OK(xport_mr_reg(h.ctx, big, BIG, XPORT_ACCESS_LOCAL, &bmr));
+  target_stop(&h.st, h.pid);
   xt_fill(big, BIG, 4);
-  XT_OK(xport_send(conn, big, BIG, bmr, big));
+  XT_OK(xport_send(h.conn, big, BIG, bmr, big));
   int read_st, send_st, disc_st;
-  if (!(hung_ops_end(ctx, fd, conn, pid, NULL, big, &read_st, &send_st, &disc_st) & 1))
-    XT_OK(xport_conn_close(conn));
+  int closed = hung_ops_end(&h, fd, NULL, big, &read_st, &send_st, &disc_st);
   XT_OK(xport_mr_dereg(bmr));
-  xport_ctx_destroy(ctx);
+  hung_pair_close(&h, closed & 1);
   free(big);
-  target_end(pid);
-  xt_steps_close(&st);
 }
 END_TEST
 
