@@ -1643,6 +1643,62 @@ START_TEST(op_timeout_is_every_connections_deadline)
 }
 END_TEST
 
+START_TEST(fd_loop_sleeps_beside_a_hung_peer)
+{
+  /* A loop asleep on xport_ctx_fd(3), as its page says (poll until 0,
+   * xport_wait with 0, sleep on the descriptor on XPORT_ETIMEDOUT), with
+   * a send that a stopped peer never takes and no deadline: it must
+   * sleep. Over rxm it spun 20,000 to 40,000 times a second: xport_wait
+   * ran the peer checks after fi_trywait, and they signalled rxm's wait
+   * object again. Over xshm it slept through the peer's death. Allowed:
+   * the millisecond tick (1,000 a second) with room to spare. */
+  struct hung_pair h;
+  hung_pair_open(&h);
+  int fd;
+  XT_OK(xport_ctx_fd(h.ctx, &fd));
+  xport_rkey_release(get_key(h.ctx, h.conn));
+  char *big = malloc(BIG);
+  XT_CHECK(big != NULL, "malloc");
+  xport_mr_t *bmr;
+  XT_OK(xport_mr_reg(h.ctx, big, BIG, XPORT_ACCESS_LOCAL, &bmr));
+  target_stop(&h.st, h.pid);
+  xt_fill(big, BIG, 4);
+  XT_OK(xport_send(h.conn, big, BIG, bmr, big));
+  long end = now_ms() + 1000;
+  int turns = 0, completions = 0;
+  xport_completion_t c;
+  while (now_ms() < end) {
+    turns++;
+    int n = xport_poll(h.ctx, &c, 1);
+    XT_CHECK(n >= 0, "poll: %s", xport_strerror(n));
+    completions += n;
+    if (n == 0 && xport_wait(h.ctx, 0) == -XPORT_ETIMEDOUT) {
+      struct pollfd p = {.fd = fd, .events = POLLIN};
+      long left = end - now_ms();
+      poll(&p, 1, left > 0 ? (int)left : 0);
+    }
+  }
+  XT_CHECK(completions == 0, "on %s op %d (%s) ended with the peer stopped", xt_config(), c.op,
+           xport_strerror(c.status));
+  XT_CHECK(turns < 3000, "on %s a loop asleep on the descriptor turned %d times in a second "
+           "beside a send to a stopped peer", xt_config(), turns);
+  /* The peer dies: the send ends, and its buffer is the application's. */
+  kill(h.pid, SIGKILL);
+  int send_st = 1;
+  while (send_st == 1) {
+    XT_CHECK(next_by(h.ctx, fd, &c, T_MS) == 0, "on %s the send to a killed peer never ended",
+             xt_config());
+    if (c.op == XPORT_OP_SEND && c.user_ctx == big)
+      send_st = c.status;
+  }
+  XT_CHECK(send_st != 0, "on %s the send to a stopped, then killed, peer succeeded",
+           xt_config());
+  XT_OK(xport_mr_dereg(bmr));
+  hung_pair_close(&h, 0);
+  free(big);
+}
+END_TEST
+
 /* The healthy peer: echoes every message until one of ECHO_LAST bytes. */
 #define ECHO_MSG 64
 #define ECHO_LAST 8
@@ -2179,6 +2235,7 @@ static Suite *life_suite(void)
   tcase_add_test(loss, hung_peer_never_blocks_poll);
   tcase_add_test(loss, deadline_ends_ops_to_a_hung_peer);
   tcase_add_test(loss, op_timeout_is_every_connections_deadline);
+  tcase_add_test(loss, fd_loop_sleeps_beside_a_hung_peer);
   suite_add_tcase(s, loss);
   TCase *faults = tcase_create("Faults");
   tcase_set_timeout(faults, 90);

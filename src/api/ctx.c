@@ -946,7 +946,7 @@ static int ctx_create(const struct xport__transport *own, const xport_ctx_attr_t
     xport__auth_wipe(s.auth_key, sizeof s.auth_key);
     return -XPORT_ENOMEM;
   }
-  ctx->epfd = ctx->sig_fd = ctx->dl_tick_fd = -1;
+  ctx->epfd = ctx->sig_fd = ctx->dl_tick_fd = ctx->nap_fd = -1;
   /* One identity over every lane: a peer sees the same context over
    * either transport (hellos, jobs, keys bound to the peer context). */
   ctx->id = xport__random_key(8);
@@ -1046,6 +1046,8 @@ XPORT_API int xport_ctx_destroy(xport_ctx_t *ctx)
   xport__req_fini(ctx);
   if (ctx->dl_tick_fd >= 0)
     close(ctx->dl_tick_fd);
+  if (ctx->nap_fd >= 0)
+    close(ctx->nap_fd);
   if (ctx->sig_fd >= 0)
     close(ctx->sig_fd);
   if (ctx->epfd >= 0)

@@ -1039,6 +1039,41 @@ static void deadline_tick_clear(xport_ctx_t *ctx)
   deadlines_run(ctx);
 }
 
+/* Gives the context its nap timer (objects.h): 0, or a code with nothing
+ * made. */
+static int nap_open(xport_ctx_t *ctx)
+{
+  struct epoll_event ev = {.events = EPOLLIN};
+  int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (fd < 0 || epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+    if (fd >= 0)
+      close(fd);
+    return -XPORT_ENOMEM;
+  }
+  ctx->nap_fd = fd;
+  return 0;
+}
+
+/* Makes the descriptor readable in ms milliseconds, once; disarmed (and
+ * read) by the next xport_wait. */
+static void nap_arm(xport_ctx_t *ctx, long ms)
+{
+  if (ctx->nap_fd < 0)
+    return;
+  if (ms < 1)
+    ms = 1;
+  struct itimerspec t = {{0, 0}, {ms / 1000, (ms % 1000) * 1000000L}};
+  if (timerfd_settime(ctx->nap_fd, 0, &t, NULL))
+    XPORT__DEBUG("nap timer: %s", strerror(errno));
+}
+
+static void nap_clear(xport_ctx_t *ctx)
+{
+  uint64_t n;
+  if (ctx->nap_fd >= 0 && read(ctx->nap_fd, &n, sizeof n) < 0 && errno != EAGAIN)
+    XPORT__DEBUG("nap timer: %s", strerror(errno));
+}
+
 XPORT_API int xport_ctx_fd(xport_ctx_t *ctx, int *fd_p)
 {
   if (!ctx || !fd_p)
@@ -1055,6 +1090,8 @@ XPORT_API int xport_ctx_fd(xport_ctx_t *ctx, int *fd_p)
   for (unsigned l = 0; l < ctx->nlanes && !ret; l++)
     if (ctx->lanes[l]->no_wait == 1 && ctx->lanes[l]->tick_fd < 0)
       ret = tick_open(ctx->lanes[l]);
+  if (!ret && ctx->nap_fd < 0 && !steps_only(ctx))
+    ret = nap_open(ctx);
   if (!ret)
     *fd_p = ctx->epfd;
   XPORT__UNLOCK(ctx);
@@ -1168,6 +1205,7 @@ static int wait_any(xport_ctx_t *ctx, int timeout_ms)
    * finds the CQ empty; from then on it signals sig_fd, which is in
    * epfd, for whatever it queues. */
   XPORT__LOCK(ctx);
+  nap_clear(ctx);
   if (ctx->dl_min_ms)
     deadline_tick_clear(ctx);
   for (unsigned l = 0; l < ctx->nlanes; l++)
@@ -1190,11 +1228,37 @@ static int wait_any(xport_ctx_t *ctx, int timeout_ms)
       ready = work_queued(ctx);
     }
   }
-  for (unsigned l = 0; l < ctx->nlanes && !ready; l++)
-    ready = !may_sleep(ctx->lanes[l]);
+  /* A provider may refuse to sleep for work of its own that nothing of
+   * the caller's comes from: drained and run, if it still refuses, it is
+   * busy, not ready. Saying "ready" would make the caller poll nothing
+   * and wait again at once, tens of thousands of times a second; it is
+   * looked at again within a millisecond instead. */
+  int busy = 0;
+  for (unsigned l = 0; l < ctx->nlanes && !ready; l++) {
+    struct xport__lane *lane = ctx->lanes[l];
+    if (may_sleep(lane))
+      continue;
+    xport__cq_drain(lane);
+    lane->tp->progress(lane);
+    ready = work_queued(ctx);
+    busy |= !ready && !may_sleep(lane);
+  }
+  if (busy)
+    cap = 1;
+  /* A sleeper on the descriptor (the caller, after a wait of 0) must wake
+   * for the next look too. */
+  if (!ready && cap >= 0)
+    nap_arm(ctx, cap);
   XPORT__UNLOCK(ctx);
   if (ready)
     return 0;
+  /* Nothing more of the provider's after fi_trywait when the caller is
+   * about to sleep on the descriptor: a call into it (the peer checks
+   * below) may signal its wait object again, and the sleeper would wake
+   * at once, again and again (rxm beside a send to a stopped peer: tens of
+   * thousands of times a second). The checks ran above. */
+  if (timeout_ms == 0)
+    return -XPORT_ETIMEDOUT;
   int t = timeout_ms < 0 ? cap : cap < 0 ? timeout_ms : timeout_ms < cap ? timeout_ms : cap;
   int r = epoll_wait(ctx->epfd, &ev, 1, t);
   if (r < 0 && errno != EINTR)

@@ -504,6 +504,11 @@ struct xport_ctx {
    * wakes a sleeper on xport_ctx_fd for it, or -1. */
   long dl_min_ms, dl_checked;
   int dl_tick_fd;
+  /* A one-shot timer in epfd, made by xport_ctx_fd: xport_wait arms it
+   * for the next look it wants (a peer check, a provider that keeps work
+   * of its own), which a sleeper on the descriptor would otherwise miss;
+   * -1 until then. */
+  int nap_fd;
   uint64_t rma_seq;    /* the last one's posted_seq */
   size_t eager_size;  /* copy through bounce buffers up to this size */
 
