@@ -1699,6 +1699,46 @@ START_TEST(fd_loop_sleeps_beside_a_hung_peer)
 }
 END_TEST
 
+START_TEST(fd_loop_sees_a_death_between_checks)
+{
+  /* Where a peer's death shows on a descriptor (tcp, verbs: the socket or
+   * the CM; xshm: the connection's socket), a loop asleep on
+   * xport_ctx_fd(3) sees it when it happens, not at xport's next peer
+   * check, here a minute away (XPORT_PEER_TIMEOUT). */
+  setenv("XPORT_PEER_TIMEOUT", "240000", 1);
+  struct hung_pair h;
+  hung_pair_open(&h);
+  unsetenv("XPORT_PEER_TIMEOUT");
+  xport_caps_t caps;
+  XT_OK(xport_conn_query(h.conn, &caps));
+  if (strcmp(caps.provider, "tcp") && strcmp(caps.provider, "xshm") &&
+      strcmp(caps.provider, "verbs")) {
+    hung_pair_close(&h, 0); /* rxm, shm: deaths are seen by the checks alone */
+    return;
+  }
+  int fd;
+  XT_OK(xport_ctx_fd(h.ctx, &fd));
+  xport_rkey_release(get_key(h.ctx, h.conn));
+  static char rbuf[64];
+  XT_OK(xport_recv(h.conn, rbuf, sizeof rbuf, NULL, rbuf));
+  kill(h.pid, SIGKILL);
+  xport_completion_t c;
+  int recv_st = 1, disc_st = 1;
+  while (disc_st == 1) {
+    XT_CHECK(next_by(h.ctx, fd, &c, T_MS) == 0,
+             "on %s a loop asleep on the descriptor did not see its peer die within %d ms",
+             xt_config(), T_MS);
+    if (c.op == XPORT_OP_RECV && c.user_ctx == rbuf && recv_st == 1)
+      recv_st = c.status;
+    else if (c.op == XPORT_OP_DISCONNECT)
+      disc_st = c.status;
+  }
+  XT_CHECK(recv_st != 1 && recv_st != 0, "on %s the receive ended with %s", xt_config(),
+           recv_st == 1 ? "nothing" : xport_strerror(recv_st));
+  hung_pair_close(&h, 0);
+}
+END_TEST
+
 /* The healthy peer: echoes every message until one of ECHO_LAST bytes. */
 #define ECHO_MSG 64
 #define ECHO_LAST 8
@@ -2236,6 +2276,7 @@ static Suite *life_suite(void)
   tcase_add_test(loss, deadline_ends_ops_to_a_hung_peer);
   tcase_add_test(loss, op_timeout_is_every_connections_deadline);
   tcase_add_test(loss, fd_loop_sleeps_beside_a_hung_peer);
+  tcase_add_test(loss, fd_loop_sees_a_death_between_checks);
   suite_add_tcase(s, loss);
   TCase *faults = tcase_create("Faults");
   tcase_set_timeout(faults, 90);

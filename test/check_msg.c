@@ -22,7 +22,7 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 
-#define T_MS 15000
+#define T_MS (15000 * XT_SLOW)
 
 static void expect_comp(xport_ctx_t *ctx, xport_completion_t *c, xport_op_t op, int status)
 {

@@ -527,7 +527,7 @@ pid_t xt_spawn_server_on(const char *listen_addr, xt_listen_fn fn, void *arg, ch
   }
   close(p[1]);
   struct pollfd pf = {.fd = p[0], .events = POLLIN};
-  XT_CHECK(poll(&pf, 1, 20000) == 1, "server did not start");
+  XT_CHECK(poll(&pf, 1, XT_SETUP_MS) == 1, "server did not start");
   ssize_t n = read(p[0], addr, len - 1);
   close(p[0]);
   XT_CHECK(n > 0, "server failed before listening");
@@ -544,7 +544,7 @@ static void pair_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
 {
   struct pair_arg *pa = arg;
   xport_conn_t *conn;
-  XT_OK(xport_accept(lst, 20000, &conn));
+  XT_OK(xport_accept(lst, XT_SETUP_MS, &conn));
   xt_check_transport(conn);
   if (pa->server(ctx, conn, pa->arg) != XT_CLOSED)
     XT_OK(xport_conn_close(conn));
@@ -562,7 +562,7 @@ void xt_pair(xt_side_fn server, xt_side_fn client, void *arg)
   pid_t pid = xt_spawn_pair_server(server, arg, addr, sizeof addr);
   xport_ctx_t *ctx = xt_ctx();
   xport_conn_t *conn;
-  XT_OK(xport_connect(ctx, addr, 20000, &conn));
+  XT_OK(xport_connect(ctx, addr, XT_SETUP_MS, &conn));
   xt_check_transport(conn);
   if (client(ctx, conn, arg) != XT_CLOSED)
     XT_OK(xport_conn_close(conn));

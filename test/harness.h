@@ -61,6 +61,18 @@ extern int xt_in_child;
   } while (0)
 
 /* Returns XT_CLOSED when it closed conn itself, else 0. */
+/* ThreadSanitizer slows every step, libfabric's included: connections
+ * over tcp;ofi_rxm took 20 s and more to be made there with another suite
+ * running beside (make check-tsan). Waits for a connection, or for what
+ * must come, are that much longer in such a build; natively each takes
+ * well under a second. */
+#if defined(__SANITIZE_THREAD__)
+#define XT_SLOW 4
+#else
+#define XT_SLOW 1
+#endif
+#define XT_SETUP_MS (20000 * XT_SLOW)
+
 #define XT_CLOSED 1
 typedef int (*xt_side_fn)(xport_ctx_t *ctx, xport_conn_t *conn, void *arg);
 

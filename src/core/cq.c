@@ -1272,14 +1272,41 @@ static int wait_any(xport_ctx_t *ctx, int timeout_ms)
  * ctx->progress_lock like every other call into the provider while it
  * runs, queues what it finds for the next xport_poll, and signals sig_fd
  * so that a waiter wakes for it. */
+/* 1 if the thread may sleep on every lane's CQ fd. A lane that refuses
+ * may have woken it for the transport's own checks (xshm: a peer's socket
+ * that closed): they run now rather than at their next turn, and it is
+ * asked once more. Only the CQs: the EQs are the application's
+ * (fi_trywait would keep failing on an event it left there). */
+static int progress_may_sleep(xport_ctx_t *ctx)
+{
+  for (unsigned l = 0; l < ctx->nlanes; l++) {
+    struct xport__lane *lane = ctx->lanes[l];
+    struct fid *cq = &lane->cq->fid;
+    if (fi_trywait(lane->fabric, &cq, 1) == FI_SUCCESS)
+      continue;
+    lane->tp->progress(lane);
+    if (ctx->done || ctx->evq || fi_trywait(lane->fabric, &cq, 1) != FI_SUCCESS)
+      return 0;
+  }
+  return 1;
+}
+
 static void *progress_main(void *arg)
 {
   xport_ctx_t *ctx = arg;
-  /* It sleeps on the CQ's fd only where there is one lane, with one:
-   * else it looks every 100 us. */
-  struct xport__lane *only = ctx->nlanes == 1 && !steps_only(ctx) ? ctx->lanes[0] : NULL;
-  int fd = only ? only->cq_fd : -1;
-  struct fid *cq = only ? &only->cq->fid : NULL;
+  /* It sleeps on the lanes' CQ fds, joined in an epoll set of its own
+   * (the context's holds the EQs and the signal it writes itself), where
+   * every lane has one: else it looks every 100 us. */
+  int fd = -1;
+  if (!steps_only(ctx) && (fd = epoll_create1(EPOLL_CLOEXEC)) >= 0)
+    for (unsigned l = 0; l < ctx->nlanes; l++) {
+      struct epoll_event ev = {.events = EPOLLIN};
+      if (epoll_ctl(fd, EPOLL_CTL_ADD, ctx->lanes[l]->cq_fd, &ev)) {
+        close(fd);
+        fd = -1;
+        break;
+      }
+    }
   for (;;) {
     pthread_mutex_lock(&ctx->progress_lock);
     if (ctx->progress_stop) {
@@ -1319,20 +1346,22 @@ static void *progress_main(void *arg)
       if (write(ctx->sig_fd, &one, sizeof one) < 0)
         XPORT__DEBUG("progress signal: %s", strerror(errno));
     }
-    /* Only the CQ: the EQ is the application's (fi_trywait would keep
-     * failing on an event it left there). */
-    int sleep_ok = fd >= 0 && fi_trywait(only->fabric, &cq, 1) == FI_SUCCESS;
+    int sleep_ok = fd >= 0 && progress_may_sleep(ctx);
     pthread_mutex_unlock(&ctx->progress_lock);
-    if (fd >= 0) {
+    if (sleep_ok) {
       /* Bounded, so that a stop request is seen soon. */
       struct pollfd p = {.fd = fd, .events = POLLIN};
-      if (sleep_ok)
-        poll(&p, 1, 10);
+      poll(&p, 1, 10);
     } else {
+      /* A lane that keeps refusing (work of the provider's own, or what
+       * the application has yet to poll): looked at again in 100 us, not
+       * spun on. */
       struct timespec ts = {0, 100 * 1000};
       nanosleep(&ts, NULL);
     }
   }
+  if (fd >= 0)
+    close(fd);
   return NULL;
 }
 

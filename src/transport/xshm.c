@@ -57,7 +57,10 @@ struct xshm_done {
 };
 
 struct xshm_lane {
-  int epfd;  /* the connections' doorbells (eventfds): lane->cq_fd, in the context's set */
+  /* The connections' doorbells (eventfds) and their sockets (a peer that
+   * closes or dies makes its socket readable, event data the connection):
+   * lane->cq_fd, in the context's set. */
+  int epfd;
   int armed; /* its connections' rings are armed: the next read disarms */
   struct fid_fabric fabric;
   struct fid_domain domain;
@@ -69,6 +72,7 @@ struct xshm_lane {
   unsigned keys_next;
   uint32_t next_conn_id;
   long looked_ms; /* when housekeeping last looked at the sockets */
+  int look_now;   /* a socket woke a sleeper: the next housekeeping looks */
 };
 
 /* Housekeeping looks at the connections' sockets (a peer's close or
@@ -144,8 +148,19 @@ static int fab_trywait(struct fid_fabric *fabric, struct fid **fids, int count)
   (void)fids, (void)count;
   struct xport__lane *lane = fabric->fid.context;
   struct xshm_lane *x = xl(lane);
-  if (x->qhead != x->qtail)
+  if (x->qhead != x->qtail || x->look_now)
     return -FI_EAGAIN;
+  /* A connected peer's socket that is readable: it closed or died, which
+   * rings no doorbell. Housekeeping looks at once, not at its next turn. */
+  struct epoll_event ev[8];
+  int n = epoll_wait(x->epfd, ev, 8, 0);
+  for (int i = 0; i < n; i++) {
+    xport_conn_t *conn = ev[i].data.ptr;
+    if (conn && conn->state == XPORT__CONN_CONNECTED) {
+      x->look_now = 1;
+      return -FI_EAGAIN;
+    }
+  }
   x->armed = 1;
   for (xport_conn_t *conn = lane->conns; conn; conn = conn->next)
     if (xc(conn)->seg)
@@ -1088,6 +1103,7 @@ static void conn_release(xport_conn_t *conn, int status)
   while (conn->out)
     xport__req_complete(conn->ctx, conn->out, status);
   xport__held_flush(conn, status);
+  epoll_ctl(xl(conn->lane)->epfd, EPOLL_CTL_DEL, c->sock, NULL);
   close(c->sock);
   close(c->peer_efd);
   epoll_ctl(xl(conn->lane)->epfd, EPOLL_CTL_DEL, c->my_efd, NULL);
@@ -1131,7 +1147,13 @@ static int conn_make(struct xport__lane *lane, int sock, int side, pid_t pid, ui
   xport_conn_t *conn = xport__conn_new(lane);
   if (!conn)
     return -XPORT_ENOMEM;
+  struct epoll_event line = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = conn};
   if (epoll_ctl(xl(lane)->epfd, EPOLL_CTL_ADD, my_efd, &ev)) {
+    free(conn);
+    return -XPORT_ENOMEM;
+  }
+  if (epoll_ctl(xl(lane)->epfd, EPOLL_CTL_ADD, sock, &line)) {
+    epoll_ctl(xl(lane)->epfd, EPOLL_CTL_DEL, my_efd, NULL);
     free(conn);
     return -XPORT_ENOMEM;
   }
@@ -1908,9 +1930,11 @@ static void accept_hooked(struct xport__lane *lane)
 static void xshm_progress(struct xport__lane *lane)
 {
   long now = xport__now_ms();
-  if (now - xl(lane)->looked_ms < XSHM_LOOK_MS && now >= xl(lane)->looked_ms)
+  if (now - xl(lane)->looked_ms < XSHM_LOOK_MS && now >= xl(lane)->looked_ms &&
+      !xl(lane)->look_now)
     return;
   xl(lane)->looked_ms = now;
+  xl(lane)->look_now = 0;
   accept_hooked(lane);
   for (xport_conn_t *conn = lane->conns, *next; conn; conn = next) {
     next = conn->next;
