@@ -1431,7 +1431,11 @@ static int await_answer(struct xport__lane *lane, int sock, long deadline, unsig
     int ret = recv_hello(sock, slice, kind, w, got, want);
     if (ret != -XPORT_ETIMEDOUT || (deadline >= 0 && xport__now_ms() >= deadline))
       return ret;
+    /* Meanwhile a job's listener accepts, here and on the fabric beside:
+     * ranks that connect to each other in a ring, some over xshm and some
+     * over the fabric, each wait on one that must accept theirs. */
     accept_hooked(lane);
+    xport__progress_beside(lane);
   }
 }
 
