@@ -1611,6 +1611,19 @@ START_TEST(deadline_ends_ops_to_a_hung_peer)
 }
 END_TEST
 
+/* Stops h's target, then sends it BIG bytes (user_ctx: the buffer,
+ * registered into *mr_p), which it never takes. */
+static char *stop_and_send(struct hung_pair *h, xport_mr_t **mr_p)
+{
+  char *big = malloc(BIG);
+  XT_CHECK(big != NULL, "malloc");
+  XT_OK(xport_mr_reg(h->ctx, big, BIG, XPORT_ACCESS_LOCAL, mr_p));
+  target_stop(&h->st, h->pid);
+  xt_fill(big, BIG, 4);
+  XT_OK(xport_send(h->conn, big, BIG, *mr_p, big));
+  return big;
+}
+
 START_TEST(op_timeout_is_every_connections_deadline)
 {
   /* XPORT_OP_TIMEOUT gives every new connection its deadline: a send to
@@ -1628,13 +1641,8 @@ START_TEST(op_timeout_is_every_connections_deadline)
     hung_pair_close(&h, 0);
     return;
   }
-  char *big = malloc(BIG);
-  XT_CHECK(big != NULL, "malloc");
   xport_mr_t *bmr;
-  XT_OK(xport_mr_reg(h.ctx, big, BIG, XPORT_ACCESS_LOCAL, &bmr));
-  target_stop(&h.st, h.pid);
-  xt_fill(big, BIG, 4);
-  XT_OK(xport_send(h.conn, big, BIG, bmr, big));
+  char *big = stop_and_send(&h, &bmr);
   int read_st, send_st, disc_st;
   int closed = hung_ops_end(&h, fd, NULL, big, &read_st, &send_st, &disc_st);
   XT_OK(xport_mr_dereg(bmr));
@@ -1657,13 +1665,8 @@ START_TEST(fd_loop_sleeps_beside_a_hung_peer)
   int fd;
   XT_OK(xport_ctx_fd(h.ctx, &fd));
   xport_rkey_release(get_key(h.ctx, h.conn));
-  char *big = malloc(BIG);
-  XT_CHECK(big != NULL, "malloc");
   xport_mr_t *bmr;
-  XT_OK(xport_mr_reg(h.ctx, big, BIG, XPORT_ACCESS_LOCAL, &bmr));
-  target_stop(&h.st, h.pid);
-  xt_fill(big, BIG, 4);
-  XT_OK(xport_send(h.conn, big, BIG, bmr, big));
+  char *big = stop_and_send(&h, &bmr);
   long end = now_ms() + 1000;
   int turns = 0, completions = 0;
   xport_completion_t c;

@@ -1009,6 +1009,21 @@ static void ticks_clear(xport_ctx_t *ctx)
       XPORT__DEBUG("lane timer: %s", strerror(errno));
 }
 
+/* A timer, not armed, in ctx->epfd: into *fd_p, where it stays -1 on
+ * failure (-XPORT_ENOMEM). */
+static int timer_open(xport_ctx_t *ctx, int *fd_p)
+{
+  struct epoll_event ev = {.events = EPOLLIN};
+  int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (fd < 0 || epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+    if (fd >= 0)
+      close(fd);
+    return -XPORT_ENOMEM;
+  }
+  *fd_p = fd;
+  return 0;
+}
+
 int xport__deadline_tick(xport_ctx_t *ctx)
 {
   if (!ctx->dl_min_ms || ctx->epfd < 0)
@@ -1016,16 +1031,8 @@ int xport__deadline_tick(xport_ctx_t *ctx)
   long ms = ctx->dl_min_ms / 4 > 0 ? ctx->dl_min_ms / 4 : 1;
   struct timespec every = {ms / 1000, (ms % 1000) * 1000000L};
   struct itimerspec t = {every, every};
-  if (ctx->dl_tick_fd < 0) {
-    struct epoll_event ev = {.events = EPOLLIN};
-    int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    if (fd < 0 || epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, fd, &ev)) {
-      if (fd >= 0)
-        close(fd);
-      return -XPORT_ENOMEM;
-    }
-    ctx->dl_tick_fd = fd;
-  }
+  if (ctx->dl_tick_fd < 0 && timer_open(ctx, &ctx->dl_tick_fd))
+    return -XPORT_ENOMEM;
   return timerfd_settime(ctx->dl_tick_fd, 0, &t, NULL) ? -XPORT_EIO : 0;
 }
 
@@ -1037,21 +1044,6 @@ static void deadline_tick_clear(xport_ctx_t *ctx)
   if (ctx->dl_tick_fd >= 0 && read(ctx->dl_tick_fd, &n, sizeof n) < 0 && errno != EAGAIN)
     XPORT__DEBUG("deadline timer: %s", strerror(errno));
   deadlines_run(ctx);
-}
-
-/* Gives the context its nap timer (objects.h): 0, or a code with nothing
- * made. */
-static int nap_open(xport_ctx_t *ctx)
-{
-  struct epoll_event ev = {.events = EPOLLIN};
-  int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-  if (fd < 0 || epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, fd, &ev)) {
-    if (fd >= 0)
-      close(fd);
-    return -XPORT_ENOMEM;
-  }
-  ctx->nap_fd = fd;
-  return 0;
 }
 
 /* Makes the descriptor readable in ms milliseconds, once; disarmed (and
@@ -1091,7 +1083,7 @@ XPORT_API int xport_ctx_fd(xport_ctx_t *ctx, int *fd_p)
     if (ctx->lanes[l]->no_wait == 1 && ctx->lanes[l]->tick_fd < 0)
       ret = tick_open(ctx->lanes[l]);
   if (!ret && ctx->nap_fd < 0 && !steps_only(ctx))
-    ret = nap_open(ctx);
+    ret = timer_open(ctx, &ctx->nap_fd); /* objects.h */
   if (!ret)
     *fd_p = ctx->epfd;
   XPORT__UNLOCK(ctx);
