@@ -60,7 +60,6 @@ extern int xt_in_child;
              xport_strerror(xt_rc_));                                         \
   } while (0)
 
-/* Returns XT_CLOSED when it closed conn itself, else 0. */
 /* ThreadSanitizer slows every step, libfabric's included: connections
  * over tcp;ofi_rxm took 20 s and more to be made there with another suite
  * running beside (make check-tsan). Waits for a connection, or for what
@@ -73,6 +72,7 @@ extern int xt_in_child;
 #endif
 #define XT_SETUP_MS (20000 * XT_SLOW)
 
+/* Returns XT_CLOSED when it closed conn itself, else 0. */
 #define XT_CLOSED 1
 typedef int (*xt_side_fn)(xport_ctx_t *ctx, xport_conn_t *conn, void *arg);
 

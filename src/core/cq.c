@@ -1260,10 +1260,6 @@ static int wait_any(xport_ctx_t *ctx, int timeout_ms)
   return r != 0 ? 0 : (t == timeout_ms ? -XPORT_ETIMEDOUT : 0);
 }
 
-/* The progress thread reads the CQ on the application's behalf, under
- * ctx->progress_lock like every other call into the provider while it
- * runs, queues what it finds for the next xport_poll, and signals sig_fd
- * so that a waiter wakes for it. */
 /* 1 if the thread may sleep on every lane's CQ fd. A lane that refuses
  * may have woken it for the transport's own checks (xshm: a peer's socket
  * that closed): they run now rather than at their next turn, and it is
@@ -1283,6 +1279,10 @@ static int progress_may_sleep(xport_ctx_t *ctx)
   return 1;
 }
 
+/* The progress thread reads the CQ on the application's behalf, under
+ * ctx->progress_lock like every other call into the provider while it
+ * runs, queues what it finds for the next xport_poll, and signals sig_fd
+ * so that a waiter wakes for it. */
 static void *progress_main(void *arg)
 {
   xport_ctx_t *ctx = arg;
