@@ -5,6 +5,9 @@
 
 #include "objects.h"
 
+#include <stddef.h>
+#include <string.h>
+
 /* Posts what waits, oldest first, as far as the provider takes it. */
 void xport__held_retry(xport_ctx_t *ctx);
 /* Ends what waits on conn with status: the provider never had it. */
@@ -33,15 +36,7 @@ static inline struct xport__req *xport__req_new(xport_ctx_t *ctx, xport_conn_t *
   req->conn = conn;
   req->user_ctx = user_ctx;
   req->op = op;
-  req->bounce = NULL;
-  req->ntmp = 0;
-  req->uiovcnt = 0;
-  req->zombie = 0;
-  req->rep = NULL;
-  req->posted_ms = 0;
-  req->pair = 0;
-  req->detail = NULL;
-  req->unsig = 0;
+  memset(&req->bounce, 0, offsetof(struct xport__req, tmp) - offsetof(struct xport__req, bounce));
   return req;
 }
 /* Marks a request finished with status and queues it for delivery. */

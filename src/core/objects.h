@@ -111,38 +111,40 @@ struct xport__req {
   unsigned flags;
   uint32_t imm;
   size_t len;
+  /* From bounce to tmp: what a post does not set itself, reset by
+   * xport__req_new as one block (a few wide stores, not one per field). */
   struct xport__bounce *bounce;   /* copy path, or NULL */
-  unsigned ntmp;                  /* temporary registrations */
-  struct fid_mr *tmp[XPORT__IOV_MAX];
-  size_t uiovcnt;                 /* user's receive iov, for copy-out */
-  xport_iov_t uiov[XPORT__IOV_MAX];
   /* RDM only: 1 for a request orphaned by its connection's close or loss
    * while the provider still owns it (on ctx->zombies, status set). The
    * user sees it only once the provider lets go: its completion, a
    * confirmed cancel, or its endpoint's close. */
   unsigned zombie;
+  unsigned ntmp;                  /* temporary registrations */
   struct xport__rep *rep;         /* control requests: their endpoint */
-  struct xport__peer *peer;       /* control sends that hold a peer (refusals) */
   long posted_ms;                 /* RMA under a deadline (rma_timeout_ms) */
-  uint64_t posted_seq;            /* ... and its place among them (ctx->rma_seq) */
+  struct xport__detail *detail;   /* failed: the provider's text, or NULL */
+  size_t uiovcnt;                 /* user's receive iov, for copy-out */
   /* The user's half of an emulated write_imm whose write (a silent
    * request, user_ctx pointing here) is still out: it is delivered only
    * once both halves finished, with the write's error first. */
   unsigned pair;
-  int pair_status;
-  struct xport__detail *detail;   /* failed: the provider's text, or NULL */
+  /* Sends only: XPORT__UNSIG for an unsignaled one (its success is never
+   * delivered), XPORT__ORDERED for a signaled one posted while unsignaled
+   * ones were out on its connection (delivered only once those posted
+   * before it, tx_seq lower, are finished: xport_send_flags(3)). */
+  unsigned unsig;
+  struct fid_mr *tmp[XPORT__IOV_MAX];
+  xport_iov_t uiov[XPORT__IOV_MAX];
+  struct xport__peer *peer;       /* control sends that hold a peer (refusals) */
+  uint64_t posted_seq;            /* RMA under a deadline: its place among them (ctx->rma_seq) */
+  int pair_status;                /* an emulated write_imm's (pair) */
   /* Atomics: the operand, the compare value and the fetched value where
    * the provider needs no registered buffers (else in the bounce slot, in
    * that order), and where the fetched value goes at the completion. */
   uint64_t atom[3];
   uint64_t *result;
   struct xport__held *held;       /* waiting on conn->held, or NULL */
-  /* Sends only: XPORT__UNSIG for an unsignaled one (its success is never
-   * delivered), XPORT__ORDERED for a signaled one posted while unsignaled
-   * ones were out on its connection (delivered only once those posted
-   * before it, tx_seq lower, are finished: xport_send_flags(3)). */
-  unsigned unsig;
-  uint64_t tx_seq;
+  uint64_t tx_seq;                /* sends: their order (unsig) */
   /* xport's own requests (op >= XPORT__OP_CTL_SEND): what their owner
    * does with their completion (e its entry, a data entry made of the
    * error entry where status is not 0; src its sender where the CQ says,
