@@ -74,7 +74,7 @@ static int post_atomic_locked(xport_conn_t *conn, unsigned kind, uint64_t *resul
     desc = req->bounce->desc;
   }
   if (XPORT__UNLIKELY(conn->lane->rma_timeout_ms))
-    req->posted_ms = xport__now_ms(), req->posted_seq = ++ctx->rma_seq;
+    req->posted_ms = xport__now_ms(), req->posted_seq = ++ctx->dl.rma_seq;
   /* Where a refused operation is never answered (rma_never_fails: shm),
    * an add is carried as a fetch-add whose value nobody reads: only an
    * operation that waits for its answer learns of the refusal (its

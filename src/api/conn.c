@@ -282,8 +282,8 @@ XPORT_API int xport_conn_timeout(xport_conn_t *conn, int timeout_ms)
     /* Counted from the next look, as if its operations had just begun. */
     conn->dl.ms = timeout_ms;
     conn->dl.watching = 0;
-    if (timeout_ms && (!ctx->dl_min_ms || timeout_ms < ctx->dl_min_ms)) {
-      ctx->dl_min_ms = timeout_ms;
+    if (timeout_ms && (!ctx->dl.min_ms || timeout_ms < ctx->dl.min_ms)) {
+      ctx->dl.min_ms = timeout_ms;
       ret = xport__deadline_tick(ctx);
     }
   }

@@ -946,7 +946,7 @@ static int ctx_create(const struct xport__transport *own, const xport_ctx_attr_t
     xport__auth_wipe(s.auth_key, sizeof s.auth_key);
     return -XPORT_ENOMEM;
   }
-  ctx->epfd = ctx->sig_fd = ctx->dl_tick_fd = ctx->nap_fd = -1;
+  ctx->wake.epfd = ctx->wake.sig_fd = ctx->dl.tick_fd = ctx->wake.nap_fd = -1;
   /* One identity over every lane: a peer sees the same context over
    * either transport (hellos, jobs, keys bound to the peer context). */
   ctx->id = xport__random_key(8);
@@ -957,8 +957,8 @@ static int ctx_create(const struct xport__transport *own, const xport_ctx_attr_t
   ctx->peer_check_ms = (long)xport__env_size(XPORT__ENV_PEER_TIMEOUT, 500);
   if (ctx->peer_check_ms < 4)
     ctx->peer_check_ms = 4;
-  ctx->op_timeout_ms = (long)xport__env_size(XPORT__ENV_OP_TIMEOUT, 0);
-  ctx->dl_min_ms = ctx->op_timeout_ms;
+  ctx->dl.op_ms = (long)xport__env_size(XPORT__ENV_OP_TIMEOUT, 0);
+  ctx->dl.min_ms = ctx->dl.op_ms;
   ctx->eager_size = xport__env_size(XPORT__ENV_EAGER_SIZE, 8192);
   if (ctx->eager_size > XPORT__EAGER_MAX) {
     XPORT__WARN("XPORT_EAGER_SIZE=%zu is more than %zu; using %zu", ctx->eager_size,
@@ -978,14 +978,14 @@ static int ctx_create(const struct xport__transport *own, const xport_ctx_attr_t
     ret = xport__deadline_tick(ctx);
   if (ret) {
     xport__fault_free(fault);
-    if (ctx->dl_tick_fd >= 0)
-      close(ctx->dl_tick_fd);
+    if (ctx->dl.tick_fd >= 0)
+      close(ctx->dl.tick_fd);
     for (unsigned l = 0; l < ctx->nlanes; l++)
       lane_free(ctx->lanes[l]);
-    if (ctx->sig_fd >= 0)
-      close(ctx->sig_fd);
-    if (ctx->epfd >= 0)
-      close(ctx->epfd);
+    if (ctx->wake.sig_fd >= 0)
+      close(ctx->wake.sig_fd);
+    if (ctx->wake.epfd >= 0)
+      close(ctx->wake.epfd);
     free(ctx->cands);
     xport__auth_wipe(ctx->auth_key, sizeof ctx->auth_key);
     free(ctx);
@@ -1044,14 +1044,14 @@ XPORT_API int xport_ctx_destroy(xport_ctx_t *ctx)
     lane_free(ctx->lanes[l]);
   }
   xport__req_fini(ctx);
-  if (ctx->dl_tick_fd >= 0)
-    close(ctx->dl_tick_fd);
-  if (ctx->nap_fd >= 0)
-    close(ctx->nap_fd);
-  if (ctx->sig_fd >= 0)
-    close(ctx->sig_fd);
-  if (ctx->epfd >= 0)
-    close(ctx->epfd);
+  if (ctx->dl.tick_fd >= 0)
+    close(ctx->dl.tick_fd);
+  if (ctx->wake.nap_fd >= 0)
+    close(ctx->wake.nap_fd);
+  if (ctx->wake.sig_fd >= 0)
+    close(ctx->wake.sig_fd);
+  if (ctx->wake.epfd >= 0)
+    close(ctx->wake.epfd);
   free(ctx->cands);
   xport__auth_wipe(ctx->auth_key, sizeof ctx->auth_key);
   free(ctx);

@@ -281,7 +281,7 @@ static int post_rma_locked(xport_conn_t *conn, xport_op_t op, const xport_iov_t 
   if (XPORT__UNLIKELY(ret))
     return (int)ret;
   if (XPORT__UNLIKELY(conn->lane->rma_timeout_ms))
-    req->posted_ms = xport__now_ms(), req->posted_seq = ++ctx->rma_seq;
+    req->posted_ms = xport__now_ms(), req->posted_seq = ++ctx->dl.rma_seq;
   uint64_t flags = op == XPORT_OP_READ ? 0
                    : conn->lane->write_flags | (with_imm ? FI_REMOTE_CQ_DATA : 0);
   if (XPORT__UNLIKELY(conn->hq.head != NULL))

@@ -119,7 +119,7 @@ int xport__wimm_post(xport_conn_t *conn, const xport_iov_t *iov, size_t iovcnt, 
     ret = xport__post_begin(conn, XPORT__OP_SILENT, iov, iovcnt, NULL, fiov, desc, &cnt, &req);
     if (!ret) {
       if (XPORT__UNLIKELY(conn->lane->rma_timeout_ms))
-        req->posted_ms = xport__now_ms(), req->posted_seq = ++ctx->rma_seq;
+        req->posted_ms = xport__now_ms(), req->posted_seq = ++ctx->dl.rma_seq;
       ret = XPORT__UNLIKELY(conn->hq.head != NULL)
                 ? -FI_EAGAIN
                 : conn->ops->write(conn, req, fiov, desc, cnt, addr, key, dc, 0);

@@ -327,7 +327,7 @@ void xport__held_retry(xport_ctx_t *ctx)
         continue;
       }
       if (XPORT__UNLIKELY(conn->lane->rma_timeout_ms) && req->posted_ms)
-        req->posted_ms = xport__now_ms(), req->posted_seq = ++ctx->rma_seq;
+        req->posted_ms = xport__now_ms(), req->posted_seq = ++ctx->dl.rma_seq;
     }
     conn = next;
   }
@@ -852,11 +852,11 @@ static void deadlines_check(struct xport__lane *lane, long now)
 static __attribute__((noinline)) void deadlines_run(xport_ctx_t *ctx)
 {
   long now = xport__now_ms();
-  if (now == ctx->dl_checked)
+  if (now == ctx->dl.checked)
     return;
   for (unsigned l = 0; l < ctx->nlanes; l++)
     deadlines_check(ctx->lanes[l], now);
-  ctx->dl_checked = now;
+  ctx->dl.checked = now;
 }
 
 /* A lane with nothing of the application's on it: no connection, nothing
@@ -911,7 +911,7 @@ poll_lane(struct xport__lane *lane, xport_completion_t *comps, int n, int max, i
     if (idle)
       xport__cq_drain(lane); /* what came for it meanwhile (control traffic) */
     lane->tp->progress(lane);
-    if (XPORT__UNLIKELY(ctx->dl_min_ms != 0))
+    if (XPORT__UNLIKELY(ctx->dl.min_ms != 0))
       deadlines_run(ctx);
     /* A connection lost just now ended its operations: they come before
      * its disconnect event, as they do where the loss was seen earlier. */
@@ -968,7 +968,7 @@ static inline __attribute__((always_inline)) int xport_poll__locked(xport_ctx_t 
     xport__held_retry(ctx);
   if (XPORT__UNLIKELY(ctx->evq != NULL))
     n = deliver_events(ctx, comps, n, max);
-  if (XPORT__UNLIKELY(ctx->sig_set))
+  if (XPORT__UNLIKELY(ctx->wake.sig_set))
     sig_clear(ctx);
   return n;
 }
@@ -985,10 +985,10 @@ int xport__wait_fds(struct xport__lane *lane)
     lane->no_wait = 1; /* xport_wait sleeps in short steps instead */
     return 0;
   }
-  if (ctx->epfd < 0 && (ctx->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
+  if (ctx->wake.epfd < 0 && (ctx->wake.epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
     return -XPORT_ENOMEM;
-  if (epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, lane->cq_fd, &ev) ||
-      (lane->eq && epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, lane->eq_fd, &ev)))
+  if (epoll_ctl(ctx->wake.epfd, EPOLL_CTL_ADD, lane->cq_fd, &ev) ||
+      (lane->eq && epoll_ctl(ctx->wake.epfd, EPOLL_CTL_ADD, lane->eq_fd, &ev)))
     lane->no_wait = 1;
   return 0;
 }
@@ -996,7 +996,7 @@ int xport__wait_fds(struct xport__lane *lane)
 /* 1 if some lane has no wait object that the context's epfd holds. */
 static int steps_only(const xport_ctx_t *ctx)
 {
-  if (ctx->epfd < 0)
+  if (ctx->wake.epfd < 0)
     return 1;
   for (unsigned l = 0; l < ctx->nlanes; l++)
     if (ctx->lanes[l]->no_wait)
@@ -1004,7 +1004,7 @@ static int steps_only(const xport_ctx_t *ctx)
   return 0;
 }
 
-/* Gives lane, which has no wait object, a timer in ctx->epfd that fires
+/* Gives lane, which has no wait object, a timer in ctx->wake.epfd that fires
  * every millisecond: 0, or a code with nothing made. */
 static int tick_open(struct xport__lane *lane)
 {
@@ -1012,19 +1012,19 @@ static int tick_open(struct xport__lane *lane)
   struct epoll_event ev = {.events = EPOLLIN};
   struct itimerspec every = {{0, TICK_NS}, {0, TICK_NS}};
   int made = 0;
-  if (ctx->epfd < 0) {
-    if ((ctx->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
+  if (ctx->wake.epfd < 0) {
+    if ((ctx->wake.epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
       return -XPORT_ENOMEM;
     made = 1;
   }
   int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   if (fd < 0 || timerfd_settime(fd, 0, &every, NULL) ||
-      epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+      epoll_ctl(ctx->wake.epfd, EPOLL_CTL_ADD, fd, &ev)) {
     if (fd >= 0)
       close(fd);
     if (made) {
-      close(ctx->epfd);
-      ctx->epfd = -1;
+      close(ctx->wake.epfd);
+      ctx->wake.epfd = -1;
     }
     return -XPORT_ENOMEM;
   }
@@ -1044,13 +1044,13 @@ static void ticks_clear(xport_ctx_t *ctx)
       XPORT__DEBUG("lane timer: %s", strerror(errno));
 }
 
-/* A timer, not armed, in ctx->epfd: into *fd_p, where it stays -1 on
+/* A timer, not armed, in ctx->wake.epfd: into *fd_p, where it stays -1 on
  * failure (-XPORT_ENOMEM). */
 static int timer_open(xport_ctx_t *ctx, int *fd_p)
 {
   struct epoll_event ev = {.events = EPOLLIN};
   int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-  if (fd < 0 || epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+  if (fd < 0 || epoll_ctl(ctx->wake.epfd, EPOLL_CTL_ADD, fd, &ev)) {
     if (fd >= 0)
       close(fd);
     return -XPORT_ENOMEM;
@@ -1061,14 +1061,14 @@ static int timer_open(xport_ctx_t *ctx, int *fd_p)
 
 int xport__deadline_tick(xport_ctx_t *ctx)
 {
-  if (!ctx->dl_min_ms || ctx->epfd < 0)
+  if (!ctx->dl.min_ms || ctx->wake.epfd < 0)
     return 0;
-  long ms = ctx->dl_min_ms / 4 > 0 ? ctx->dl_min_ms / 4 : 1;
+  long ms = ctx->dl.min_ms / 4 > 0 ? ctx->dl.min_ms / 4 : 1;
   struct timespec every = {ms / 1000, (ms % 1000) * 1000000L};
   struct itimerspec t = {every, every};
-  if (ctx->dl_tick_fd < 0 && timer_open(ctx, &ctx->dl_tick_fd))
+  if (ctx->dl.tick_fd < 0 && timer_open(ctx, &ctx->dl.tick_fd))
     return -XPORT_ENOMEM;
-  return timerfd_settime(ctx->dl_tick_fd, 0, &t, NULL) ? -XPORT_EIO : 0;
+  return timerfd_settime(ctx->dl.tick_fd, 0, &t, NULL) ? -XPORT_EIO : 0;
 }
 
 /* Reads the deadlines' timer and looks at them, as the timer asked.
@@ -1076,7 +1076,7 @@ int xport__deadline_tick(xport_ctx_t *ctx)
 static void deadline_tick_clear(xport_ctx_t *ctx)
 {
   uint64_t n;
-  if (ctx->dl_tick_fd >= 0 && read(ctx->dl_tick_fd, &n, sizeof n) < 0 && errno != EAGAIN)
+  if (ctx->dl.tick_fd >= 0 && read(ctx->dl.tick_fd, &n, sizeof n) < 0 && errno != EAGAIN)
     XPORT__DEBUG("deadline timer: %s", strerror(errno));
   deadlines_run(ctx);
 }
@@ -1085,19 +1085,19 @@ static void deadline_tick_clear(xport_ctx_t *ctx)
  * read) by the next xport_wait. */
 static void nap_arm(xport_ctx_t *ctx, long ms)
 {
-  if (ctx->nap_fd < 0)
+  if (ctx->wake.nap_fd < 0)
     return;
   if (ms < 1)
     ms = 1;
   struct itimerspec t = {{0, 0}, {ms / 1000, (ms % 1000) * 1000000L}};
-  if (timerfd_settime(ctx->nap_fd, 0, &t, NULL))
+  if (timerfd_settime(ctx->wake.nap_fd, 0, &t, NULL))
     XPORT__DEBUG("nap timer: %s", strerror(errno));
 }
 
 static void nap_clear(xport_ctx_t *ctx)
 {
   uint64_t n;
-  if (ctx->nap_fd >= 0 && read(ctx->nap_fd, &n, sizeof n) < 0 && errno != EAGAIN)
+  if (ctx->wake.nap_fd >= 0 && read(ctx->wake.nap_fd, &n, sizeof n) < 0 && errno != EAGAIN)
     XPORT__DEBUG("nap timer: %s", strerror(errno));
 }
 
@@ -1117,10 +1117,10 @@ XPORT_API int xport_ctx_fd(xport_ctx_t *ctx, int *fd_p)
   for (unsigned l = 0; l < ctx->nlanes && !ret; l++)
     if (ctx->lanes[l]->no_wait == 1 && ctx->lanes[l]->tick_fd < 0)
       ret = tick_open(ctx->lanes[l]);
-  if (!ret && ctx->nap_fd < 0 && !steps_only(ctx))
-    ret = timer_open(ctx, &ctx->nap_fd); /* objects.h */
+  if (!ret && ctx->wake.nap_fd < 0 && !steps_only(ctx))
+    ret = timer_open(ctx, &ctx->wake.nap_fd); /* objects.h */
   if (!ret)
-    *fd_p = ctx->epfd;
+    *fd_p = ctx->wake.epfd;
   XPORT__UNLOCK(ctx);
   return ret;
 }
@@ -1137,9 +1137,9 @@ static int may_sleep(struct xport__lane *lane)
 static void sig_clear(xport_ctx_t *ctx)
 {
   uint64_t v;
-  if (ctx->sig_set && !ctx->done && !ctx->evq) {
-    ctx->sig_set = 0;
-    if (read(ctx->sig_fd, &v, sizeof v) < 0)
+  if (ctx->wake.sig_set && !ctx->done && !ctx->evq) {
+    ctx->wake.sig_set = 0;
+    if (read(ctx->wake.sig_fd, &v, sizeof v) < 0)
       XPORT__DEBUG("progress signal: %s", strerror(errno));
   }
 }
@@ -1147,7 +1147,7 @@ static void sig_clear(xport_ctx_t *ctx)
 /* Called with the lock held: 1 if xport_poll has something to return. */
 static int work_queued(xport_ctx_t *ctx)
 {
-  if (XPORT__UNLIKELY(ctx->sig_set))
+  if (XPORT__UNLIKELY(ctx->wake.sig_set))
     sig_clear(ctx);
   return ctx->done || ctx->evq;
 }
@@ -1163,7 +1163,7 @@ static int wait_check(xport_ctx_t *ctx, int drain)
     xport__held_retry(ctx);
   for (unsigned l = 0; l < ctx->nlanes && !ctx->done && !ctx->evq; l++)
     ctx->lanes[l]->tp->progress(ctx->lanes[l]);
-  if (ctx->dl_min_ms)
+  if (ctx->dl.min_ms)
     deadlines_run(ctx);
   int ready = work_queued(ctx);
   XPORT__UNLOCK(ctx);
@@ -1211,7 +1211,7 @@ static int wait_any(xport_ctx_t *ctx, int timeout_ms)
 {
   if (steps_only(ctx)) {
     ticks_clear(ctx);
-    if (ctx->dl_min_ms) {
+    if (ctx->dl.min_ms) {
       XPORT__LOCK(ctx);
       deadline_tick_clear(ctx);
       XPORT__UNLOCK(ctx);
@@ -1233,7 +1233,7 @@ static int wait_any(xport_ctx_t *ctx, int timeout_ms)
    * epfd, for whatever it queues. */
   XPORT__LOCK(ctx);
   nap_clear(ctx);
-  if (ctx->dl_min_ms)
+  if (ctx->dl.min_ms)
     deadline_tick_clear(ctx);
   for (unsigned l = 0; l < ctx->nlanes; l++)
     if (ctx->lanes[l]->ka_owed)
@@ -1242,8 +1242,8 @@ static int wait_any(xport_ctx_t *ctx, int timeout_ms)
     xport__held_retry(ctx);
   /* Held posts wake nothing when they fit again: look often. Deadlines
    * are looked at a few times within the shortest. */
-  if (ctx->dl_min_ms && (cap < 0 || cap > ctx->dl_min_ms / 4))
-    cap = ctx->dl_min_ms / 4 > 0 ? (int)(ctx->dl_min_ms / 4) : 1;
+  if (ctx->dl.min_ms && (cap < 0 || cap > ctx->dl.min_ms / 4))
+    cap = ctx->dl.min_ms / 4 > 0 ? (int)(ctx->dl.min_ms / 4) : 1;
   if (ctx->holding)
     cap = 1;
   int ready = work_queued(ctx);
@@ -1287,10 +1287,10 @@ static int wait_any(xport_ctx_t *ctx, int timeout_ms)
   if (timeout_ms == 0)
     return -XPORT_ETIMEDOUT;
   int t = timeout_ms < 0 ? cap : cap < 0 ? timeout_ms : timeout_ms < cap ? timeout_ms : cap;
-  int r = epoll_wait(ctx->epfd, &ev, 1, t);
+  int r = epoll_wait(ctx->wake.epfd, &ev, 1, t);
   if (r < 0 && errno != EINTR)
     return -XPORT_EIO;
-  if (r == 0 && (watches || ctx->dl_min_ms) && wait_check(ctx, 0))
+  if (r == 0 && (watches || ctx->dl.min_ms) && wait_check(ctx, 0))
     return 0;
   return r != 0 ? 0 : (t == timeout_ms ? -XPORT_ETIMEDOUT : 0);
 }
@@ -1367,10 +1367,10 @@ static void *progress_main(void *arg)
       if (watching(lane) && xport__now_ms() - lane->last_check >= ctx->peer_check_ms / 4)
         lane->tp->progress(lane);
     }
-    if (ctx->sig_fd >= 0 && !ctx->sig_set && (ctx->done || ctx->evq)) {
+    if (ctx->wake.sig_fd >= 0 && !ctx->wake.sig_set && (ctx->done || ctx->evq)) {
       uint64_t one = 1;
-      ctx->sig_set = 1;
-      if (write(ctx->sig_fd, &one, sizeof one) < 0)
+      ctx->wake.sig_set = 1;
+      if (write(ctx->wake.sig_fd, &one, sizeof one) < 0)
         XPORT__DEBUG("progress signal: %s", strerror(errno));
     }
     int sleep_ok = fd >= 0 && progress_may_sleep(ctx);
@@ -1423,14 +1423,14 @@ int xport__progress_start(xport_ctx_t *ctx)
 {
   pthread_mutexattr_t a;
   ctx->progress_stop = 0;
-  if (ctx->epfd >= 0) {
+  if (ctx->wake.epfd >= 0) {
     struct epoll_event ev = {.events = EPOLLIN};
-    ctx->sig_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (ctx->sig_fd < 0)
+    ctx->wake.sig_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (ctx->wake.sig_fd < 0)
       return -XPORT_ENOMEM;
-    if (epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, ctx->sig_fd, &ev)) {
-      close(ctx->sig_fd);
-      ctx->sig_fd = -1;
+    if (epoll_ctl(ctx->wake.epfd, EPOLL_CTL_ADD, ctx->wake.sig_fd, &ev)) {
+      close(ctx->wake.sig_fd);
+      ctx->wake.sig_fd = -1;
       return -XPORT_ENOMEM;
     }
   }

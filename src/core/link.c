@@ -50,7 +50,7 @@ xport_conn_t *xport__conn_new(struct xport__lane *lane)
   conn->ops = lane->tp->data;
   conn->proc.pidfd = -1;
   if (!lane->prof || !lane->prof->hung_keeps_buffers)
-    conn->dl.ms = lane->ctx->op_timeout_ms;
+    conn->dl.ms = lane->ctx->dl.op_ms;
   conn->state = XPORT__CONN_CONNECTING;
   return conn;
 }

@@ -136,7 +136,7 @@ struct xport__req {
   struct fid_mr *tmp[XPORT__IOV_MAX];
   xport_iov_t uiov[XPORT__IOV_MAX];
   struct xport__peer *peer;       /* control sends that hold a peer (refusals) */
-  uint64_t posted_seq;            /* RMA under a deadline: its place among them (ctx->rma_seq) */
+  uint64_t posted_seq;            /* RMA under a deadline: its place among them (ctx->dl.rma_seq) */
   int pair_status;                /* an emulated write_imm's (pair) */
   /* Atomics: the operand, the compare value and the fetched value where
    * the provider needs no registered buffers (else in the bounce slot, in
@@ -448,9 +448,9 @@ struct xport__lane {
   void *sink;
   size_t sink_len;
   int cq_fd, eq_fd;   /* the CQ's and EQ's wait fds, or -1 */
-  /* 1: the provider gives it no wait object in ctx->epfd (shm), and
+  /* 1: the provider gives it no wait object in ctx->wake.epfd (shm), and
    * waits go in steps; 2: the application turned wait objects off
-   * (XPORT_WAIT_FD=0). tick_fd: with 1, a timer in ctx->epfd that makes
+   * (XPORT_WAIT_FD=0). tick_fd: with 1, a timer in ctx->wake.epfd that makes
    * the context's descriptor readable every millisecond, once the
    * application asked for it (xport_ctx_fd), or -1. */
   int no_wait;
@@ -499,22 +499,19 @@ struct xport_ctx {
   void (*wimm_write_done)(xport_ctx_t *ctx, struct xport__req *p, int status);
   void (*wimm_retry)(xport_ctx_t *ctx, int fail);
   long peer_check_ms; /* XPORT_PEER_TIMEOUT: a dead peer is noticed within it */
-  long op_timeout_ms;  /* XPORT_OP_TIMEOUT: every new connection's deadline */
-  /* The shortest deadline set yet (xport_conn_timeout), 0 for none:
+  /* Deadlines (xport_conn_timeout(3)): op_ms, every new connection's
+   * (XPORT_OP_TIMEOUT); min_ms, the shortest set yet, 0 for none:
    * housekeeping looks at them, and waits wake to, within a quarter of
-   * it; dl_checked: when it last did; dl_tick_fd: the timer in epfd that
-   * wakes a sleeper on xport_ctx_fd for it, or -1. */
-  long dl_min_ms, dl_checked;
-  int dl_tick_fd;
-  /* A one-shot timer in epfd, made by xport_ctx_fd: xport_wait arms it
-   * for the next look it wants (a peer check, a provider that keeps work
-   * of its own), which a sleeper on the descriptor would otherwise miss;
-   * -1 until then. */
-  int nap_fd;
-  uint64_t rma_seq;    /* the last one's posted_seq */
+   * it; checked, when it last did; tick_fd, the timer in wake.epfd that
+   * wakes a sleeper on xport_ctx_fd for them, or -1; rma_seq, the last
+   * operation's posted_seq. */
+  struct {
+    long op_ms, min_ms, checked;
+    int tick_fd;
+    uint64_t rma_seq;
+  } dl;
   size_t eager_size;  /* copy through bounce buffers up to this size */
 
-  int epfd;           /* joins the lanes' CQ and EQ wait fds; -1 without */
   int nhooked;        /* listeners that accept in the background (admit set) */
   int accept_due;     /* a request reached such a listener */
   int in_auto;        /* xport__auto_accept is running: no recursion */
@@ -544,13 +541,21 @@ struct xport_ctx {
    * xport around closing endpoints, which providers do not allow while
    * another thread progresses them. Never taken on the data path. */
   pthread_mutex_t progress_lock;
-  /* With the progress thread and a wait fd: an eventfd in epfd that the
-   * thread makes readable when it queues work on the done list or evq,
-   * which a waiter may otherwise never see (the thread took the CQ entry
-   * that would have woken it). sig_set: written and not yet read. Both
-   * under progress_lock. */
-  int sig_fd;
-  int sig_set;
+  /* What wakes a sleeper on xport_ctx_fd or in xport_wait, -1 where
+   * not made:
+   * - epfd joins the lanes' CQ and EQ wait fds and the timers below;
+   * - nap_fd, a one-shot timer made by xport_ctx_fd: xport_wait arms it
+   *   for the next look it wants (a peer check, a provider that keeps
+   *   work of its own), which a sleeper on the descriptor would otherwise
+   *   miss;
+   * - sig_fd, with the progress thread: an eventfd that the thread makes
+   *   readable when it queues work on the done list or evq, which a
+   *   waiter may otherwise never see (the thread took the CQ entry that
+   *   would have woken it); sig_set: written and not yet read. Both
+   *   under progress_lock. */
+  struct {
+    int epfd, nap_fd, sig_fd, sig_set;
+  } wake;
 
   struct xport__detail *shown; /* details delivered by the last xport_poll */
   /* XPORT_FAULT (src/core/fault.c): its rules and what it holds, for
