@@ -180,12 +180,30 @@ XPORT_API int xport_accept(xport_listener_t *lst, int timeout_ms,
                            xport_conn_t **conn_p);
 XPORT_API int xport_connect(xport_ctx_t *ctx, const char *addr, int timeout_ms,
                             xport_conn_t **conn_p);
+/* Up to XPORT_CONN_DATA_MAX bytes of the caller's ride the connection
+ * request, as rdma_cm's private data; the accepting side reads them with
+ * xport_conn_peer before it receives anything. */
+#define XPORT_CONN_DATA_MAX 56
+XPORT_API int xport_connect_data(xport_ctx_t *ctx, const char *addr, const void *data,
+                                 size_t len, int timeout_ms, xport_conn_t **conn_p);
 /* Outstanding operations complete with -XPORT_ECANCELED; the handle stays
  * valid until the last of its completions has been polled. */
 XPORT_API int xport_conn_close(xport_conn_t *conn);
 /* The capabilities of the transport conn runs on (caps.provider names it:
  * "shm" for a peer on this node where XPORT_SHM let the context open shm). */
 XPORT_API int xport_conn_query(const xport_conn_t *conn, xport_caps_t *caps_p);
+/* Who is at the other end of a connection (xport_conn_peer(3)). */
+typedef struct xport_peer {
+  /* Where the peer is, as this side's transport sees it: "host:port" (an
+   * IPv6 host in brackets) over a network fabric, "local:PID" for a
+   * process of this node over shared memory; "" where unknown. */
+  char addr[128];
+  /* What the peer sent with its connection request (xport_connect_data):
+   * on the accepting side only, else 0 bytes. */
+  size_t data_len;
+  unsigned char data[XPORT_CONN_DATA_MAX];
+} xport_peer_t;
+XPORT_API int xport_conn_peer(const xport_conn_t *conn, xport_peer_t *peer_p);
 /* A deadline for conn's operations: outstanding sends, writes, reads and
  * atomics of which none ends for timeout_ms lose the connection, and fail
  * with XPORT_ETIMEDOUT. 0: none (XPORT_OP_TIMEOUT sets the default). */

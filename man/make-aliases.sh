@@ -25,6 +25,7 @@ xport_atomic_add.3 xport_fetch_add.3
 xport_cswap.3 xport_fetch_add.3
 xport_send_flags.3 xport_send.3
 xport_conn_query.3 xport_ctx_query.3
+xport_connect_data.3 xport_connect.3
 xport_ctx_destroy.3 xport_ctx_create.3
 xport_job.3 xport_job_init.3
 xport_job_rank.3 xport_job_init.3

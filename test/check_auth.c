@@ -59,6 +59,23 @@ static void exchange(xport_ctx_t *ctx, xport_conn_t *conn, unsigned mine, unsign
            "receive: %s, %zu bytes, not the peer's", xport_strerror(c.status), c.len);
 }
 
+/* The honest client names itself with this much data, which only a
+ * listener that proved the key gets (and, on shm and rxm, the proofs
+ * cover). */
+#define HONEST_DATA 20
+
+/* The honest client's data, as the server sees it. */
+static void check_honest_data(xport_conn_t *conn)
+{
+  xport_peer_t peer;
+  unsigned char want[HONEST_DATA];
+  xt_fill(want, sizeof want, 9);
+  XT_OK(xport_conn_peer(conn, &peer));
+  XT_CHECK(peer.data_len == HONEST_DATA && !memcmp(peer.data, want, sizeof want),
+           "the honest client's data: %zu bytes, %s", peer.data_len,
+           peer.data_len == HONEST_DATA ? "not those it sent" : "expected 20");
+}
+
 /* ---- the server: refusals, then an honest client ------------------------- */
 
 /* What the client tells the server through the steps pipe. */
@@ -91,6 +108,7 @@ static void auth_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
     char step = xt_step_get(p->st.c2s[0], 0);
     XT_CHECK(rc || step == STEP_HONEST, "accepted a refused client (step %c)", step);
     if (rc == 0) {
+      check_honest_data(conn);
       exchange(ctx, conn, 2, 1);
       XT_OK(xport_conn_close(conn));
       break;
@@ -106,6 +124,7 @@ static void auth_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
     }
     XT_CHECK(step == STEP_HONEST, "step %c", step);
     XT_OK(xport_accept(lst, T_MS, &conn));
+    check_honest_data(conn);
     exchange(ctx, conn, 2, 1);
     XT_OK(xport_conn_close(conn));
     break;
@@ -172,8 +191,10 @@ static void honest(struct plan *p, const char *addr, const char *key)
 {
   xport_ctx_t *ctx = ctx_keyed(key);
   xport_conn_t *conn;
+  unsigned char data[HONEST_DATA];
+  xt_fill(data, sizeof data, 9);
   xt_step_put(p->st.c2s[1], STEP_HONEST);
-  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  XT_OK(xport_connect_data(ctx, addr, data, sizeof data, T_MS, &conn));
   exchange(ctx, conn, 1, 2);
   XT_OK(xport_conn_close(conn));
   xport_ctx_destroy(ctx);

@@ -226,9 +226,9 @@ static int f_open(struct xport__lane *lane)
 }
 
 static int f_connect(struct xport__lane *lane, const char *host, const char *port,
-                     long deadline, xport_conn_t **conn_p)
+                     const struct xport__conn_data *data, long deadline, xport_conn_t **conn_p)
 {
-  (void)host, (void)port, (void)deadline;
+  (void)host, (void)port, (void)data, (void)deadline;
   xport_conn_t *conn = xport__conn_new(lane);
   if (!conn)
     return -XPORT_ENOMEM;

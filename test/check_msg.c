@@ -1102,6 +1102,132 @@ START_TEST(two_connections_one_listener)
 }
 END_TEST
 
+/* ---- who is at the other end (xport_connect_data, xport_conn_peer) ---- */
+
+/* What the server tells the client of each connection it accepted: what
+ * xport_conn_peer said there, and the client's first message. */
+struct peer_report {
+  char addr[128];
+  uint32_t data_len;
+  unsigned char data[XPORT_CONN_DATA_MAX];
+  char first[32];
+  uint32_t first_len;
+};
+#define PEER_CONNS 3
+
+/* Accepts PEER_CONNS connections one at a time; for each, receives the
+ * client's first message (sent right after its connect: the data must not
+ * have taken its receive) and reports. */
+static void peer_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  (void)arg;
+  xport_completion_t c;
+  for (int i = 0; i < PEER_CONNS; i++) {
+    xport_conn_t *conn;
+    xport_peer_t p;
+    static struct peer_report r;
+    memset(&r, 0, sizeof r);
+    XT_OK(xport_accept(lst, T_MS, &conn));
+    XT_OK(xport_conn_peer(conn, &p));
+    XT_CHECK(p.data_len <= XPORT_CONN_DATA_MAX, "data_len %zu", p.data_len);
+    memcpy(r.addr, p.addr, sizeof r.addr);
+    r.data_len = (uint32_t)p.data_len;
+    memcpy(r.data, p.data, p.data_len);
+    XT_OK(xport_recv(conn, r.first, sizeof r.first, NULL, NULL));
+    expect_comp(ctx, &c, XPORT_OP_RECV, 0);
+    r.first_len = (uint32_t)c.len;
+    XT_OK(xport_send(conn, &r, sizeof r, NULL, NULL));
+    sends_then_gone(ctx, 1, 1);
+    XT_OK(xport_conn_close(conn));
+  }
+}
+
+/* An address as struct xport_peer's addr describes it. */
+static void check_peer_addr(xport_conn_t *conn, const char *addr, pid_t local_pid)
+{
+  xport_caps_t caps;
+  XT_OK(xport_conn_query(conn, &caps));
+  if (!strcmp(caps.provider, "shm") || !strcmp(caps.provider, "xshm")) {
+    char want[32];
+    snprintf(want, sizeof want, "local:%d", (int)local_pid);
+    XT_CHECK(!strcmp(addr, want), "peer over %s is '%s', expected '%s'", caps.provider, addr,
+             want);
+    return;
+  }
+  const char *colon = strrchr(addr, ':');
+  XT_CHECK(colon && colon > addr && strspn(colon + 1, "0123456789") == strlen(colon + 1) &&
+               atoi(colon + 1) > 0 && atoi(colon + 1) < 65536,
+           "peer over %s is '%s', not host:port", caps.provider, addr);
+}
+
+START_TEST(peer_identity)
+{
+  char addr[128];
+  pid_t pid = xt_spawn_server(peer_server, NULL, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  xport_completion_t c;
+  unsigned char data[XPORT_CONN_DATA_MAX];
+  xt_fill(data, sizeof data, 77);
+  const size_t lens[PEER_CONNS] = {XPORT_CONN_DATA_MAX, 1, 0};
+  for (int i = 0; i < PEER_CONNS; i++) {
+    xport_conn_t *conn;
+    if (lens[i])
+      XT_OK(xport_connect_data(ctx, addr, data, lens[i], T_MS, &conn));
+    else
+      XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+    static struct peer_report r;
+    XT_OK(xport_recv(conn, &r, sizeof r, NULL, NULL));
+    char first[32];
+    int flen = snprintf(first, sizeof first, "first message %d", i);
+    XT_OK(xport_send(conn, first, (size_t)flen, NULL, NULL));
+    for (int got = 0; got < 2;) {
+      XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "connection %d: timeout", i);
+      XT_CHECK(c.status == 0, "connection %d: %s", i, xport_strerror(c.status));
+      got++;
+    }
+    XT_CHECK(r.first_len == (uint32_t)flen && !memcmp(r.first, first, (size_t)flen),
+             "connection %d: the first message arrived as '%.*s' (%u bytes)", i,
+             (int)r.first_len, r.first, r.first_len);
+    XT_CHECK(r.data_len == lens[i], "connection %d: %zu bytes of data sent, %u seen", i,
+             lens[i], r.data_len);
+    XT_CHECK(!memcmp(r.data, data, lens[i]), "connection %d: the data differs", i);
+    r.addr[sizeof r.addr - 1] = '\0';
+    check_peer_addr(conn, r.addr, getpid());
+    /* This side: the listener's address, and no data of the peer's. */
+    xport_peer_t p;
+    memset(&p, 0xa5, sizeof p);
+    XT_OK(xport_conn_peer(conn, &p));
+    XT_CHECK(p.data_len == 0, "the connecting side has %zu bytes of its peer's data",
+             p.data_len);
+    check_peer_addr(conn, p.addr, pid);
+    XT_OK(xport_conn_close(conn));
+  }
+  xport_ctx_destroy(ctx);
+  XT_CHECK(xt_reap(pid) == 0, "server failed");
+}
+END_TEST
+
+START_TEST(peer_identity_bad_arguments)
+{
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn = (xport_conn_t *)0x1;
+  unsigned char data[XPORT_CONN_DATA_MAX + 1] = {0};
+  char addr[64];
+  snprintf(addr, sizeof addr, "%s:1", xt_host());
+  XT_CHECK(xport_connect_data(ctx, addr, data, sizeof data, 100, &conn) == -XPORT_EINVAL,
+           "more than XPORT_CONN_DATA_MAX bytes accepted");
+  XT_CHECK(xport_connect_data(ctx, addr, NULL, 4, 100, &conn) == -XPORT_EINVAL,
+           "NULL data of 4 bytes accepted");
+  XT_CHECK(xport_connect_data(NULL, addr, data, 4, 100, &conn) == -XPORT_EINVAL, "NULL ctx");
+  XT_CHECK(xport_connect_data(ctx, NULL, data, 4, 100, &conn) == -XPORT_EINVAL, "NULL addr");
+  XT_CHECK(xport_connect_data(ctx, addr, data, 4, 100, NULL) == -XPORT_EINVAL, "NULL conn_p");
+  XT_CHECK(conn == (xport_conn_t *)0x1, "output written on failure");
+  xport_peer_t p;
+  XT_CHECK(xport_conn_peer(NULL, &p) == -XPORT_EINVAL, "xport_conn_peer(NULL)");
+  xport_ctx_destroy(ctx);
+}
+END_TEST
+
 static int idle_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
 {
   (void)arg;
@@ -2217,6 +2343,7 @@ static Suite *make_suite(void)
   tcase_add_test(core, immediate_data);
   tcase_add_test(core, truncation);
   tcase_add_test(core, two_connections_one_listener);
+  tcase_add_test(core, peer_identity);
   tcase_add_test(core, listen_addresses);
   tcase_add_test(core, ipv6_loopback);
   tcase_add_test(core, many_connections_one_listener);
@@ -2252,6 +2379,7 @@ static Suite *make_suite(void)
   tcase_set_timeout(err, 60);
   tcase_add_test(err, bad_addresses);
   tcase_add_test(err, null_and_range_arguments);
+  tcase_add_test(err, peer_identity_bad_arguments);
   tcase_add_test(err, bad_posts);
   suite_add_tcase(s, err);
   return s;

@@ -65,13 +65,13 @@ static int xport_listener_close__locked(xport_listener_t *lst)
   return 0;
 }
 
-static int connect_on(struct xport__lane *lane, const char *addr, int timeout_ms,
-                      xport_conn_t **conn_p)
+static int connect_on(struct xport__lane *lane, const char *addr,
+                      const struct xport__conn_data *data, int timeout_ms, xport_conn_t **conn_p)
 {
   char host[256], port[8];
   long deadline = timeout_ms < 0 ? -1 : xport__now_ms() + timeout_ms;
   int ret = xport__addr_split(addr, host, sizeof host, port, sizeof port);
-  return ret ? ret : lane->tp->connect(lane, host, port, deadline, conn_p);
+  return ret ? ret : lane->tp->connect(lane, host, port, data, deadline, conn_p);
 }
 
 static int xport_accept__locked(xport_listener_t *lst, int timeout_ms, xport_conn_t **conn_p)
@@ -189,11 +189,12 @@ XPORT_API int xport_listener_close(xport_listener_t *lst)
   return ret;
 }
 
-static int connect_locked(struct xport__lane *lane, const char *addr, int timeout_ms,
+static int connect_locked(struct xport__lane *lane, const char *addr,
+                          const struct xport__conn_data *data, int timeout_ms,
                           xport_conn_t **conn_p)
 {
   XPORT__LOCK(lane->ctx);
-  int ret = connect_on(lane, addr, timeout_ms, conn_p);
+  int ret = connect_on(lane, addr, data, timeout_ms, conn_p);
   XPORT__UNLOCK(lane->ctx);
   return ret;
 }
@@ -201,8 +202,22 @@ static int connect_locked(struct xport__lane *lane, const char *addr, int timeou
 XPORT_API int xport_connect(xport_ctx_t *ctx, const char *addr, int timeout_ms,
                             xport_conn_t **conn_p)
 {
-  if (!ctx || !addr || !conn_p)
+  return xport_connect_data(ctx, addr, NULL, 0, timeout_ms, conn_p);
+}
+
+XPORT_API int xport_connect_data(xport_ctx_t *ctx, const char *addr, const void *data,
+                                 size_t len, int timeout_ms, xport_conn_t **conn_p)
+{
+  if (!ctx || !addr || !conn_p || (len && !data))
     return -XPORT_EINVAL;
+  if (len > XPORT_CONN_DATA_MAX) {
+    XPORT__INFO("xport_connect_data: %zu bytes of data; a request carries at most %d", len,
+                XPORT_CONN_DATA_MAX);
+    return -XPORT_EINVAL;
+  }
+  struct xport__conn_data d = {.len = len};
+  if (len)
+    memcpy(d.bytes, data, len);
   if (ctx->nlanes > 1 && ctx->lanes[1]->tp->here && ctx->lanes[1]->tp->here(ctx->lanes[1], addr)) {
     /* A listener of this node answers over shm. One that is not here
      * (no live name, a host of another node) or that says "not this way"
@@ -211,7 +226,7 @@ XPORT_API int xport_connect(xport_ctx_t *ctx, const char *addr, int timeout_ms,
      * leaves the peer to the fabric. Its other answers are the
      * listener's: a full backlog refuses over either. */
     long t0 = xport__now_ms();
-    int ret = connect_locked(ctx->lanes[1], addr, timeout_ms, conn_p);
+    int ret = connect_locked(ctx->lanes[1], addr, &d, timeout_ms, conn_p);
     if (ret != -XPORT_EADDRNOTAVAIL && ret != -XPORT_EPROTO)
       return ret;
     if (timeout_ms >= 0) {
@@ -219,7 +234,7 @@ XPORT_API int xport_connect(xport_ctx_t *ctx, const char *addr, int timeout_ms,
       timeout_ms = left > 0 ? (int)left : 0;
     }
   }
-  return connect_locked(ctx->lanes[0], addr, timeout_ms, conn_p);
+  return connect_locked(ctx->lanes[0], addr, &d, timeout_ms, conn_p);
 }
 
 static int accept_one(xport_listener_t *lst, int timeout_ms, xport_conn_t **conn_p)
@@ -262,6 +277,28 @@ XPORT_API int xport_conn_query(const xport_conn_t *conn, xport_caps_t *caps_p)
     return -XPORT_EINVAL;
   *caps_p = conn->lane->caps;
   return 0;
+}
+
+XPORT_API int xport_conn_peer(const xport_conn_t *conn, xport_peer_t *peer_p)
+{
+  if (!conn || !peer_p)
+    return -XPORT_EINVAL;
+  xport_ctx_t *ctx = conn->ctx;
+  XPORT__LOCK(ctx);
+  int ret = 0;
+  if (conn->state == XPORT__CONN_CLOSED) {
+    ret = -XPORT_EINVAL;
+  } else {
+    xport_peer_t p;
+    memset(&p, 0, sizeof p);
+    if (conn->lane->tp->peer_addr)
+      conn->lane->tp->peer_addr(conn, p.addr, sizeof p.addr);
+    p.data_len = conn->shake.data.len;
+    memcpy(p.data, conn->shake.data.bytes, p.data_len);
+    *peer_p = p;
+  }
+  XPORT__UNLOCK(ctx);
+  return ret;
 }
 
 XPORT_API int xport_conn_timeout(xport_conn_t *conn, int timeout_ms)

@@ -280,9 +280,22 @@ struct xport__fault_conn {
 
 /* A listener's handshake under way (lst->shaking, until accept returns
  * the connection), and its deadline. */
+/* Bytes of the user's that ride a connection request (xport_connect_data). */
+struct xport__conn_data {
+  size_t len;
+  uint8_t bytes[XPORT_CONN_DATA_MAX];
+};
+
 struct xport__shake {
   struct xport_conn *next;
   long deadline;
+  /* The connecting side: what its request carries, until the connect
+   * ends (then none). The accepting side: what the peer's carried, once
+   * the handshake has it (xport_conn_peer). */
+  struct xport__conn_data data;
+  /* The accepting side: the peer's data is announced and not yet in
+   * (MSG: it comes in a message of xport's after the connection). */
+  int data_due;
 };
 
 /* Its place on lane->draining: closed, while the provider still owns
@@ -345,6 +358,7 @@ struct xport__connreq {
   struct fi_info *info;          /* MSG */
   uint64_t peer_ctx_id;
   int want_svc;                  /* MSG: the client would make a service channel */
+  int want_data;                 /* MSG: its data follows the connection (HELLO_DATA) */
   uint32_t peer_pid;             /* MSG: the client's process, on this node; else 0 */
   struct xport__ctl *ctl;        /* RDM: the request as received */
 };

@@ -276,6 +276,7 @@ static void on_connreq(xport_listener_t *lst, struct fi_info *info,
   cr->info = info;
   cr->peer_ctx_id = h.ctx_id;
   cr->want_svc = !!(h.flags & HELLO_WANT_SVC);
+  cr->want_data = !!(h.flags & HELLO_DATA);
   cr->peer_pid = hello_local_pid(&h);
   cr->next = NULL;
   xport__connreq_push(lst, cr);
@@ -448,22 +449,6 @@ static int wait_eq(struct xport__lane *lane, int timeout_ms)
   return 0;
 }
 
-static void format_sockaddr(const struct sockaddr *sa, char *buf, size_t len)
-{
-  char ip[INET6_ADDRSTRLEN] = "?";
-  if (sa->sa_family == AF_INET) {
-    const struct sockaddr_in *s = (const struct sockaddr_in *)sa;
-    inet_ntop(AF_INET, &s->sin_addr, ip, sizeof ip);
-    snprintf(buf, len, "%s:%u", ip, ntohs(s->sin_port));
-  } else if (sa->sa_family == AF_INET6) {
-    const struct sockaddr_in6 *s = (const struct sockaddr_in6 *)sa;
-    inet_ntop(AF_INET6, &s->sin6_addr, ip, sizeof ip);
-    snprintf(buf, len, "[%s]:%u", ip, ntohs(s->sin6_port));
-  } else {
-    snprintf(buf, len, "?");
-  }
-}
-
 static int ep_open(xport_conn_t *conn, struct fi_info *info)
 {
   struct xport__lane *lane = conn->lane;
@@ -570,6 +555,13 @@ static int handshake_start(xport_listener_t *lst)
     if (msg_auth_post_recv(conn, NULL))
       ret = -FI_ENOMEM;
   }
+  if (!ret && cr->want_data) {
+    /* Its data may come right behind the handshake: a receive of xport's
+     * takes it, whichever of the handshake's it lands in (msg_auth.c). */
+    conn->shake.data_due = 1;
+    if (msg_auth_post_recv(conn, NULL))
+      ret = -FI_ENOMEM;
+  }
   if (!ret)
     ret = fi_accept(conn->ep, &h, hello_len(conn->ep));
   if (ret)
@@ -597,8 +589,9 @@ static xport_conn_t *handshake_done(xport_listener_t *lst)
   for (xport_conn_t **pp = &lst->shaking; *pp;) {
     xport_conn_t *c = *pp;
     /* Under a key, only once the client proved it: nothing of its reaches
-     * the application before. */
-    int proven = mconn(c)->auth_state == AS_NONE || mconn(c)->auth_state == AS_DONE;
+     * the application before. With its data, once that came. */
+    int proven = (mconn(c)->auth_state == AS_NONE || mconn(c)->auth_state == AS_DONE) &&
+                 !c->shake.data_due;
     int up = c->state == XPORT__CONN_CONNECTED &&
              (!mconn(c)->svc_cookie || mconn(c)->svc_state == 2) && proven;
     int lost =
@@ -683,7 +676,7 @@ static int msg_listen(xport_listener_t *lst, const char *addr, const char *host,
   } name;
   size_t nlen = sizeof name;
   if (fi_getname(&lst->pep->fid, &name, &nlen) == 0)
-    format_sockaddr(&name.sa, lst->addr, sizeof lst->addr);
+    xport__format_sockaddr(&name, nlen, lst->addr, sizeof lst->addr);
   else
     xport__strlcpy(lst->addr, addr, sizeof lst->addr);
   return 0;
@@ -719,12 +712,13 @@ static void msg_listener_close(xport_listener_t *lst)
   xport__close_fid(lane->ctx, &lst->pep->fid);
 }
 
-static int msg_connect(struct xport__lane *lane, const char *host, const char *port, long deadline,
-                       xport_conn_t **conn_p)
+static int msg_connect(struct xport__lane *lane, const char *host, const char *port,
+                       const struct xport__conn_data *data, long deadline, xport_conn_t **conn_p)
 {
   struct xport__hello h = {.magic = HELLO_MAGIC, .version = HELLO_VERSION, .ctx_id = lane->ctx->id,
                            .flags = (lane->atom_emulated ? HELLO_WANT_SVC : 0) |
-                                    (lane->ctx->auth_on ? HELLO_AUTH : 0)};
+                                    (lane->ctx->auth_on ? HELLO_AUTH : 0) |
+                                    (data->len ? HELLO_DATA : 0)};
   hello_whence(&h);
   struct fi_info *info = NULL;
   int ret = xport__resolve(lane, host, port, 0, &info);
@@ -755,6 +749,10 @@ static int msg_connect(struct xport__lane *lane, const char *host, const char *p
    * service channel and before anything of the user's. */
   if (!ret && lane->ctx->auth_on && !(ret = msg_auth_send(conn, AUTH_HELLO, mconn(conn)->auth, NULL)))
     ret = msg_wait_auth(conn, deadline);
+  /* Then its data, before anything of the user's: the listener hands the
+   * connection out once it came. */
+  if (!ret && data->len)
+    ret = msg_data_send(conn, data);
   /* The server asked for the service channel (emulated atomics): made
    * now, on the same listener, before the connection is the user's. */
   if (!ret && mconn(conn)->svc_cookie && lane->atom_emulated) {
@@ -791,6 +789,18 @@ static int msg_connect(struct xport__lane *lane, const char *host, const char *p
   return 0;
 }
 
+/* 1 if a handshake of lst waits for a message of xport's (the proofs
+ * under a key, a client's data), which come through the CQ. */
+static int shaking_on_cq(const xport_listener_t *lst)
+{
+  if (lst->shaking && lst->lane->ctx->auth_on)
+    return 1;
+  for (const xport_conn_t *c = lst->shaking; c; c = c->shake.next)
+    if (c->shake.data_due)
+      return 1;
+  return 0;
+}
+
 /* Handshakes run side by side, so that a peer that never finishes its
  * own (a service channel it never makes) holds up no other: each has
  * HANDSHAKE_MS (SVC_WAIT_MS once connected without its channel), whatever
@@ -801,8 +811,9 @@ static int msg_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
 {
   struct xport__lane *lane = lst->lane;
   for (;;) {
-    if (lane->ctx->auth_on && lst->shaking)
-      xport__cq_drain(lane); /* the handshakes' messages under a key */
+    int on_cq = shaking_on_cq(lst);
+    if (on_cq)
+      xport__cq_drain(lane); /* the handshakes' messages */
     msg_progress(lane);
     xport_conn_t *conn = handshake_done(lst);
     if (conn) {
@@ -827,7 +838,7 @@ static int msg_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
       return -XPORT_ETIMEDOUT;
     /* The EQ's wait does not wake for the CQ, where handshakes under a key
      * go on: those are looked at every millisecond. */
-    long most = lane->ctx->auth_on && lst->shaking ? 1 : 100;
+    long most = on_cq ? 1 : 100;
     wait_eq(lane, (int)(left < most ? left : most));
   }
 }
@@ -943,6 +954,20 @@ static const struct xport__data_ops msg_data = {
     .atomic = msg_atomic_op,
 };
 
+/* Its peer's address as the provider names it (fi_getpeer). */
+static void msg_peer_addr(const xport_conn_t *conn, char *buf, size_t len)
+{
+  union {
+    struct sockaddr_in6 s6;
+    char raw[128];
+  } sa;
+  size_t n = sizeof sa;
+  buf[0] = '\0';
+  if (conn->ep && fi_getpeer(conn->ep, &sa, &n) == 0 && n <= sizeof sa &&
+      xport__format_sockaddr(&sa, n, buf, len))
+    buf[0] = '\0';
+}
+
 const struct xport__transport xport__transport_msg = {
     .name = "msg",
     .ep_type = FI_EP_MSG,
@@ -952,6 +977,7 @@ const struct xport__transport xport__transport_msg = {
     .listener_close = msg_listener_close,
     .connect = msg_connect,
     .accept = msg_accept,
+    .peer_addr = msg_peer_addr,
     .close_conn = msg_close_conn,
     .drop = msg_drop,
     .progress = msg_progress,

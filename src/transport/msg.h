@@ -78,6 +78,7 @@ int msg_atomic(xport_conn_t *conn, struct xport__req *req, unsigned kind, uint64
 /* msg_auth.c: */
 int msg_auth_post_recv(xport_conn_t *conn, struct xport__req *req);
 int msg_auth_send(xport_conn_t *conn, unsigned kind, const uint8_t *nonce, const uint8_t *mac);
+int msg_data_send(xport_conn_t *conn, const struct xport__conn_data *data);
 void msg_auth_end_reqs(xport_conn_t *conn);
 int msg_wait_auth(xport_conn_t *conn, long deadline);
 

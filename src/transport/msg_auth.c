@@ -61,7 +61,10 @@ int msg_auth_post_recv(xport_conn_t *conn, struct xport__req *req)
   return 0;
 }
 
-int msg_auth_send(xport_conn_t *conn, unsigned kind, const uint8_t *nonce, const uint8_t *mac)
+/* Sends a message of kind: a nonce and a proof (the handshake under a
+ * key), or data (AUTH_DATA). */
+static int auth_send_msg(xport_conn_t *conn, unsigned kind, const uint8_t *nonce,
+                         const uint8_t *mac, const struct xport__conn_data *data)
 {
   struct xport__lane *lane = conn->lane;
   struct xport__req *req = auth_req(conn, XPORT__OP_SVC_SEND);
@@ -75,6 +78,10 @@ int msg_auth_send(xport_conn_t *conn, unsigned kind, const uint8_t *nonce, const
     memcpy(m + 8, nonce, XPORT__AUTH_NONCE);
   if (mac)
     memcpy(m + 40, mac, XPORT__AUTH_MAC);
+  if (data) {
+    xport__put32(m + 8, (uint32_t)data->len);
+    memcpy(m + AUTH_DATA_AT, data->bytes, data->len);
+  }
   ssize_t ret = fi_send(conn->ep, m, AUTH_LEN, req->bounce->desc, 0, &req->fictx);
   if (ret) {
     auth_req_free(lane, req);
@@ -83,6 +90,36 @@ int msg_auth_send(xport_conn_t *conn, unsigned kind, const uint8_t *nonce, const
   XPORT__LIST_PUSH(mconn(conn)->auth_out, req, cnext, cprev);
   lane->nposted++;
   return 0;
+}
+
+int msg_auth_send(xport_conn_t *conn, unsigned kind, const uint8_t *nonce, const uint8_t *mac)
+{
+  return auth_send_msg(conn, kind, nonce, mac, NULL);
+}
+
+int msg_data_send(xport_conn_t *conn, const struct xport__conn_data *data)
+{
+  _Static_assert(AUTH_DATA_AT + XPORT_CONN_DATA_MAX <= AUTH_LEN, "the data fits the message");
+  return auth_send_msg(conn, AUTH_DATA, NULL, NULL, data);
+}
+
+/* The client's data (m, AUTH_LEN bytes of kind AUTH_DATA): taken where
+ * its request announced it, once, and past the proofs under a key;
+ * anything else fails the handshake. */
+static void data_take(xport_conn_t *conn, const uint8_t *m)
+{
+  uint32_t len = xport__get32(m + 8);
+  int proven = mconn(conn)->auth_state == AS_NONE || mconn(conn)->auth_state == AS_DONE;
+  if (!conn->shake.data_due || !proven || len > XPORT_CONN_DATA_MAX || xport__get32(m + 12)) {
+    XPORT__INFO("a connection's handshake failed: its data came %s",
+                !conn->shake.data_due ? "unannounced" : !proven ? "before its proof" : "malformed");
+    mconn(conn)->auth_state = AS_FAILED;
+    conn->fail_code = -XPORT_EPROTO;
+    return;
+  }
+  conn->shake.data.len = len;
+  memcpy(conn->shake.data.bytes, m + AUTH_DATA_AT, len);
+  conn->shake.data_due = 0;
 }
 
 /* A proof: the MAC, keyed with the context's key, over the direction's
@@ -184,6 +221,11 @@ static void auth_internal(struct xport__lane *lane, struct xport__req *req, int 
     auth_req_free(lane, req);
     mconn(conn)->auth_state = AS_FAILED;
     conn->fail_code = -XPORT_EACCES;
+    return;
+  }
+  if (xport__get32(m + 4) == AUTH_DATA) {
+    data_take(conn, m);
+    auth_req_free(lane, req);
     return;
   }
   auth_step(conn, req, m);

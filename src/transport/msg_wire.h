@@ -22,6 +22,7 @@
 #define HELLO_SVC 0x2u      /* request: this is that channel, for cookie */
 #define HELLO_AUTH 0x4u     /* request, accept: the sender holds a key */
 #define HELLO_AUTH_REJ 0x8u /* a rejection's data: a key on one side only */
+#define HELLO_DATA 0x10u    /* request: an AUTH_DATA message follows (xport_connect_data) */
 struct xport__hello {
   uint64_t magic;
   uint32_t version;
@@ -55,7 +56,15 @@ struct xport__hello {
  * both nonces, both context ids and the service channel's cookie. */
 #define AUTH_MAGIC 0x54554158u /* "XAUT" */
 #define AUTH_LEN 72
-enum { AUTH_HELLO = 1, AUTH_ANSWER, AUTH_PROOF, AUTH_REFUSE };
+enum { AUTH_HELLO = 1, AUTH_ANSWER, AUTH_PROOF, AUTH_REFUSE, AUTH_DATA };
+
+/* A client whose request said HELLO_DATA sends, once connected (and past
+ * the proofs under a key), one message of AUTH_LEN bytes in that format:
+ *   0 magic "XAUT"  4 AUTH_DATA  8 length (at most 56)  12 zero  16 data
+ * into a receive the listener posted before it accepted; its accept
+ * returns the connection only once it came. The connection's private
+ * data has no room for it on verbs (56 bytes, less rdma_cm's header). */
+#define AUTH_DATA_AT 16
 
 #define ATOM_REQ_MAGIC 0x51544158u /* "XATQ" */
 #define ATOM_ANS_MAGIC 0x41544158u /* "XATA" */

@@ -104,6 +104,7 @@ void rdm_watch_peer(xport_conn_t *conn, const struct xport__ctl *m)
   conn->proc.pidfd = -1;
   rconn(conn)->last_heard = rconn(conn)->last_sent = xport__now_ms();
   if (rdm_same_node(m)) {
+    rconn(conn)->peer_pid = m->pid;
 #ifdef SYS_pidfd_open
     conn->proc.pidfd = (int)syscall(SYS_pidfd_open, (pid_t)m->pid, 0);
 #endif
@@ -115,6 +116,21 @@ void rdm_watch_peer(xport_conn_t *conn, const struct xport__ctl *m)
   rconn(conn)->keepalive =
       rctx(lane)->keepalive_mode == 1 || (rctx(lane)->keepalive_mode == -1 && conn->proc.pidfd < 0);
 }
+
+/* Where conn's peer is: its endpoint's address where that is an IP
+ * one (rxm over tcp or verbs), else its process on this node. */
+static void rdm_peer_addr(const xport_conn_t *conn, char *buf, size_t len)
+{
+  const struct xport__peer *p = rconn(conn)->peer;
+  if (p && !xport__format_sockaddr(p->addr, p->addrlen, buf, len))
+    return;
+  if (rconn(conn)->peer_pid)
+    snprintf(buf, len, "local:%u", rconn(conn)->peer_pid);
+  else
+    buf[0] = '\0';
+}
+
+_Static_assert(XPORT__CTL_DATA_MAX == XPORT_CONN_DATA_MAX, "a request carries the user's data");
 
 /* Takes a shared endpoint out of service for new connections: those
  * open a fresh one, and this one closes once its remaining connections
@@ -416,8 +432,8 @@ static int wait_progress(struct xport__lane *lane, long deadline)
 }
 
 #define REQUEST_AGAIN_MS 200
-static int rdm_connect(struct xport__lane *lane, const char *host, const char *port, long deadline,
-                       xport_conn_t **conn_p)
+static int rdm_connect(struct xport__lane *lane, const char *host, const char *port,
+                       const struct xport__conn_data *data, long deadline, xport_conn_t **conn_p)
 {
   const struct xport__profile *prof = lane->prof;
   uint8_t addr[XPORT__ADDR_MAX];
@@ -476,7 +492,9 @@ static int rdm_connect(struct xport__lane *lane, const char *host, const char *p
    * request goes again, after 1, 2, 4 ... up to REQUEST_AGAIN_MS, until the
    * listener answers (on_connreq: it may want a request from where the
    * request says; its challenge, which on_ctl answers, may be lost). */
-  struct ctl_args a = {.src_id = conn->id, .tag = rconn(conn)->rx_tag};
+  /* Kept until the connect ends: a challenge asks for the request again. */
+  conn->shake.data = *data;
+  struct ctl_args a = {.src_id = conn->id, .tag = rconn(conn)->rx_tag, .data = &conn->shake.data};
   if (lane->ctx->auth_on) {
     xport__auth_nonce(rconn(conn)->auth); /* fresh: the listener's proof covers it */
     a.flags = CTL_F_AUTH;
@@ -524,6 +542,7 @@ static int rdm_connect(struct xport__lane *lane, const char *host, const char *p
   /* The listener has no other sign that its acceptance reached us, and
    * that we did not give up first (peer_holds). */
   conn->peer_holds = 1;
+  memset(&conn->shake.data, 0, sizeof conn->shake.data); /* the peer's: none */
   if (conn->state == XPORT__CONN_CONNECTED)
     rdm_ctl_send_conn(conn, CTL_KEEPALIVE, 0); /* a user call: it may wait for room */
   *conn_p = conn;
@@ -587,9 +606,10 @@ static int shake_start(xport_listener_t *lst, const struct xport__ctl *req, xpor
   struct xport__rep *rep = lst->rep;
   uint8_t nonce[XPORT__AUTH_NONCE], mac[XPORT__AUTH_MAC];
   xport__auth_nonce(nonce);
-  struct auth_end c = {req->nonce, req->ctx_id, req->tag, req->src_id, req->addr, req->addrlen};
-  struct auth_end l = {nonce, lane->ctx->id, rconn(conn)->rx_tag, conn->id, rep->addr,
-                                                   rep->addrlen};
+  struct auth_end c = {req->nonce, req->ctx_id, req->tag,  req->src_id,
+                       req->addr,  req->addrlen, req->data, req->datalen};
+  struct auth_end l = {nonce,     lane->ctx->id, rconn(conn)->rx_tag, conn->id,
+                       rep->addr, rep->addrlen,  NULL,                0};
   rdm_auth_proof(lane, 1, &c, &l, mac);
   rdm_auth_proof(lane, 0, &c, &l, rconn(conn)->auth); /* what the client owes */
   struct ctl_args a = {.src_id = conn->id,
@@ -658,6 +678,8 @@ static int rdm_accept(xport_listener_t *lst, long deadline, xport_conn_t **conn_
       rconn(conn)->peer_id = cr->ctl->src_id;
       rconn(conn)->tag = cr->ctl->tag;
       conn->peer_ctx_id = cr->ctl->ctx_id;
+      conn->shake.data.len = cr->ctl->datalen; /* parse checked */
+      memcpy(conn->shake.data.bytes, cr->ctl->data, cr->ctl->datalen);
       rdm_watch_peer(conn, cr->ctl);
       struct ctl_args a = {.src_id = conn->id,
                            .dst_id = rconn(conn)->peer_id,
@@ -1192,6 +1214,7 @@ const struct xport__transport xport__transport_rdm = {
     .here = rdm_here,
     .listener_close = rdm_listener_close,
     .connect = rdm_connect,
+    .peer_addr = rdm_peer_addr,
     .accept = rdm_accept,
     .close_conn = rdm_close,
     .drop = rdm_drop,

@@ -93,6 +93,7 @@ struct rdm_conn {
   struct xport__req *claimed, *claimed_tail;
   size_t nclaimed;
   uint32_t peer_id;
+  uint32_t peer_pid;              /* its process, where on this node (else 0) */
   int keepalive;                  /* heartbeats: the peer's process cannot be watched */
   long last_heard, last_sent;     /* heartbeats, xport__now_ms() */
   int ka_owed;                    /* the provider pushed the last heartbeat back */
@@ -166,6 +167,7 @@ struct ctl_args {
    * proof (CONNACK, AUTH); a CONNACK then names the listener's address. */
   uint32_t flags;
   const uint8_t *nonce, *mac;
+  const struct xport__conn_data *data; /* CONNREQ: the user's, or NULL */
 };
 
 /* A closed connection's tag, drained (rdm_sink.c). */
@@ -186,6 +188,8 @@ struct auth_end {
   uint32_t conn_id;
   const uint8_t *addr;
   size_t addrlen;
+  const uint8_t *data; /* what its request carried (the client's), or NULL */
+  size_t datalen;
 };
 /* rep->lingering: left open for a peer; due for a look; being looked at. */
 enum { LINGER_OPEN = 1, LINGER_DUE, LINGER_LOOK };

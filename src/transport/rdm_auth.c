@@ -22,9 +22,9 @@
 void rdm_auth_proof(const struct xport__lane *lane, int by_listener, const struct auth_end *client,
                     const struct auth_end *listener, uint8_t mac[XPORT__AUTH_MAC])
 {
-  static const char label[2][32] = {"xport rdm 5: the client's proof",
-                                    "xport rdm 5: the listener's"};
-  uint8_t t[32 + 2 * (XPORT__AUTH_NONCE + 24 + XPORT__ADDR_MAX)], *p = t;
+  static const char label[2][32] = {"xport rdm 6: the client's proof",
+                                    "xport rdm 6: the listener's"};
+  uint8_t t[32 + 2 * (XPORT__AUTH_NONCE + 28 + XPORT__ADDR_MAX + XPORT__CTL_DATA_MAX)], *p = t;
   memcpy(p, label[by_listener], 32);
   p += 32;
   for (int i = 0; i < 2; i++) {
@@ -37,6 +37,10 @@ void rdm_auth_proof(const struct xport__lane *lane, int by_listener, const struc
     p += XPORT__AUTH_NONCE + 24;
     memcpy(p, e->addr, e->addrlen); /* at most XPORT__ADDR_MAX: parse checked */
     p += e->addrlen;
+    xport__put32(p, (uint32_t)e->datalen);
+    if (e->datalen)
+      memcpy(p + 4, e->data, e->datalen); /* at most XPORT__CTL_DATA_MAX: parse checked */
+    p += 4 + e->datalen;
   }
   xport__auth_mac(lane->ctx->auth_key, t, (size_t)(p - t), mac);
 }
@@ -47,9 +51,8 @@ int rdm_auth_client(xport_conn_t *conn, const struct xport__ctl *m, uint8_t mac[
 {
   struct xport__rep *rep = rconn(conn)->rep;
   struct auth_end c = {rconn(conn)->auth, conn->lane->ctx->id, rconn(conn)->rx_tag, conn->id,
-                             rep->addr,
-                       rep->addrlen};
-  struct auth_end l = {m->nonce, m->ctx_id, m->tag, m->src_id, m->addr, m->addrlen};
+                       rep->addr, rep->addrlen, conn->shake.data.bytes, conn->shake.data.len};
+  struct auth_end l = {m->nonce, m->ctx_id, m->tag, m->src_id, m->addr, m->addrlen, NULL, 0};
   uint8_t want[XPORT__AUTH_MAC];
   int ok = 0;
   if (m->flags & CTL_F_AUTH) {

@@ -150,6 +150,10 @@ int rdm_ctl_send(struct xport__rep *rep, fi_addr_t dest, uint32_t type,
     memcpy(m->addr, rep->addr, rep->addrlen);
     m->addrlen = (uint32_t)rep->addrlen;
   }
+  if (type == CTL_CONNREQ && a->data) {
+    m->datalen = (uint32_t)a->data->len;
+    memcpy(m->data, a->data->bytes, a->data->len);
+  }
   req->imm = a->src_id; /* so that a failed request can fail its connection */
   /* The first message to a peer may be pushed back while the provider
    * maps it (shm): keep progressing, briefly. */
@@ -648,7 +652,8 @@ const char *xport__ctl_parse(const void *buf, size_t len, struct xport__ctl *m)
   if (len != sizeof c)
     return "malformed";
   memcpy(&c, buf, sizeof c); /* a packed buffer aligns nothing */
-  if (c.magic != CTL_MAGIC || c.version != CTL_VERSION || c.addrlen > XPORT__ADDR_MAX)
+  if (c.magic != CTL_MAGIC || c.version != CTL_VERSION || c.addrlen > XPORT__ADDR_MAX ||
+      c.datalen > XPORT__CTL_DATA_MAX || c.zero2 || (c.datalen && c.type != CTL_CONNREQ))
     return "malformed";
   if (c.type < CTL_CONNREQ || c.type > CTL_AUTH)
     return "unknown type";
@@ -745,7 +750,8 @@ static void on_ctl(struct xport__rep *rep, const struct xport__ctl *m, size_t le
       return;
     }
     rconn(conn)->challenged = 1;
-    struct ctl_args a = {.src_id = conn->id, .tag = rconn(conn)->rx_tag, .cookie = m->tag};
+    struct ctl_args a = {.src_id = conn->id, .tag = rconn(conn)->rx_tag, .cookie = m->tag,
+                         .data = &conn->shake.data};
     if (lane->ctx->auth_on) {
       a.flags = CTL_F_AUTH;
       a.nonce = rconn(conn)->auth;

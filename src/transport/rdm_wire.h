@@ -22,8 +22,8 @@
  * connection only once that proof came. A proof is crypto_auth (HMAC-
  * SHA-512-256) keyed with the shared key over the transcript
  * (rdm.c, auth_transcript): its direction's label, both nonces, both
- * context ids, both connection ids, both receive tags and both endpoint
- * addresses. Each side's nonce is fresh: neither a replayed request nor a
+ * context ids, both connection ids, both receive tags, both endpoint
+ * addresses and the request's data. Each side's nonce is fresh: neither a replayed request nor a
  * replayed proof passes, and a proof made for one address is refused at
  * another (a relay). */
 #ifndef XPORT_RDM_WIRE_H
@@ -32,10 +32,11 @@
 #include <stdint.h>
 
 #define XPORT__CTL_MAGIC 0x58505254434c3031ULL /* "XPRTCL01" */
-#define XPORT__CTL_VERSION 5
+#define XPORT__CTL_VERSION 6
 #define XPORT__CTL_NONCE 32 /* XPORT__AUTH_NONCE */
 #define XPORT__CTL_MAC 32   /* XPORT__AUTH_MAC */
 #define XPORT__CTL_ADDR_MAX 256
+#define XPORT__CTL_DATA_MAX 56 /* XPORT_CONN_DATA_MAX */
 
 enum {
   XPORT__CTL_CONNREQ = 1, /* client -> listener: tag = the client's receive tag */
@@ -68,6 +69,11 @@ struct xport__ctl {
   uint32_t zero;
   uint8_t nonce[XPORT__CTL_NONCE]; /* CONNREQ, CONNACK under a key: the sender's */
   uint8_t mac[XPORT__CTL_MAC];     /* CONNACK, AUTH under a key: the sender's proof */
+  /* CONNREQ: the user's bytes that ride it (xport_connect_data), which
+   * the proof under a key covers; 0 bytes otherwise. */
+  uint32_t datalen;
+  uint32_t zero2;
+  uint8_t data[XPORT__CTL_DATA_MAX];
   /* CONNREQ: the sender's endpoint name; CONNACK under a key: the
    * listener's (its fi_getname) */
   uint8_t addr[XPORT__CTL_ADDR_MAX];

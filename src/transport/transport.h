@@ -56,11 +56,12 @@ struct xport__transport {
    * nothing. NULL: nothing ever. */
   void (*remark)(const struct xport__lane *lane, char *buf, size_t len);
   /* Makes a connection to host:port by deadline (xport__now_ms, or -1
-   * for none). May block. On success *conn_p is linked (xport__conn_link),
-   * perhaps lost already with its event queued; on failure nothing is
-   * left. */
-  int (*connect)(struct xport__lane *lane, const char *host, const char *port, long deadline,
-                 xport_conn_t **conn_p);
+   * for none), its request carrying data (len 0: none), which the
+   * accepting side keeps in its conn->shake.data. May block. On success
+   * *conn_p is linked (xport__conn_link), perhaps lost already with its
+   * event queued; on failure nothing is left. */
+  int (*connect)(struct xport__lane *lane, const char *host, const char *port,
+                 const struct xport__conn_data *data, long deadline, xport_conn_t **conn_p);
   /* The next connection lst has made, waiting until deadline for one (0:
    * never waits). May block. As connect on success; -XPORT_ETIMEDOUT when
    * none came. */
@@ -104,6 +105,9 @@ struct xport__transport {
    * finished them; its disconnect event is queued), and its end reaches
    * the peer, which loses it too. Never fails; does not block. */
   void (*drop)(xport_conn_t *conn, int status);
+  /* Where conn's peer is, into buf as struct xport_peer's addr says;
+   * "" where the transport cannot tell (may be NULL: never). */
+  void (*peer_addr)(const xport_conn_t *conn, char *buf, size_t len);
   /* The data path of its connections, unless it gives one another
    * (conn->ops). */
   const struct xport__data_ops *data;

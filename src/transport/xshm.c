@@ -1440,7 +1440,7 @@ static int await_answer(struct xport__lane *lane, int sock, long deadline, unsig
 }
 
 static int xshm_connect(struct xport__lane *lane, const char *host, const char *port,
-                        long deadline, xport_conn_t **conn_p)
+                        const struct xport__conn_data *data, long deadline, xport_conn_t **conn_p)
 {
   char *end;
   unsigned long pn = strtoul(port, &end, 10);
@@ -1488,6 +1488,8 @@ static int xshm_connect(struct xport__lane *lane, const char *host, const char *
     h.flags = XSHM_HF_AUTH;
     xport__auth_nonce(h.nonce);
   }
+  h.datalen = (uint32_t)data->len;
+  memcpy(h.data, data->bytes, data->len);
   ret = -XPORT_ENOMEM;
   if ((my = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
     goto fail;
@@ -1620,6 +1622,8 @@ static int shake(xport_listener_t *lst, struct xshm_pend *p, xport_conn_t **conn
      * name the wrong process. Not this way (beside a fabric, the fabric
      * carries it). */
     int bad = p->h.pid != (uint32_t)p->pid ? XPORT_EADDRNOTAVAIL : 0;
+    if (!bad && (p->h.datalen > XPORT_CONN_DATA_MAX || p->h.pad2))
+      bad = XPORT_EPROTO;
     if (!bad && (p->h.seg_size != sizeof *p->seg ||
                  !(p->seg = map_fd(fds[0], sizeof *p->seg, PROT_READ | PROT_WRITE,
                                    SEALS_SIZE)) ||
@@ -1691,6 +1695,8 @@ made:
     pend_drop(p);
     return -1;
   }
+  (*conn_p)->shake.data.len = p->h.datalen; /* checked with the hello */
+  memcpy((*conn_p)->shake.data.bytes, p->h.data, p->h.datalen);
   return 1;
 }
 
@@ -1965,6 +1971,12 @@ static void xshm_op_failed(struct xport__lane *lane, struct xport__req *req, int
   (void)lane, (void)req, (void)status;
 }
 
+/* Its peer is a process of this node, whose pid the kernel told us. */
+static void xshm_peer_addr(const xport_conn_t *conn, char *buf, size_t len)
+{
+  snprintf(buf, len, "local:%d", (int)xc(conn)->peer_pid);
+}
+
 const struct xport__transport xport__transport_xshm = {
     .name = "xshm",
     .ep_type = FI_EP_MSG,
@@ -1977,6 +1989,7 @@ const struct xport__transport xport__transport_xshm = {
     .listener_close = xshm_listener_close,
     .connect = xshm_connect,
     .accept = xshm_accept,
+    .peer_addr = xshm_peer_addr,
     .shaking_from = xshm_shaking_from,
     .close_conn = xshm_close_conn,
     .progress = xshm_progress,

@@ -11,7 +11,7 @@
 #include <sys/uio.h>
 
 #define XSHM_MAGIC 0x4d485358u /* "XSHM" */
-#define XSHM_VERSION 2
+#define XSHM_VERSION 3
 #define XSHM_RING (256u * 1024)  /* bytes of one direction's ring */
 #define XSHM_EAGER 8192u         /* longer messages are read from the sender (CMA) */
 #define XSHM_INJECT 4096u        /* caps.inject_size */
@@ -115,6 +115,10 @@ struct xshm_hello {
   uint32_t flags, pad;
   uint8_t nonce[XPORT__AUTH_NONCE];
   uint8_t mac[XPORT__AUTH_MAC];
+  /* HELLO: the user's bytes that ride the request (xport_connect_data),
+   * which the proofs under a key cover (the whole hello). */
+  uint32_t datalen, pad2;
+  uint8_t data[XPORT_CONN_DATA_MAX];
 };
 enum { XSHM_H_HELLO = 1, XSHM_H_WELCOME, XSHM_H_REFUSE, XSHM_H_PROOF, XSHM_H_READY };
 #define XSHM_HF_AUTH 1u

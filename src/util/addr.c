@@ -2,6 +2,9 @@
  * the context's provider makes of them. */
 #include "xport_int.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +45,30 @@ int xport__addr_split(const char *addr, char *host, size_t hlen, char *port,
   host[n] = '\0';
   memcpy(port, p, pl + 1);
   return 0;
+}
+
+int xport__format_sockaddr(const void *sa, size_t len, char *buf, size_t buflen)
+{
+  char ip[INET6_ADDRSTRLEN] = "?";
+  sa_family_t fam = AF_UNSPEC;
+  if (len >= sizeof fam)
+    memcpy(&fam, sa, sizeof fam); /* a raw address aligns nothing */
+  if (fam == AF_INET && len >= sizeof(struct sockaddr_in)) {
+    struct sockaddr_in s;
+    memcpy(&s, sa, sizeof s);
+    inet_ntop(AF_INET, &s.sin_addr, ip, sizeof ip);
+    snprintf(buf, buflen, "%s:%u", ip, ntohs(s.sin_port));
+    return 0;
+  }
+  if (fam == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
+    struct sockaddr_in6 s;
+    memcpy(&s, sa, sizeof s);
+    inet_ntop(AF_INET6, &s.sin6_addr, ip, sizeof ip);
+    snprintf(buf, buflen, "[%s]:%u", ip, ntohs(s.sin6_port));
+    return 0;
+  }
+  snprintf(buf, buflen, "?");
+  return -1;
 }
 
 /* fi_getinfo for host:port on the chosen provider: first on the chosen
