@@ -1573,6 +1573,7 @@ struct greeting {
 };
 #define GREETING_MAGIC 0x5850525455ULL
 #define GREETING_WANT_SVC 0x1u
+#define GREETING_DATA 0x10u /* data follows the connection (xport_connect_data) */
 
 /* The configurations whose listener is a FI_EP_MSG one that strangers
  * reach with a greeting; the others skip with the reason. */
@@ -1620,7 +1621,8 @@ static int msg_getinfo(const char *prov, const char *addr, struct fi_info **info
  * service channel, and waits until every one was answered (accepted into
  * a handshake, or refused) or none has been for two seconds: those left
  * are held in the listener's backlog. */
-static void greeters_open(struct greeters *g, const char *prov, const char *addr, size_t n)
+static void greeters_open_flags(struct greeters *g, const char *prov, const char *addr,
+                                size_t n, uint32_t flags)
 {
   memset(g, 0, sizeof *g);
   int rc = msg_getinfo(prov, addr, &g->info);
@@ -1635,7 +1637,7 @@ static void greeters_open(struct greeters *g, const char *prov, const char *addr
   g->answered = calloc(n, sizeof *g->answered);
   XT_CHECK(g->ep && g->answered, "calloc");
   g->n = n;
-  struct greeting h = {GREETING_MAGIC, 2, GREETING_WANT_SVC, 0, 0};
+  struct greeting h = {GREETING_MAGIC, 2, flags, 0, 0};
   for (size_t i = 0; i < n; i++) {
     h.ctx_id = 0x6000 + i;
     XT_CHECK(fi_endpoint(g->dom, g->info, &g->ep[i], &g->answered[i]) == 0, "fi_endpoint");
@@ -1672,6 +1674,11 @@ static void greeters_open(struct greeters *g, const char *prov, const char *addr
     }
   }
   g->held = left;
+}
+
+static void greeters_open(struct greeters *g, const char *prov, const char *addr, size_t n)
+{
+  greeters_open_flags(g, prov, addr, n, GREETING_WANT_SVC);
 }
 
 static void greeters_close(struct greeters *g)
@@ -1766,6 +1773,40 @@ START_TEST(greeters_never_open_channel)
   greeters_open(&g, xt_transport(), addr, n);
   printf("greeters_never_open_channel: of %d greeters %zu accepted, %zu unanswered\n", n,
          g.connected, g.held);
+  honest_exchange(addr, NULL, NULL);
+  greeters_close(&g);
+  XT_CHECK(xt_reap(pid) == 0, "server failed on %s", xt_config());
+}
+END_TEST
+
+#define DATA_GREETERS 60
+
+/* Strangers announce data with their request (as xport_connect_data's
+ * does) and then send none, too little, or a data message that claims
+ * more than XPORT_CONN_DATA_MAX bytes: none of theirs may be handed out,
+ * and an honest client is served meanwhile. */
+START_TEST(greeters_announce_data_and_lie)
+{
+  if (!msg_listener_config("greeters_announce_data_and_lie"))
+    return;
+  char addr[128];
+  pid_t pid = xt_spawn_server(echo_once_server, NULL, addr, sizeof addr);
+  struct greeters g;
+  greeters_open_flags(&g, xt_transport(), addr, DATA_GREETERS, GREETING_DATA);
+  /* The data message's layout (msg_wire.h): magic "XAUT", kind 5,
+   * length, zero, then the bytes; 72 in all. */
+  uint8_t lie[72] = {0};
+  uint32_t w[3] = {0x54554158u, 5, 100};
+  memcpy(lie, w, sizeof w);
+  size_t sent = 0, big = g.info->tx_attr->inject_size >= sizeof lie;
+  for (size_t i = 0; i < g.n; i++) {
+    if (g.answered[i] != 1 || i % 3 == 0)
+      continue; /* one in three says nothing */
+    size_t len = i % 3 == 1 || !big ? 16 : sizeof lie;
+    sent += fi_inject(g.ep[i], lie, len, 0) == 0;
+  }
+  printf("greeters_announce_data_and_lie: of %d greeters %zu accepted, %zu lied\n",
+         DATA_GREETERS, g.connected, sent);
   honest_exchange(addr, NULL, NULL);
   greeters_close(&g);
   XT_CHECK(xt_reap(pid) == 0, "server failed on %s", xt_config());
@@ -3515,6 +3556,7 @@ static Suite *make_suite(void)
   TCase *lis = tcase_create("Listeners");
   tcase_set_timeout(lis, 240);
   tcase_add_test(lis, greeters_never_open_channel);
+  tcase_add_test(lis, greeters_announce_data_and_lie);
   tcase_add_test(lis, halfopen_sockets_expire);
   tcase_add_test(lis, garbage_connections_flood);
   suite_add_tcase(s, lis);
