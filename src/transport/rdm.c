@@ -117,6 +117,13 @@ void rdm_watch_peer(xport_conn_t *conn, const struct xport__ctl *m)
       rctx(lane)->keepalive_mode == 1 || (rctx(lane)->keepalive_mode == -1 && conn->proc.pidfd < 0);
 }
 
+static int rdm_may_post(const xport_conn_t *conn)
+{
+  const struct xport__profile *prof = conn->lane->prof;
+  const struct xport__peer *p = rconn(conn)->peer;
+  return !prof || !prof->peer_locked || !p || !prof->peer_locked(p->addr, p->addrlen);
+}
+
 /* Where conn's peer is: its endpoint's address where that is an IP
  * one (rxm over tcp or verbs), else its process on this node. */
 static void rdm_peer_addr(const xport_conn_t *conn, char *buf, size_t len)
@@ -1215,6 +1222,7 @@ const struct xport__transport xport__transport_rdm = {
     .listener_close = rdm_listener_close,
     .connect = rdm_connect,
     .peer_addr = rdm_peer_addr,
+    .may_post = rdm_may_post,
     .accept = rdm_accept,
     .close_conn = rdm_close,
     .drop = rdm_drop,

@@ -99,6 +99,11 @@ struct xport__transport {
    * answer completes req), or a code with nothing posted. */
   int (*atomic)(xport_conn_t *conn, struct xport__req *req, unsigned kind, uint64_t key,
                 uint64_t addr);
+  /* 0 while a post to conn's peer would not return until the peer
+   * moves (a provider lock the peer holds: profile peer_locked), so that
+   * the held posts' retries in xport_poll pass it by until then (may be
+   * NULL: never). */
+  int (*may_post)(const xport_conn_t *conn);
   /* Fault injection (XPORT_FAULT drop_conn, src/core/fault.c): conn, CONNECTED,
    * is lost as if its peer had died, by the path a real loss takes (its
    * operations end with -XPORT_ECONNRESET, or 0 where the provider had
