@@ -1138,6 +1138,13 @@ static void peer_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
     r.first_len = (uint32_t)c.len;
     XT_OK(xport_send(conn, &r, sizeof r, NULL, NULL));
     sends_then_gone(ctx, 1, 1);
+    /* Lost now: the answer is the same (xport_conn_peer(3)). */
+    xport_peer_t after;
+    XT_OK(xport_conn_peer(conn, &after));
+    XT_CHECK(!strcmp(after.addr, p.addr) && after.data_len == p.data_len &&
+                 !memcmp(after.data, p.data, p.data_len),
+             "once lost, the peer is '%s' with %zu bytes; it was '%s' with %zu", after.addr,
+             after.data_len, p.addr, p.data_len);
     XT_OK(xport_conn_close(conn));
   }
 }

@@ -45,6 +45,7 @@ struct cm_buf {
 };
 
 static void conn_discard(xport_conn_t *conn);
+static void note_peer(xport_conn_t *conn, const struct fi_info *info);
 
 /* This process's part of a greeting: where it runs. */
 static void hello_whence(struct xport__hello *h)
@@ -374,6 +375,7 @@ static void eq_read_all(struct xport__lane *lane)
       }
       if (conn->state != XPORT__CONN_CONNECTING)
         break;
+      note_peer(conn, NULL); /* where the request's info did not say */
       if (conn->peer_ctx_id) {
         conn->state = XPORT__CONN_CONNECTED;
       } else if (xport__hello_parse(buf.data, dlen, &h) &&
@@ -449,9 +451,34 @@ static int wait_eq(struct xport__lane *lane, int timeout_ms)
   return 0;
 }
 
+/* Notes conn's peer's address (msg_conn peer): the one info names (the
+ * listener's, or a request's client), else what the endpoint says once
+ * connected (info NULL). */
+static void note_peer(xport_conn_t *conn, const struct fi_info *info)
+{
+  char *p = mconn(conn)->peer;
+  if (p[0])
+    return;
+  if (info) {
+    if (info->dest_addr && xport__format_sockaddr(info->dest_addr, info->dest_addrlen, p,
+                                                  sizeof mconn(conn)->peer))
+      p[0] = '\0';
+    return;
+  }
+  union {
+    struct sockaddr_in6 s6;
+    char raw[128];
+  } sa;
+  size_t n = sizeof sa;
+  if (!conn->ep || fi_getpeer(conn->ep, &sa, &n) || n > sizeof sa ||
+      xport__format_sockaddr(&sa, n, p, sizeof mconn(conn)->peer))
+    p[0] = '\0';
+}
+
 static int ep_open(xport_conn_t *conn, struct fi_info *info)
 {
   struct xport__lane *lane = conn->lane;
+  note_peer(conn, info);
   int ret = fi_endpoint(lane->domain, info, &conn->ep, conn);
   if (ret)
     return ret;
@@ -954,18 +981,9 @@ static const struct xport__data_ops msg_data = {
     .atomic = msg_atomic_op,
 };
 
-/* Its peer's address as the provider names it (fi_getpeer). */
 static void msg_peer_addr(const xport_conn_t *conn, char *buf, size_t len)
 {
-  union {
-    struct sockaddr_in6 s6;
-    char raw[128];
-  } sa;
-  size_t n = sizeof sa;
-  buf[0] = '\0';
-  if (conn->ep && fi_getpeer(conn->ep, &sa, &n) == 0 && n <= sizeof sa &&
-      xport__format_sockaddr(&sa, n, buf, len))
-    buf[0] = '\0';
+  snprintf(buf, len, "%s", mconn(conn)->peer);
 }
 
 const struct xport__transport xport__transport_msg = {

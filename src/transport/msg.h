@@ -34,6 +34,9 @@ struct msg_conn {
    * down without a word on the EQ (verbs: the QP is in error): it is lost
    * at the next EQ dispatch. */
   int broken;
+  /* Its peer's address (xport_conn_peer), noted while the endpoint is
+   * there: a lost connection's goes with it. "" until known. */
+  char peer[64];
 };
 
 /* Its part of a context (lane->tpd). */

@@ -51,24 +51,21 @@ int xport__format_sockaddr(const void *sa, size_t len, char *buf, size_t buflen)
 {
   char ip[INET6_ADDRSTRLEN] = "?";
   sa_family_t fam = AF_UNSPEC;
+  union {
+    struct sockaddr_in s4;
+    struct sockaddr_in6 s6;
+  } u;
   if (len >= sizeof fam)
     memcpy(&fam, sa, sizeof fam); /* a raw address aligns nothing */
-  if (fam == AF_INET && len >= sizeof(struct sockaddr_in)) {
-    struct sockaddr_in s;
-    memcpy(&s, sa, sizeof s);
-    inet_ntop(AF_INET, &s.sin_addr, ip, sizeof ip);
-    snprintf(buf, buflen, "%s:%u", ip, ntohs(s.sin_port));
-    return 0;
+  int v4 = fam == AF_INET;
+  if ((!v4 && fam != AF_INET6) || len < (v4 ? sizeof u.s4 : sizeof u.s6)) {
+    snprintf(buf, buflen, "?");
+    return -1;
   }
-  if (fam == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
-    struct sockaddr_in6 s;
-    memcpy(&s, sa, sizeof s);
-    inet_ntop(AF_INET6, &s.sin6_addr, ip, sizeof ip);
-    snprintf(buf, buflen, "[%s]:%u", ip, ntohs(s.sin6_port));
-    return 0;
-  }
-  snprintf(buf, buflen, "?");
-  return -1;
+  memcpy(&u, sa, v4 ? sizeof u.s4 : sizeof u.s6);
+  inet_ntop(fam, v4 ? (const void *)&u.s4.sin_addr : (const void *)&u.s6.sin6_addr, ip, sizeof ip);
+  snprintf(buf, buflen, v4 ? "%s:%u" : "[%s]:%u", ip, ntohs(v4 ? u.s4.sin_port : u.s6.sin6_port));
+  return 0;
 }
 
 /* fi_getinfo for host:port on the chosen provider: first on the chosen
