@@ -2021,13 +2021,15 @@ static void replay_mac_key(uint8_t k[crypto_auth_KEYBYTES])
 }
 
 /* A proof over the transcript of rdm_wire.h: the label, then the client's
- * end and the listener's, each nonce, ctx id, tag, conn id, address. */
+ * end and the listener's, each nonce, ctx id, tag, conn id, address, and
+ * the data its request carried (the listener's: none). */
 static void replay_proof(int by_listener, const struct xport__ctl *req,
                          const struct xport__ctl *ack, uint8_t mac[crypto_auth_BYTES])
 {
-  static const char label[2][32] = {"xport rdm 5: the client's proof",
-                                    "xport rdm 5: the listener's"};
-  uint8_t t[32 + 2 * (XPORT__CTL_NONCE + 24 + XPORT__CTL_ADDR_MAX)], *p = t, k[32];
+  static const char label[2][32] = {"xport rdm 6: the client's proof",
+                                    "xport rdm 6: the listener's"};
+  uint8_t t[32 + 2 * (XPORT__CTL_NONCE + 28 + XPORT__CTL_ADDR_MAX + XPORT__CTL_DATA_MAX)], *p = t,
+                                                                                        k[32];
   memcpy(p, label[by_listener], 32);
   p += 32;
   for (int i = 0; i < 2; i++) {
@@ -2040,6 +2042,10 @@ static void replay_proof(int by_listener, const struct xport__ctl *req,
     p += XPORT__CTL_NONCE + 24;
     memcpy(p, m->addr, m->addrlen);
     p += m->addrlen;
+    uint32_t dlen = i ? 0 : m->datalen;
+    memcpy(p, &dlen, 4);
+    memcpy(p + 4, m->data, dlen);
+    p += 4 + dlen;
   }
   replay_mac_key(k);
   crypto_auth(mac, t, (size_t)(p - t), k);
