@@ -102,6 +102,10 @@ static void ctl(uint32_t type, const char *name)
   if (type == XPORT__CTL_CONNREQ) { /* the request again, with its challenge's token */
     m.cookie = 0x5a5a5a5a12345678ULL;
     put("rdm_ctl", "connreq-token", &m, sizeof m);
+    m.cookie = 0; /* ... and with the user's data (xport_connect_data) */
+    m.datalen = 6;
+    memcpy(m.data, "rank 7", 6);
+    put("rdm_ctl", "connreq-data", &m, sizeof m);
   }
 }
 
@@ -150,6 +154,7 @@ int main(int argc, char **argv)
 
   hello(0, 0, "connect");
   hello(HELLO_WANT_SVC, 0, "connect-want-svc");
+  hello(HELLO_DATA, 0, "connect-data");
   hello(0, 0x77665544332211ULL, "accept-svc-cookie");
   hello(HELLO_SVC, 0x77665544332211ULL, "svc-connect");
 
