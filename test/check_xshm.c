@@ -531,8 +531,10 @@ START_TEST(sender_killed_mid_stream)
 END_TEST
 
 /* A sender that writes many messages and closes at once: all it wrote
- * reaches the receives posted after its close (the receiver polling
- * meanwhile), then the event. */
+ * reaches the receives posted after its close, then the event. Those
+ * receives are posted before the receiver looks at the connection again:
+ * a close it has seen ends the connection with what no receive took
+ * (xport(7), xshm), which a progress thread may see at any time. */
 #define PARTING 250 /* within the receive depth (256) */
 
 static void parting_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
@@ -541,12 +543,6 @@ static void parting_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
   xport_conn_t *conn;
   XT_OK(xport_accept(lst, T_MS, &conn));
   XT_CHECK(xt_step_get(st->c2s[0], T_MS) == 'c', "the sender never closed");
-  /* Polled past several looks at the peer's socket, with no receive
-   * posted: what it wrote keeps the connection open until taken. */
-  xport_completion_t early;
-  int rc = xt_next(ctx, &early, 100);
-  XT_CHECK(rc == -XPORT_ETIMEDOUT, "before any receive: %s, op %d", xport_strerror(rc),
-           rc ? 0 : (int)early.op);
   static uint32_t got[PARTING];
   for (uint32_t i = 0; i < PARTING; i++)
     XT_OK(xport_recv(conn, &got[i], sizeof got[i], NULL, &got[i]));
@@ -565,6 +561,11 @@ START_TEST(all_before_the_close)
 {
   if (!on_xshm("all_before_the_close"))
     return;
+  if (xt_caps()->progress_thread) {
+    printf("SKIP: all_before_the_close on %s: the progress thread may see the close before "
+           "the receives are posted (xport(7), xshm)\n", xt_config());
+    return;
+  }
   struct xt_steps st;
   xt_steps_open(&st);
   char addr[128];

@@ -125,17 +125,6 @@ static int frag_pump(xport_conn_t *conn);
 static size_t rec_size(size_t payload);
 static int rec_load(const uint8_t *p, struct xshm_rec *h);
 
-/* A peer that closed (or died) with records in our ring that no receive
- * has taken yet: the connection stays open until they are (as a stream's
- * would, xport_conn_close(3)). */
-static int parted_waiting(const xport_conn_t *conn)
-{
-  const struct xshm_conn *c = (const struct xshm_conn *)(const void *)conn->tpd;
-  struct xshm_rec h;
-  return c->gone && c->seg && !c->doomed && c->rx_head == c->rx_tail &&
-         rec_load(c->seg->ring[!c->side].data + c->in_head % XSHM_RING, &h);
-}
-
 /* Back from a sleep: the doorbell read empty, the rings disarmed. */
 static void disarm(struct xport__lane *lane)
 {
@@ -797,8 +786,6 @@ static void rings_run(struct xport__lane *lane)
       XPORT__WARN("xshm: connection %u: its peer wrote a record that makes no sense: "
                   "the connection ends", conn->id);
       xshm_lost(conn, -XPORT_ECONNRESET);
-    } else if (XPORT__UNLIKELY(c->parted)) {
-      xl(lane)->look_now = 1; /* it ends once its last record is taken */
     }
   }
 }
@@ -1948,9 +1935,8 @@ static void accept_hooked(struct xport__lane *lane)
 }
 
 /* Housekeeping, every XSHM_LOOK_MS at most: a peer whose socket closed
- * (it closed, or died) has given all it will; what its ring holds is
- * taken by our receives, then the connection ends (parted_waiting: not
- * before the last record is taken). */
+ * (it closed, or died) has given all it will; what its ring holds for our
+ * receives is taken, then the connection ends. */
 static void xshm_progress(struct xport__lane *lane)
 {
   long now = xport__now_ms();
@@ -1973,17 +1959,9 @@ static void xshm_progress(struct xport__lane *lane)
        * budget per run), then the loss. */
       c->gone = 1;
       rings_run(lane);
-      int r = 1;
-      while (r == 1 && conn->state == XPORT__CONN_CONNECTED && c->seg && !c->doomed)
-        r = take_one(lane, conn);
-      if (r < 0 || !parted_waiting(conn)) {
-        xshm_lost(conn, -XPORT_ECONNRESET);
-      } else if (!c->parted) {
-        /* Its ended socket would wake every sleeper until then: the runs
-         * of the rings look again as they take its records. */
-        c->parted = 1;
-        epoll_ctl(xl(lane)->epfd, EPOLL_CTL_DEL, c->sock, NULL);
-      }
+      while (c->seg && !c->doomed && take_one(lane, conn) == 1)
+        ;
+      xshm_lost(conn, -XPORT_ECONNRESET);
     }
   }
 }

@@ -151,7 +151,6 @@ struct xshm_conn {
   int my_efd;   /* ours, handed over: a peer can drain only its own connection's */
   int cma;      /* this side may read and write the peer's memory */
   int gone;     /* its socket ended: its pid may be another process's now */
-  int parted;   /* ... with records left for receives not yet posted (parted_waiting) */
   /* A long message in pieces (no cross-memory attach), going out: the
    * sends behind it wait (EAGAIN, held by the core) until it is. */
   struct {
