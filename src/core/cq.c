@@ -314,13 +314,14 @@ void xport__held_retry(xport_ctx_t *ctx)
   xport_conn_t *conn = ctx->holding;
   while (conn) {
     xport_conn_t *next = conn->hq.next; /* conn may leave the list */
-    /* Its lane's control messages pushed back go first, at the next
-     * housekeeping; a peer that holds the provider's lock is passed by
-     * (a poll never waits on a peer). */
+    /* A peer that holds the provider's lock is passed by: a poll never
+     * waits on a peer. */
     if (conn->lane->tp->may_post && !conn->lane->tp->may_post(conn)) {
       conn = next;
       continue;
     }
+    /* Its lane's control messages pushed back go first, at the next
+     * housekeeping. */
     while (conn->hq.head && !conn->lane->ctl_owed) {
       struct xport__req *req = conn->hq.head;
       ssize_t ret = held_post(conn, req);
