@@ -539,6 +539,10 @@ static inline __attribute__((always_inline)) void fill_comp(xport_ctx_t *ctx, xp
 {
   fill_plain(c, req, req->status, req->flags, req->imm, req->len);
   if (XPORT__UNLIKELY(req->status)) {
+    /* Some providers give a truncated message's immediate data, others
+     * not: none, alike everywhere (xport_poll(3)). */
+    c->flags = 0;
+    c->imm = 0;
     if (req->detail) {
       c->detail = req->detail->text;
       req->detail->next = ctx->shown;
