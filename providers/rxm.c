@@ -158,6 +158,7 @@ const struct xport__profile xport__profile_verbs_rxm = {
   .dead_peer_lets_go = 1,
   .answer_needs_source = 1,
   .atomics_unordered = 1,
+  .truncation_hangs = 1, /* rxm's rendezvous, as over tcp */
   .close_after_refusal_crashes = 1,
   .max_tx_depth = verbs_rxm_tx_depth,
   .cq_error = verbs_rxm_cq_error,
