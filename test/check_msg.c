@@ -878,7 +878,11 @@ static int trunc_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
   XT_CHECK(xt_next(ctx, &c, T_MS) == 0 && c.op == XPORT_OP_RECV && c.status == 0,
            "no go from the server");
   xport_iov_t v[2] = {{big[0], sizeof big[0], NULL}, {big[1], sizeof big[1], NULL}};
-  XT_OK(xport_sendv(conn, v, 2, NULL));
+  /* verbs;ofi_rxm has no sink (xport(7), note 5): one piece there. */
+  int pieces = strcmp(xt_config(), "verbs;ofi_rxm") ? 2 : 1;
+  if (pieces == 1)
+    v[0].len = sizeof big;
+  XT_OK(xport_sendv(conn, v, (size_t)pieces, NULL));
   /* The send completes (or fails if the provider drops the connection);
    * then the server closes. Either way nothing hangs. */
   XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "send never completed");
