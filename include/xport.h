@@ -247,6 +247,12 @@ XPORT_API int xport_recv(xport_conn_t *conn, void *buf, size_t len,
                          xport_mr_t *mr, void *user_ctx);
 XPORT_API int xport_recvv(xport_conn_t *conn, const xport_iov_t *iov,
                           size_t iovcnt, void *user_ctx);
+/* Posts a receive to ctx's shared pool, which any of its connections may
+ * take: its completion names the connection (xport_recv_shared(3)). A
+ * connection on which the application posts a receive of its own leaves
+ * the pool. */
+XPORT_API int xport_recv_shared(xport_ctx_t *ctx, void *buf, size_t len,
+                                xport_mr_t *mr, void *user_ctx);
 
 /* ---- one-sided operations (RMA) ---------------------------------------
  * A region is exported by packing a remote key for it (or a sub-range),

@@ -21,6 +21,7 @@
 #include "core/link.h"
 #include "core/halfopen.h"
 #include "core/fault.h"
+#include "core/pool.h"
 #include "api/ctx.h"
 #include "api/post.h"
 #include "api/wimm.h"

@@ -2341,6 +2341,316 @@ START_TEST(bad_posts)
 }
 END_TEST
 
+/* ---- the shared receive pool (xport_recv_shared(3)) --------------------
+ * Three clients of one listener; the server's receives are the pool's
+ * only. Each message names its client and its place; each completion
+ * must name the connection it came on, in order per connection, its
+ * bytes those sent. */
+#define POOL_CONNS 3
+#define POOL_LEND 4
+#define POOL_ENTRIES (POOL_CONNS * POOL_LEND)
+#define POOL_MSGS 24
+#define POOL_MSG_MAX 256
+
+static size_t pool_msg_len(unsigned seq)
+{
+  return 8 + (seq * 37u) % (POOL_MSG_MAX - 8);
+}
+
+static void pool_msg_fill(unsigned char *m, unsigned id, unsigned seq)
+{
+  uint32_t h[2] = {id, seq};
+  memcpy(m, h, sizeof h);
+  xt_fill(m + 8, pool_msg_len(seq) - 8, id * 1000 + seq);
+}
+
+/* A message in a pool entry: from connection id, the next of its. */
+static void pool_msg_check(const xport_completion_t *c, const unsigned char *m, unsigned id,
+                           unsigned seq)
+{
+  uint32_t h[2];
+  XT_CHECK(c->len == pool_msg_len(seq), "connection %u, message %u: %zu bytes, sent %zu", id,
+           seq, c->len, pool_msg_len(seq));
+  memcpy(h, m, sizeof h);
+  XT_CHECK(h[0] == id && h[1] == seq,
+           "a message of connection %u, number %u, completed as connection %u's number %u",
+           h[0], h[1], id, seq);
+  size_t bad = xt_verify(m + 8, c->len - 8, id * 1000 + seq);
+  XT_CHECK(bad == c->len - 8, "connection %u, message %u: byte %zu differs", id, seq, bad);
+}
+
+static unsigned pool_conn_id(xport_conn_t *const *conns, xport_conn_t *conn)
+{
+  for (unsigned k = 0; k < POOL_CONNS; k++)
+    if (conns[k] == conn)
+      return k;
+  XT_CHECK(0, "a completion names a connection (%p) the server does not have", (void *)conn);
+  return 0;
+}
+
+static void pool_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  (void)arg;
+  static unsigned char bufs[POOL_ENTRIES][POOL_MSG_MAX];
+  static uint64_t words[POOL_CONNS];
+  xport_conn_t *conns[POOL_CONNS] = {0};
+  unsigned next[POOL_CONNS] = {0};
+  int wimm_seen[POOL_CONNS] = {0};
+  xport_completion_t c;
+  xport_caps_t caps;
+  XT_OK(xport_ctx_query(ctx, &caps));
+  int wimm = caps.write_imm != XPORT_SUPPORT_NONE;
+  /* Posted before there is any connection: they wait for them. */
+  for (uintptr_t i = 0; i < POOL_ENTRIES; i++)
+    XT_OK(xport_recv_shared(ctx, bufs[i], sizeof bufs[i], NULL, (void *)i));
+  xport_mr_t *mr;
+  XT_OK(xport_mr_reg(ctx, words, sizeof words, XPORT_ACCESS_REMOTE_WRITE, &mr));
+  uint8_t key[XPORT_RKEY_MAX_SIZE];
+  int klen = xport_rkey_pack(mr, 0, sizeof words, key, sizeof key);
+  XT_OK(klen);
+  for (int i = 0; i < POOL_CONNS; i++) {
+    xport_conn_t *conn;
+    xport_peer_t p;
+    XT_OK(xport_accept(lst, T_MS, &conn));
+    XT_OK(xport_conn_peer(conn, &p));
+    XT_CHECK(p.data_len == 1 && p.data[0] < POOL_CONNS && !conns[p.data[0]],
+             "connection %d names itself with %zu bytes", i, p.data_len);
+    conns[p.data[0]] = conn;
+    XT_OK(xport_send(conn, key, (size_t)klen, NULL, NULL));
+  }
+  /* Every message, and a write with immediate data after them, each in a
+   * pool entry that is posted again once read. */
+  int left = POOL_CONNS * (POOL_MSGS + wimm), sends = POOL_CONNS;
+  while (left || sends) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "%d messages and %d sends still to come", left,
+             sends);
+    XT_CHECK(c.status == 0, "op %d: %s", c.op, xport_strerror(c.status));
+    if (c.op == XPORT_OP_SEND) {
+      sends--;
+      continue;
+    }
+    uintptr_t e = (uintptr_t)c.user_ctx;
+    XT_CHECK(e < POOL_ENTRIES, "a completion with a context (%p) that is no entry's",
+             c.user_ctx);
+    unsigned k = pool_conn_id(conns, c.conn);
+    if (c.op == XPORT_OP_REMOTE_WRITE_IMM) {
+      XT_CHECK(wimm && !wimm_seen[k] && next[k] == POOL_MSGS,
+               "connection %u: the write's immediate data after %u messages", k, next[k]);
+      XT_CHECK(c.imm == (0x5000u | k), "connection %u: immediate data %#x", k, c.imm);
+      XT_CHECK(words[k] == 0x1111111111111111ull * (k + 1), "connection %u wrote %llx", k,
+               (unsigned long long)words[k]);
+      wimm_seen[k] = 1;
+    } else {
+      XT_CHECK(c.op == XPORT_OP_RECV, "op %d", c.op);
+      XT_CHECK(next[k] < POOL_MSGS, "connection %u: more messages than sent", k);
+      pool_msg_check(&c, bufs[e], k, next[k]++);
+    }
+    left--;
+    XT_OK(xport_recv_shared(ctx, bufs[e], sizeof bufs[e], NULL, (void *)e));
+  }
+  /* Connection 0 is closed here and connection 2 by the client: what the
+   * pool lent them comes back, so that connection 1 alone can take every
+   * entry, none posted again. */
+  XT_OK(xport_send(conns[1], "phase", 6, NULL, NULL));
+  XT_OK(xport_conn_close(conns[0]));
+  int got = 0, gone = 0;
+  sends = 1;
+  while (got < POOL_ENTRIES || !gone || sends) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0,
+             "connection 1 got %d of %d messages with the pool not posted again: the "
+             "entries of the closed connections did not come back", got, POOL_ENTRIES);
+    if (c.op == XPORT_OP_DISCONNECT) {
+      XT_CHECK(c.conn == conns[2], "a disconnect of another connection");
+      gone = 1;
+      continue;
+    }
+    XT_CHECK(c.status == 0, "op %d: %s", c.op, xport_strerror(c.status));
+    if (c.op == XPORT_OP_SEND) {
+      sends--;
+      continue;
+    }
+    XT_CHECK(c.op == XPORT_OP_RECV && c.conn == conns[1], "op %d on connection %p", c.op,
+             (void *)c.conn);
+    pool_msg_check(&c, bufs[(uintptr_t)c.user_ctx], 1, POOL_MSGS + (unsigned)got);
+    got++;
+  }
+  XT_CHECK(xt_next(ctx, &c, 100) == -XPORT_ETIMEDOUT, "one more completion: op %d", c.op);
+  XT_OK(xport_send(conns[1], "done", 5, NULL, NULL));
+  sends_then_gone(ctx, 1, 1);
+  XT_OK(xport_conn_close(conns[1]));
+  XT_OK(xport_conn_close(conns[2]));
+  XT_OK(xport_mr_dereg(mr));
+}
+
+START_TEST(shared_pool)
+{
+  char addr[128], lenv[8];
+  snprintf(lenv, sizeof lenv, "%d", POOL_LEND);
+  setenv("XPORT_POOL_LEND", lenv, 1); /* the server's, forked below */
+  pid_t pid = xt_spawn_server(pool_server, NULL, addr, sizeof addr);
+  unsetenv("XPORT_POOL_LEND");
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conns[POOL_CONNS];
+  static uint8_t keys[POOL_CONNS][XPORT_RKEY_MAX_SIZE];
+  static unsigned char msgs[POOL_CONNS][POOL_MSGS + POOL_ENTRIES][POOL_MSG_MAX];
+  static uint64_t words[POOL_CONNS];
+  char note[8];
+  xport_completion_t c;
+  for (unsigned char k = 0; k < POOL_CONNS; k++) {
+    XT_OK(xport_connect_data(ctx, addr, &k, 1, T_MS, &conns[k]));
+    XT_OK(xport_recv(conns[k], keys[k], sizeof keys[k], NULL, NULL));
+  }
+  xport_rkey_t *rk[POOL_CONNS];
+  for (int k = 0; k < POOL_CONNS; k++) {
+    c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS);
+    XT_CHECK(c.status == 0, "the key: %s", xport_strerror(c.status));
+    unsigned i = pool_conn_id(conns, c.conn);
+    XT_OK(xport_rkey_unpack(conns[i], keys[i], c.len, &rk[i]));
+  }
+  XT_OK(xport_recv(conns[1], note, sizeof note, NULL, NULL));
+  /* Round after round, one message on each connection. */
+  for (unsigned seq = 0; seq < POOL_MSGS; seq++) {
+    for (unsigned k = 0; k < POOL_CONNS; k++) {
+      pool_msg_fill(msgs[k][seq], k, seq);
+      XT_OK(xport_send(conns[k], msgs[k][seq], pool_msg_len(seq), NULL, NULL));
+    }
+    for (int k = 0; k < POOL_CONNS; k++) {
+      c = xt_wait_op(ctx, XPORT_OP_SEND, T_MS);
+      XT_CHECK(c.status == 0, "send: %s", xport_strerror(c.status));
+    }
+  }
+  if (xt_caps()->write_imm != XPORT_SUPPORT_NONE)
+    for (unsigned k = 0; k < POOL_CONNS; k++) {
+      words[k] = 0x1111111111111111ull * (k + 1);
+      XT_OK(xport_write_imm(conns[k], &words[k], 8, NULL, rk[k], k * 8, 0x5000u | k, NULL));
+      c = xt_wait_op(ctx, XPORT_OP_WRITE, T_MS);
+      XT_CHECK(c.status == 0, "write_imm: %s", xport_strerror(c.status));
+    }
+  c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS); /* "phase": the server closed connection 0 */
+  XT_CHECK(c.status == 0 && c.conn == conns[1], "phase: %s", xport_strerror(c.status));
+  for (int k = 0; k < POOL_CONNS; k++)
+    XT_OK(xport_rkey_release(rk[k]));
+  XT_OK(xport_conn_close(conns[2]));
+  XT_OK(xport_recv(conns[1], note, sizeof note, NULL, NULL));
+  for (unsigned n = 0; n < POOL_ENTRIES; n++) {
+    unsigned seq = POOL_MSGS + n;
+    pool_msg_fill(msgs[1][seq], 1, seq);
+    XT_OK(xport_send(conns[1], msgs[1][seq], pool_msg_len(seq), NULL, NULL));
+  }
+  for (int got = 0; got < POOL_ENTRIES + 1;) {
+    c = xt_wait_op(ctx, XPORT_OP_SEND, T_MS);
+    XT_CHECK(c.status == 0, "send: %s", xport_strerror(c.status));
+    got++;
+    if (got == POOL_ENTRIES) {
+      c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS); /* "done" */
+      XT_CHECK(c.status == 0 && c.conn == conns[1] && !strcmp(note, "done"), "done: %s",
+               xport_strerror(c.status));
+      break;
+    }
+  }
+  XT_OK(xport_conn_close(conns[0]));
+  XT_OK(xport_conn_close(conns[1]));
+  xport_ctx_destroy(ctx);
+  XT_CHECK(xt_reap(pid) == 0, "server failed");
+}
+END_TEST
+
+/* A connection on which the application posts a receive of its own
+ * leaves the pool: the receives already lent to it come first, then its
+ * own; the pool lends it nothing more. */
+static void pool_own_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  (void)arg;
+  static unsigned char bufs[4][POOL_MSG_MAX], own[2][POOL_MSG_MAX];
+  xport_conn_t *conn;
+  xport_completion_t c;
+  for (uintptr_t i = 0; i < 4; i++)
+    XT_OK(xport_recv_shared(ctx, bufs[i], sizeof bufs[i], NULL, (void *)i));
+  XT_OK(xport_accept(lst, T_MS, &conn)); /* lent 2 (XPORT_POOL_LEND) */
+  XT_OK(xport_recv(conn, own[0], sizeof own[0], NULL, (void *)100));
+  for (unsigned seq = 0; seq < 3; seq++) {
+    expect_comp(ctx, &c, XPORT_OP_RECV, 0);
+    XT_CHECK(c.conn == conn, "another connection");
+    uintptr_t e = (uintptr_t)c.user_ctx;
+    XT_CHECK(seq < 2 ? e < 4 : e == 100, "message %u in %s receive", seq,
+             e == 100 ? "its own" : "a pool's");
+    pool_msg_check(&c, e == 100 ? own[0] : bufs[e], 0, seq);
+  }
+  /* The fourth waits for a receive of its own, with two pool entries free. */
+  XT_CHECK(xt_next(ctx, &c, 300) == -XPORT_ETIMEDOUT,
+           "the fourth message completed (op %d, context %p) without a receive of its own",
+           c.op, c.user_ctx);
+  XT_OK(xport_recv(conn, own[1], sizeof own[1], NULL, (void *)101));
+  expect_comp(ctx, &c, XPORT_OP_RECV, 0);
+  XT_CHECK(c.user_ctx == (void *)101, "the fourth message in %p", c.user_ctx);
+  pool_msg_check(&c, own[1], 0, 3);
+  XT_OK(xport_send(conn, "done", 5, NULL, NULL));
+  sends_then_gone(ctx, 1, 1);
+  XT_OK(xport_conn_close(conn));
+}
+
+START_TEST(shared_pool_own_receives)
+{
+  char addr[128], note[8];
+  static unsigned char msgs[4][POOL_MSG_MAX];
+  setenv("XPORT_POOL_LEND", "2", 1);
+  pid_t pid = xt_spawn_server(pool_own_server, NULL, addr, sizeof addr);
+  unsetenv("XPORT_POOL_LEND");
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn;
+  xport_completion_t c;
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  XT_OK(xport_recv(conn, note, sizeof note, NULL, NULL));
+  for (unsigned seq = 0; seq < 4; seq++) {
+    pool_msg_fill(msgs[seq], 0, seq);
+    XT_OK(xport_send(conn, msgs[seq], pool_msg_len(seq), NULL, NULL));
+  }
+  for (int i = 0; i < 4; i++) {
+    c = xt_wait_op(ctx, XPORT_OP_SEND, T_MS);
+    XT_CHECK(c.status == 0, "send: %s", xport_strerror(c.status));
+  }
+  c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS);
+  XT_CHECK(c.status == 0 && !strcmp(note, "done"), "done: %s", xport_strerror(c.status));
+  XT_OK(xport_conn_close(conn));
+  xport_ctx_destroy(ctx);
+  XT_CHECK(xt_reap(pid) == 0, "server failed");
+}
+END_TEST
+
+START_TEST(shared_pool_bad_arguments)
+{
+  xport_ctx_t *ctx = xt_ctx(), *other = xt_ctx();
+  static char buf[256];
+  xport_mr_t *mr, *ro, *theirs;
+  XT_OK(xport_mr_reg(ctx, buf, 128, XPORT_ACCESS_LOCAL, &mr));
+  XT_OK(xport_mr_reg(ctx, buf, 128, XPORT_ACCESS_REMOTE_READ, &ro));
+  XT_OK(xport_mr_reg(other, buf, 128, XPORT_ACCESS_LOCAL, &theirs));
+  XT_CHECK(xport_recv_shared(NULL, buf, 8, NULL, NULL) == -XPORT_EINVAL, "NULL ctx");
+  XT_CHECK(xport_recv_shared(ctx, NULL, 8, NULL, NULL) == -XPORT_EINVAL, "NULL buffer");
+  XT_CHECK(xport_recv_shared(ctx, buf, 8, theirs, NULL) == -XPORT_EINVAL,
+           "another context's region");
+  XT_CHECK(xport_recv_shared(ctx, buf + 64, 128, mr, NULL) == -XPORT_ERANGE,
+           "past the region's end");
+  XT_CHECK(xport_recv_shared(ctx, buf, 8, ro, NULL) == -XPORT_EACCES,
+           "a region without local access");
+  XT_CHECK(xport_recv_shared(ctx, (void *)(uintptr_t)-8, 64, NULL, NULL) == -XPORT_EINVAL,
+           "a buffer past the address space's end");
+  if (xt_caps()->max_msg_size < SIZE_MAX) /* tcp's has no bound */
+    XT_CHECK(xport_recv_shared(ctx, buf, xt_caps()->max_msg_size + 1, NULL, NULL) ==
+                 -XPORT_EMSGSIZE,
+             "more than max_msg_size");
+  /* A refused post leaves nothing behind; good ones outlive the context's
+   * end without a connection ever taking them. */
+  XT_OK(xport_recv_shared(ctx, buf, 0, NULL, NULL));
+  XT_OK(xport_recv_shared(ctx, buf, 128, mr, NULL));
+  XT_OK(xport_mr_dereg(theirs));
+  XT_OK(xport_mr_dereg(ro));
+  XT_OK(xport_mr_dereg(mr));
+  xport_ctx_destroy(other);
+  xport_ctx_destroy(ctx);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
   Suite *s = suite_create("msg");
@@ -2372,6 +2682,12 @@ static Suite *make_suite(void)
   tcase_add_test(trunc, truncation_costs_one_connection);
   suite_add_tcase(s, trunc);
 
+  TCase *pool = tcase_create("Pool");
+  tcase_set_timeout(pool, 120);
+  tcase_add_test(pool, shared_pool);
+  tcase_add_test(pool, shared_pool_own_receives);
+  suite_add_tcase(s, pool);
+
   TCase *fail = tcase_create("Failures");
   tcase_set_timeout(fail, 60);
   tcase_add_test(fail, close_with_outstanding);
@@ -2395,6 +2711,7 @@ static Suite *make_suite(void)
   tcase_add_test(err, bad_addresses);
   tcase_add_test(err, null_and_range_arguments);
   tcase_add_test(err, peer_identity_bad_arguments);
+  tcase_add_test(err, shared_pool_bad_arguments);
   tcase_add_test(err, bad_posts);
   suite_add_tcase(s, err);
   return s;

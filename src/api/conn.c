@@ -195,6 +195,8 @@ static int connect_locked(struct xport__lane *lane, const char *addr,
 {
   XPORT__LOCK(lane->ctx);
   int ret = connect_on(lane, addr, data, timeout_ms, conn_p);
+  if (!ret)
+    xport__pool_join(*conn_p); /* ready for its first message */
   XPORT__UNLOCK(lane->ctx);
   return ret;
 }
@@ -241,6 +243,8 @@ static int accept_one(xport_listener_t *lst, int timeout_ms, xport_conn_t **conn
 {
   XPORT__LOCK(lst->ctx);
   int ret = xport_accept__locked(lst, timeout_ms, conn_p);
+  if (!ret)
+    xport__pool_join(*conn_p); /* ready for its first message */
   XPORT__UNLOCK(lst->ctx);
   return ret;
 }
@@ -334,7 +338,7 @@ XPORT_API int xport_conn_close(xport_conn_t *conn)
     return xport_conn_close__locked(conn);
   xport_ctx_t *lctx = conn->ctx;
   XPORT__LOCK(lctx);
-  if (conn->owned && conn->state != XPORT__CONN_CLOSED) {
+  if (conn->app.owned && conn->state != XPORT__CONN_CLOSED) {
     XPORT__UNLOCK(lctx);
     XPORT__WARN("connection %llu belongs to a job: xport_job_fini closes it",
                 (unsigned long long)conn->id);

@@ -1037,6 +1037,7 @@ XPORT_API int xport_ctx_destroy(xport_ctx_t *ctx)
   /* Closed connections wait for their requests to be delivered; nobody
    * will poll now, so drop them along with their connections. */
   xport__done_discard(ctx);
+  xport__pool_fini(ctx); /* its lent receives were on the done list */
   while (ctx->mrs)
     xport_mr_dereg(ctx->mrs);
   for (unsigned l = ctx->nlanes; l-- > 0;) {

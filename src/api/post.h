@@ -28,4 +28,8 @@ static inline int xport__pushed_back(ssize_t ret)
  * context's CQ, else -XPORT_EAGAIN. */
 int xport__post_room(const xport_conn_t *conn, xport_op_t op, size_t n);
 
+/* pool.c: conn, just handed out, joins the shared pool if the context
+ * has one, and is lent its receives at once. */
+void xport__pool_join(xport_conn_t *conn);
+
 #endif /* XPORT_API_POST_H */

@@ -430,8 +430,10 @@ static void zombie_done(struct xport__lane *lane, struct xport__req *req,
   XPORT__ASSERT((z & XPORT__Z_ORPHAN) && req->conn && req->conn->lane == lane &&
                 req->conn->orphans.n > 0);
   XPORT__LIST_UNLINK(lane->zombies, req, cnext, cprev);
-  if (req->op == XPORT_OP_RECV && !(z & XPORT__Z_SHOWN))
+  if (req->op == XPORT_OP_RECV && !(z & (XPORT__Z_SHOWN | XPORT__Z_POOL)))
     req->conn->orphans.recvs--;
+  if (req->pair & XPORT__POOLED)
+    e = NULL; /* a message after its connection's end: dropped, the entry goes back */
   if (e && !(z & XPORT__Z_SHOWN)) {
     size_t len = req->op == XPORT_OP_RECV ? e->len : req->len;
     if (req->bounce && req->uiovcnt)
@@ -465,7 +467,12 @@ static void zombie_done(struct xport__lane *lane, struct xport__req *req,
 void xport__zombie_show(xport_ctx_t *ctx, xport_conn_t *conn)
 {
   for (struct xport__req *z = conn->lane->zombies; z; z = z->cnext)
-    if (z->conn == conn && !(z->zombie & XPORT__Z_SHOWN)) {
+    if (z->conn == conn && (z->pair & XPORT__POOLED) && !(z->zombie & XPORT__Z_POOL)) {
+      /* The pool's: back there only once the provider lets go of the
+       * buffer, and shown to nobody, so the event need not wait. */
+      z->zombie |= XPORT__Z_POOL;
+      conn->orphans.recvs--;
+    } else if (z->conn == conn && !(z->zombie & (XPORT__Z_SHOWN | XPORT__Z_POOL))) {
       z->zombie |= XPORT__Z_SHOWN;
       if (z->op == XPORT_OP_RECV)
         conn->orphans.recvs--;
@@ -629,6 +636,8 @@ deliver_one(xport_ctx_t *ctx, struct xport__req *req, xport_completion_t *c, int
     }
   }
   if (XPORT__UNLIKELY(req->pair)) {
+    if ((req->pair & XPORT__POOLED) && !xport__pool_done(ctx, req))
+      return 0; /* its connection ended under it: back in the pool */
     if (req->pair & XPORT__PAIR_WAIT) {
       req->pair |= XPORT__PAIR_HELD;
       return 0;
@@ -923,6 +932,8 @@ poll_lane(struct xport__lane *lane, xport_completion_t *comps, int n, int max, i
     lane->tp->progress(lane);
     if (XPORT__UNLIKELY(ctx->dl.min_ms != 0))
       deadlines_run(ctx);
+    if (XPORT__UNLIKELY(ctx->pool.want != NULL) && ctx->pool.free)
+      ctx->pool.feed(ctx); /* connections a job made, or a CQ that was full */
     /* A connection lost just now ended its operations: they come before
      * its disconnect event, as they do where the loss was seen earlier. */
     n = deliver_done(ctx, comps, n, max);

@@ -59,15 +59,18 @@ void xport__conn_unlink(xport_conn_t *conn)
 {
   XPORT__LIST_UNLINK(conn->lane->conns, conn, next, prev);
   conn->next = conn->prev = NULL;
+  xport__pool_forget(conn);
 }
 
 void xport__conn_link(xport_conn_t *conn)
 {
   /* Once, and on a lane of its own context. */
-  XPORT__ASSERT(!conn->handed && conn->lane->ctx == conn->ctx &&
+  XPORT__ASSERT(!conn->app.handed && conn->lane->ctx == conn->ctx &&
                 conn->lane == conn->ctx->lanes[conn->lane->index]);
-  conn->handed = 1;
+  conn->app.handed = 1;
   XPORT__LIST_PUSH(conn->lane->conns, conn, next, prev);
+  if (conn->ctx->pool.on)
+    xport__pool_want(conn); /* connected (RDM: later, xport__pool_join) */
 }
 
 int xport__listener_shaking_from(const xport_listener_t *lst, uint64_t peer_ctx_id)

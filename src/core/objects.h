@@ -128,6 +128,10 @@ struct xport__req {
    * request, user_ctx pointing here) is still out: it is delivered only
    * once both halves finished, with the write's error first. */
   unsigned pair;
+  /* A receive lent from the context's shared pool (pair has
+   * XPORT__POOLED): its entry, which goes back to the pool where the
+   * receive ends with its connection instead of a message. */
+  struct xport__pent *pent;
   /* Sends only: XPORT__UNSIG for an unsignaled one (its success is never
    * delivered), XPORT__ORDERED for a signaled one posted while unsignaled
    * ones were out on its connection (delivered only once those posted
@@ -188,9 +192,14 @@ struct xport__detail {
  * completes at once unless delivery-complete; the target must not see
  * XPORT_OP_REMOTE_WRITE_IMM for data that never landed). */
 #define XPORT__PAIR_DEFER 4u
+/* Not a pair: a receive lent from the shared pool (req->pent). It shares
+ * the field so that the delivery's quick path, which tests pair, passes
+ * it to the general one at no cost of its own. */
+#define XPORT__POOLED 8u
 #define XPORT__Z_ORPHAN 1u    /* zombie: the provider still owns it */
 #define XPORT__Z_SHOWN 2u     /* ... yet queued for the user (zombie_show) */
 #define XPORT__Z_DELIVERED 4u /* ... and delivered */
+#define XPORT__Z_POOL 8u      /* lent from the pool: no longer held against the event */
 
 struct xport__req_chunk {
   struct xport__req_chunk *next;
@@ -298,6 +307,17 @@ struct xport__shake {
   int data_due;
 };
 
+/* Its share of the context's shared receive pool (core/pool.c): the
+ * pool's receives lent to it and still posted; own, the application has
+ * posted a receive of its own on it, and the pool lends it no more;
+ * wanting, it is on ctx->pool.want, through next, for more. */
+struct xport__pool_conn {
+  unsigned lent;
+  int own;
+  int wanting;
+  struct xport_conn *next;
+};
+
 /* Its place on lane->draining: closed, while the provider still owns
  * some of its operations (RDM). */
 struct xport__drain {
@@ -317,8 +337,10 @@ struct xport_conn {
   /* The user closed it: what the provider cancels from now on is
    * ECANCELED; before, a cancellation means the connection broke. */
   int closing;
-  int handed;                     /* returned to the application (xport__conn_link) */
-  int owned;                      /* a layer above (a job) closes it, not the application */
+  struct {
+    int handed;                   /* returned to the application (xport__conn_link) */
+    int owned;                    /* a layer above (a job) closes it, not the application */
+  } app;
   /* The peer has shown that it holds the connection: the client, by
    * completing its connect (the acceptance reached it); the listener's
    * side, by a message the client sent once it had connected. Until then
@@ -346,6 +368,7 @@ struct xport_conn {
   struct xport__fault_conn fault;
   struct xport__shake shake;
   struct xport__drain drain;
+  struct xport__pool_conn pool;
   struct xport_conn *next, *prev; /* lane->conns */
   /* Its transport's part (struct xport__transport conn_size bytes). */
   _Alignas(16) unsigned char tpd[];
@@ -487,6 +510,36 @@ struct xport__lane {
   struct xport__bounce_chunk *small_chunks;
 };
 
+/* One receive of the shared pool (xport_recv_shared): waiting in the
+ * pool, or lent (req->pent); made in chunks, kept for reuse. */
+struct xport__pent {
+  struct xport__pent *next;
+  xport_iov_t iov;
+  void *user_ctx;
+};
+struct xport__pent_chunk {
+  struct xport__pent_chunk *next;
+  struct xport__pent ents[];
+};
+
+/* The context's shared receive pool (api/pool.c posts, core/pool.c takes
+ * back). Its receives are lent to connections, at most lend at a time
+ * each, and posted there as ordinary receives: no provider's shared
+ * receive context names the connection a message came from (xport(7),
+ * SHARED RECEIVES). free: not lent, oldest first; spare: entries to
+ * reuse; want: connections that may take more, in turn; on: the
+ * application has used the pool, and new connections join it; feed:
+ * lends what it can (api/pool.c, the way back up). */
+struct xport__pool {
+  struct xport__pent *free, *free_tail, *spare;
+  struct xport__pent_chunk *chunks;
+  size_t nfree;
+  struct xport_conn *want, *want_tail;
+  unsigned lend;
+  int on;
+  void (*feed)(xport_ctx_t *ctx);
+};
+
 struct xport_ctx {
   /* Its transport instances: the fabric's first, then, with XPORT_SHM,
    * the node-local provider's for peers on this node. A connection runs
@@ -545,6 +598,7 @@ struct xport_ctx {
   struct xport__req *wimm_wait, *wimm_wait_tail;
   struct xport_conn *evq, *evq_tail;   /* disconnect events to deliver */
   struct xport_conn *holding;          /* connections with held posts */
+  struct xport__pool pool;
 
   struct xport_mr *mrs;
 

@@ -64,7 +64,7 @@ struct xport_job {
 
 static void job_keep(xport_job_t *job, int r, xport_conn_t *conn)
 {
-  conn->owned = 1;
+  conn->app.owned = 1;
   job->peers[r].conn = conn;
 }
 
@@ -84,7 +84,7 @@ static void job_forget(xport_job_t *job, int r)
   XPORT__INFO("job: rank %d gave up on the connection this rank accepted from it; a new one "
               "is made", r);
   job->peers[r].conn = NULL;
-  conn->owned = 0;
+  conn->app.owned = 0;
   xport_conn_close(conn);
 }
 
@@ -285,7 +285,7 @@ static void job_close(xport_job_t *job)
   }
   for (int r = 0; job->peers && r < job->size; r++)
     if (job->peers[r].conn) {
-      job->peers[r].conn->owned = 0;
+      job->peers[r].conn->app.owned = 0;
       xport_conn_close(job->peers[r].conn);
     }
   if (job->lst)

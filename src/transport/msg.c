@@ -150,7 +150,7 @@ static void conn_lost(xport_conn_t *conn, int status)
     conn_release_ep(conn, xport__lost_status(status));
     /* Only a connection the application holds has an event: one lost
      * in its handshake is dropped by the accept or connect making it. */
-    if (conn->handed)
+    if (conn->app.handed)
       xport__evq_push(conn->lane->ctx, conn, xport__lost_status(status));
   }
 }

@@ -198,7 +198,7 @@ void rdm_conn_lost(xport_conn_t *conn, int status, int dead)
     conn_dead(conn);
   /* One proven under a key and not yet accepted has its event once
    * accept hands it out (rdm_accept). */
-  if (conn->handed)
+  if (conn->app.handed)
     xport__evq_push(conn->lane->ctx, conn, xport__lost_status(status));
 }
 

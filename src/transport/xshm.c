@@ -1122,7 +1122,7 @@ static void xshm_lost(xport_conn_t *conn, int status)
   conn->state = XPORT__CONN_DISCONNECTED;
   conn->proc.gone = 1;
   conn_release(conn, status);
-  if (conn->handed)
+  if (conn->app.handed)
     xport__evq_push(conn->ctx, conn, xport__lost_status(status));
 }
 
