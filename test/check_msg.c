@@ -2617,6 +2617,91 @@ START_TEST(shared_pool_own_receives)
 }
 END_TEST
 
+/* A client holding lent receives dies: they come back once its loss is
+ * seen, and another connection takes them. */
+static void pool_killed_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  (void)arg;
+  static unsigned char bufs[4][POOL_MSG_MAX];
+  xport_conn_t *conns[2] = {0};
+  xport_completion_t c;
+  for (uintptr_t i = 0; i < 4; i++)
+    XT_OK(xport_recv_shared(ctx, bufs[i], sizeof bufs[i], NULL, (void *)i));
+  for (int i = 0; i < 2; i++) { /* lent 2 each (XPORT_POOL_LEND) */
+    xport_conn_t *conn;
+    xport_peer_t p;
+    XT_OK(xport_accept(lst, T_MS, &conn));
+    XT_OK(xport_conn_peer(conn, &p));
+    XT_CHECK(p.data_len == 1 && p.data[0] < 2, "a client names itself with %zu bytes",
+             p.data_len);
+    conns[p.data[0]] = conn;
+  }
+  int got = 0, gone = 0;
+  while (got < 4 || !gone) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0,
+             "%d of 4 messages, the dead client's loss %sseen: its lent receives did not "
+             "come back", got, gone ? "" : "not ");
+    if (c.op == XPORT_OP_DISCONNECT) {
+      XT_CHECK(c.conn == conns[0] && !gone, "a disconnect of another connection");
+      gone = 1;
+      continue;
+    }
+    XT_CHECK(c.op == XPORT_OP_RECV && c.status == 0 && c.conn == conns[1],
+             "op %d (%s) on connection %p", c.op, xport_strerror(c.status), (void *)c.conn);
+    pool_msg_check(&c, bufs[(uintptr_t)c.user_ctx], 1, (unsigned)got++);
+  }
+  XT_OK(xport_send(conns[1], "done", 5, NULL, NULL));
+  sends_then_gone(ctx, 1, 1);
+  XT_OK(xport_conn_close(conns[0]));
+  XT_OK(xport_conn_close(conns[1]));
+}
+
+START_TEST(shared_pool_client_killed)
+{
+  char addr[128], note[8];
+  static unsigned char msgs[4][POOL_MSG_MAX];
+  struct xt_steps st;
+  xt_steps_open(&st);
+  setenv("XPORT_POOL_LEND", "2", 1);
+  pid_t pid = xt_spawn_server(pool_killed_server, NULL, addr, sizeof addr);
+  unsetenv("XPORT_POOL_LEND");
+  pid_t victim = xt_fork();
+  if (!victim) {
+    xport_ctx_t *vctx = xt_ctx();
+    xport_conn_t *vconn;
+    unsigned char id = 0;
+    XT_OK(xport_connect_data(vctx, addr, &id, 1, T_MS, &vconn));
+    xt_step_put(st.c2s[1], 'C');
+    for (;;)
+      pause(); /* connected, silent, until killed */
+  }
+  XT_CHECK(xt_step_get(st.c2s[0], T_MS) == 'C', "the victim did not connect");
+  kill(victim, SIGKILL);
+  XT_CHECK(xt_reap(victim) == 128 + SIGKILL, "the victim did not die by SIGKILL");
+  xt_shm_remove_of(victim);
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conn;
+  xport_completion_t c;
+  unsigned char id = 1;
+  XT_OK(xport_connect_data(ctx, addr, &id, 1, T_MS, &conn));
+  XT_OK(xport_recv(conn, note, sizeof note, NULL, NULL));
+  for (unsigned seq = 0; seq < 4; seq++) {
+    pool_msg_fill(msgs[seq], 1, seq);
+    XT_OK(xport_send(conn, msgs[seq], pool_msg_len(seq), NULL, NULL));
+  }
+  for (int i = 0; i < 4; i++) {
+    c = xt_wait_op(ctx, XPORT_OP_SEND, T_MS);
+    XT_CHECK(c.status == 0, "send: %s", xport_strerror(c.status));
+  }
+  c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS);
+  XT_CHECK(c.status == 0 && !strcmp(note, "done"), "done: %s", xport_strerror(c.status));
+  XT_OK(xport_conn_close(conn));
+  xport_ctx_destroy(ctx);
+  XT_CHECK(xt_reap(pid) == 0, "server failed");
+  xt_steps_close(&st);
+}
+END_TEST
+
 START_TEST(shared_pool_bad_arguments)
 {
   xport_ctx_t *ctx = xt_ctx(), *other = xt_ctx();
@@ -2686,6 +2771,7 @@ static Suite *make_suite(void)
   tcase_set_timeout(pool, 120);
   tcase_add_test(pool, shared_pool);
   tcase_add_test(pool, shared_pool_own_receives);
+  tcase_add_test(pool, shared_pool_client_killed);
   suite_add_tcase(s, pool);
 
   TCase *fail = tcase_create("Failures");
