@@ -612,6 +612,40 @@ void xport__done_discard(xport_ctx_t *ctx)
   }
 }
 
+/* A lent receive ended (req, pair XPORT__POOLED): 1 if the application
+ * sees it (a message, or a truncated one: it took the entry), 0 where it
+ * ended with its connection instead, its entry back in the pool and req
+ * released. Either way its connection may take another. */
+static int pool_done(xport_ctx_t *ctx, struct xport__req *req)
+{
+  struct xport__pent *p = req->pent;
+  xport_conn_t *conn = req->conn;
+  req->pair &= ~XPORT__POOLED;
+  req->pent = NULL;
+  XPORT__ASSERT(p && conn && conn->pool.lent > 0);
+  conn->pool.lent--;
+  /* A truncated message took its entry as any message does; any other
+   * failure is the connection's end (closed, lost, flushed), which no
+   * message reached: the entry goes back, first in line as it was. */
+  int shown = !req->status || req->status == -XPORT_ETRUNC;
+  if (shown) {
+    p->next = ctx->pool.spare;
+    ctx->pool.spare = p;
+  } else {
+    p->next = ctx->pool.free;
+    ctx->pool.free = p;
+    if (!ctx->pool.free_tail)
+      ctx->pool.free_tail = p;
+    ctx->pool.nfree++;
+  }
+  xport__pool_want(conn);
+  if (!shown)
+    xport__req_release(ctx, req); /* may free a closed conn: last */
+  if (ctx->pool.want && ctx->pool.free)
+    ctx->pool.feed(ctx);
+  return shown;
+}
+
 /* Delivers a finished request into *c; returns 0 for xport's own silent
  * requests, which the application never sees, and for the user's half of
  * a pair whose other half is still out (it comes back through the done
@@ -636,7 +670,7 @@ deliver_one(xport_ctx_t *ctx, struct xport__req *req, xport_completion_t *c, int
     }
   }
   if (XPORT__UNLIKELY(req->pair)) {
-    if ((req->pair & XPORT__POOLED) && !xport__pool_done(ctx, req))
+    if ((req->pair & XPORT__POOLED) && !pool_done(ctx, req))
       return 0; /* its connection ended under it: back in the pool */
     if (req->pair & XPORT__PAIR_WAIT) {
       req->pair |= XPORT__PAIR_HELD;

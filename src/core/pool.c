@@ -1,7 +1,7 @@
-/* The shared receive pool (xport_recv_shared(3)) where its receives come
- * back: the connections that may take more, in turn, and the entries a
- * connection's end returns. Lending itself is a post, above (api/pool.c,
- * reached through ctx->pool.feed). */
+/* The shared receive pool (xport_recv_shared(3)) below the API: the
+ * connections that may take more, in turn. Lending itself is a post,
+ * above (api/pool.c, reached through ctx->pool.feed); a lent receive's
+ * end is the delivery's (cq.c pool_done). */
 #include "xport_int.h"
 
 #include <stdlib.h>
@@ -33,36 +33,6 @@ void xport__pool_forget(xport_conn_t *conn)
     ctx->pool.want_tail = prev;
   conn->pool.wanting = 0;
   conn->pool.next = NULL;
-}
-
-int xport__pool_done(xport_ctx_t *ctx, struct xport__req *req)
-{
-  struct xport__pent *p = req->pent;
-  xport_conn_t *conn = req->conn;
-  req->pair &= ~XPORT__POOLED;
-  req->pent = NULL;
-  XPORT__ASSERT(p && conn && conn->pool.lent > 0);
-  conn->pool.lent--;
-  /* A truncated message took its entry as any message does; any other
-   * failure is the connection's end (closed, lost, flushed), which no
-   * message reached: the entry goes back, first in line as it was. */
-  int shown = !req->status || req->status == -XPORT_ETRUNC;
-  if (shown) {
-    p->next = ctx->pool.spare;
-    ctx->pool.spare = p;
-  } else {
-    p->next = ctx->pool.free;
-    ctx->pool.free = p;
-    if (!ctx->pool.free_tail)
-      ctx->pool.free_tail = p;
-    ctx->pool.nfree++;
-  }
-  xport__pool_want(conn);
-  if (!shown)
-    xport__req_release(ctx, req); /* may free a closed conn: last */
-  if (ctx->pool.want && ctx->pool.free)
-    ctx->pool.feed(ctx);
-  return shown;
 }
 
 void xport__pool_fini(xport_ctx_t *ctx)

@@ -11,11 +11,6 @@
 void xport__pool_want(xport_conn_t *conn);
 /* conn goes (unlinked): off ctx->pool.want. */
 void xport__pool_forget(xport_conn_t *conn);
-/* A lent receive ended (req, pair XPORT__POOLED): 1 if the application
- * sees it (a message, or a truncated one: it took the entry), 0 where it
- * ended with its connection instead, its entry back in the pool and req
- * released. Either way its connection may take another. */
-int xport__pool_done(xport_ctx_t *ctx, struct xport__req *req);
 /* Frees the pool's entries (the context's end, after the done list). */
 void xport__pool_fini(xport_ctx_t *ctx);
 

@@ -260,8 +260,10 @@ XPORT_API int xport_job_conn(xport_job_t *job, int rank, xport_conn_t **conn_p)
       job_nap(ctx);
   }
   xport_conn_t *conn = p->conn && (p->handed || p->conn->peer_holds) ? p->conn : NULL;
-  if (conn)
+  if (conn && !p->handed) {
     p->handed = 1;
+    xport__pool_join(conn); /* the application's now, as from xport_accept */
+  }
   XPORT__UNLOCK(ctx);
   if (!conn) {
     if (ret == -XPORT_ECONNREFUSED)
