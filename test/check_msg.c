@@ -2556,8 +2556,9 @@ START_TEST(shared_pool)
 END_TEST
 
 /* A connection on which the application posts a receive of its own
- * leaves the pool: the receives already lent to it come first, then its
- * own; the pool lends it nothing more. */
+ * leaves the pool: the receive already lent to it (one, for a connection
+ * that has taken no message yet) comes first, then its own; the pool
+ * lends it nothing more. */
 static void pool_own_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
 {
   (void)arg;
@@ -2566,24 +2567,24 @@ static void pool_own_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
   xport_completion_t c;
   for (uintptr_t i = 0; i < 4; i++)
     XT_OK(xport_recv_shared(ctx, bufs[i], sizeof bufs[i], NULL, (void *)i));
-  XT_OK(xport_accept(lst, T_MS, &conn)); /* lent 2 (XPORT_POOL_LEND) */
+  XT_OK(xport_accept(lst, T_MS, &conn)); /* lent 1: it has taken no message yet */
   XT_OK(xport_recv(conn, own[0], sizeof own[0], NULL, (void *)100));
-  for (unsigned seq = 0; seq < 3; seq++) {
+  for (unsigned seq = 0; seq < 2; seq++) {
     expect_comp(ctx, &c, XPORT_OP_RECV, 0);
     XT_CHECK(c.conn == conn, "another connection");
     uintptr_t e = (uintptr_t)c.user_ctx;
-    XT_CHECK(seq < 2 ? e < 4 : e == 100, "message %u in %s receive", seq,
+    XT_CHECK(seq < 1 ? e < 4 : e == 100, "message %u in %s receive", seq,
              e == 100 ? "its own" : "a pool's");
     pool_msg_check(&c, e == 100 ? own[0] : bufs[e], 0, seq);
   }
-  /* The fourth waits for a receive of its own, with two pool entries free. */
+  /* The third waits for a receive of its own, with three pool entries free. */
   XT_CHECK(xt_next(ctx, &c, 300) == -XPORT_ETIMEDOUT,
-           "the fourth message completed (op %d, context %p) without a receive of its own",
+           "the third message completed (op %d, context %p) without a receive of its own",
            c.op, c.user_ctx);
   XT_OK(xport_recv(conn, own[1], sizeof own[1], NULL, (void *)101));
   expect_comp(ctx, &c, XPORT_OP_RECV, 0);
-  XT_CHECK(c.user_ctx == (void *)101, "the fourth message in %p", c.user_ctx);
-  pool_msg_check(&c, own[1], 0, 3);
+  XT_CHECK(c.user_ctx == (void *)101, "the third message in %p", c.user_ctx);
+  pool_msg_check(&c, own[1], 0, 2);
   XT_OK(xport_send(conn, "done", 5, NULL, NULL));
   sends_then_gone(ctx, 1, 1);
   XT_OK(xport_conn_close(conn));
@@ -2601,17 +2602,88 @@ START_TEST(shared_pool_own_receives)
   xport_completion_t c;
   XT_OK(xport_connect(ctx, addr, T_MS, &conn));
   XT_OK(xport_recv(conn, note, sizeof note, NULL, NULL));
-  for (unsigned seq = 0; seq < 4; seq++) {
+  for (unsigned seq = 0; seq < 3; seq++) {
     pool_msg_fill(msgs[seq], 0, seq);
     XT_OK(xport_send(conn, msgs[seq], pool_msg_len(seq), NULL, NULL));
   }
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < 3; i++) {
     c = xt_wait_op(ctx, XPORT_OP_SEND, T_MS);
     XT_CHECK(c.status == 0, "send: %s", xport_strerror(c.status));
   }
   c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS);
   XT_CHECK(c.status == 0 && !strcmp(note, "done"), "done: %s", xport_strerror(c.status));
   XT_OK(xport_conn_close(conn));
+  xport_ctx_destroy(ctx);
+  XT_CHECK(xt_reap(pid) == 0, "server failed");
+}
+END_TEST
+
+/* A pool of one receive per connection, posted before any connection
+ * came: an idle connection holds one, and the busy ones are served with
+ * the rest, however the first to come would have taken more. */
+#define POOL_SMALL_MSGS 10
+static void pool_small_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
+{
+  (void)arg;
+  static unsigned char bufs[POOL_CONNS][POOL_MSG_MAX];
+  xport_conn_t *conns[POOL_CONNS] = {0};
+  unsigned next[POOL_CONNS] = {0};
+  xport_completion_t c;
+  for (uintptr_t i = 0; i < POOL_CONNS; i++)
+    XT_OK(xport_recv_shared(ctx, bufs[i], sizeof bufs[i], NULL, (void *)i));
+  for (int i = 0; i < POOL_CONNS; i++) {
+    xport_conn_t *conn;
+    xport_peer_t p;
+    XT_OK(xport_accept(lst, T_MS, &conn));
+    XT_OK(xport_conn_peer(conn, &p));
+    XT_CHECK(p.data_len == 1 && p.data[0] < POOL_CONNS && !conns[p.data[0]],
+             "connection %d names itself with %zu bytes", i, p.data_len);
+    conns[p.data[0]] = conn;
+  }
+  for (int left = 2 * POOL_SMALL_MSGS; left > 0; left--) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0,
+             "%u and %u messages of %d from the busy connections: the idle one holds "
+             "more than its share", next[1], next[2], POOL_SMALL_MSGS);
+    XT_CHECK(c.op == XPORT_OP_RECV && c.status == 0, "op %d: %s", c.op,
+             xport_strerror(c.status));
+    unsigned k = pool_conn_id(conns, c.conn);
+    uintptr_t e = (uintptr_t)c.user_ctx;
+    XT_CHECK(k != 0 && next[k] < POOL_SMALL_MSGS, "a message on connection %u", k);
+    pool_msg_check(&c, bufs[e], k, next[k]++);
+    XT_OK(xport_recv_shared(ctx, bufs[e], sizeof bufs[e], NULL, (void *)e));
+  }
+  XT_OK(xport_send(conns[1], "done", 5, NULL, NULL));
+  sends_then_gone(ctx, 1, 0);
+  for (int k = 0; k < POOL_CONNS; k++)
+    XT_OK(xport_conn_close(conns[k]));
+}
+
+START_TEST(shared_pool_smaller_than_lend)
+{
+  char addr[128], note[8];
+  static unsigned char msgs[POOL_CONNS][POOL_SMALL_MSGS][POOL_MSG_MAX];
+  unsetenv("XPORT_POOL_LEND"); /* 4 */
+  pid_t pid = xt_spawn_server(pool_small_server, NULL, addr, sizeof addr);
+  xport_ctx_t *ctx = xt_ctx();
+  xport_conn_t *conns[POOL_CONNS];
+  xport_completion_t c;
+  for (unsigned char k = 0; k < POOL_CONNS; k++)
+    XT_OK(xport_connect_data(ctx, addr, &k, 1, T_MS, &conns[k]));
+  XT_OK(xport_recv(conns[1], note, sizeof note, NULL, NULL));
+  /* Connection 0, which the server accepted first or not, stays silent. */
+  for (unsigned seq = 0; seq < POOL_SMALL_MSGS; seq++)
+    for (unsigned k = 1; k < POOL_CONNS; k++) {
+      pool_msg_fill(msgs[k][seq], k, seq);
+      XT_OK(xport_send(conns[k], msgs[k][seq], pool_msg_len(seq), NULL, NULL));
+    }
+  for (int i = 0; i < 2 * POOL_SMALL_MSGS; i++) {
+    c = xt_wait_op(ctx, XPORT_OP_SEND, T_MS);
+    XT_CHECK(c.status == 0, "send: %s", xport_strerror(c.status));
+  }
+  c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS);
+  XT_CHECK(c.status == 0 && !strcmp(note, "done"), "done: %s", xport_strerror(c.status));
+  for (int k = 0; k < POOL_CONNS; k++)
+    XT_OK(xport_conn_close(conns[k]));
   xport_ctx_destroy(ctx);
   XT_CHECK(xt_reap(pid) == 0, "server failed");
 }
@@ -2772,6 +2844,7 @@ static Suite *make_suite(void)
   tcase_add_test(pool, shared_pool);
   tcase_add_test(pool, shared_pool_own_receives);
   tcase_add_test(pool, shared_pool_client_killed);
+  tcase_add_test(pool, shared_pool_smaller_than_lend);
   suite_add_tcase(s, pool);
 
   TCase *fail = tcase_create("Failures");

@@ -257,8 +257,8 @@ post(xport_conn_t *conn, xport_op_t op, const xport_iov_t *iov, size_t iovcnt, i
     return (int)ret;
   }
   /* A receive of its own: the shared pool lends it no more. */
-  if (op == XPORT_OP_RECV && XPORT__UNLIKELY(conn->ctx->pool.on))
-    conn->pool.own = 1;
+  if (op == XPORT_OP_RECV && XPORT__UNLIKELY(conn->ctx->pool.on) && !conn->pool.own)
+    xport__pool_own(conn);
   /* Small sends go out by inject: the provider copies the bytes at once,
    * so the send is complete as soon as it is posted and the provider
    * need not report it. */

@@ -75,8 +75,12 @@ static void pool_feed(xport_ctx_t *ctx)
       ctx->pool.want_tail = NULL;
     conn->pool.next = NULL;
     conn->pool.wanting = 0;
-    if (conn->pool.own || conn->state != XPORT__CONN_CONNECTED)
+    if (conn->pool.own || conn->state != XPORT__CONN_CONNECTED) {
+      xport__pool_leave(conn);
       continue;
+    }
+    if (conn->pool.lent >= xport__pool_cap(ctx, conn))
+      continue; /* its share shrank meanwhile */
     int ret = lend_one(conn);
     if (ret == -XPORT_EAGAIN) {
       /* The CQ has no room for more (its receive queue has, lend being
@@ -165,6 +169,7 @@ XPORT_API int xport_recv_shared(xport_ctx_t *ctx, void *buf, size_t len, xport_m
   p->user_ctx = user_ctx;
   XPORT__FIFO_PUSH(ctx->pool.free, ctx->pool.free_tail, p, next);
   ctx->pool.nfree++;
+  ctx->pool.total++;
   if (XPORT__UNLIKELY(!ctx->pool.on))
     pool_start(ctx);
   if (ctx->pool.want)

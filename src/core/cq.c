@@ -629,6 +629,9 @@ static int pool_done(xport_ctx_t *ctx, struct xport__req *req)
    * message reached: the entry goes back, first in line as it was. */
   int shown = !req->status || req->status == -XPORT_ETRUNC;
   if (shown) {
+    ctx->pool.total--;
+    if (conn->pool.earned < ctx->pool.lend)
+      conn->pool.earned++;
     p->next = ctx->pool.spare;
     ctx->pool.spare = p;
   } else {

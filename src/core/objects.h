@@ -309,11 +309,14 @@ struct xport__shake {
 
 /* Its share of the context's shared receive pool (core/pool.c): the
  * pool's receives lent to it and still posted; own, the application has
- * posted a receive of its own on it, and the pool lends it no more;
- * wanting, it is on ctx->pool.want, through next, for more. */
+ * posted a receive of its own on it, and the pool lends it no more; in,
+ * it counts among the pool's connections (ctx->pool.nconns); earned, 1
+ * + the messages it took, what it may hold (xport__pool_cap); wanting,
+ * it is on ctx->pool.want, through next, for more. */
 struct xport__pool_conn {
-  unsigned lent;
+  unsigned lent, earned;
   int own;
+  int in;
   int wanting;
   struct xport_conn *next;
 };
@@ -526,14 +529,16 @@ struct xport__pent_chunk {
  * back). Its receives are lent to connections, at most lend at a time
  * each, and posted there as ordinary receives: no provider's shared
  * receive context names the connection a message came from (xport(7),
- * SHARED RECEIVES). free: not lent, oldest first; spare: entries to
- * reuse; want: connections that may take more, in turn; on: the
+ * "Posting and completing"). free: not lent, oldest first (nfree);
+ * total: posted and not yet completed, lent or not; nconns: connections
+ * in the pool (xport__pool_cap shares total among them); spare: entries
+ * to reuse; want: connections that may take more, in turn; on: the
  * application has used the pool, and new connections join it; feed:
  * lends what it can (api/pool.c, the way back up). */
 struct xport__pool {
   struct xport__pent *free, *free_tail, *spare;
   struct xport__pent_chunk *chunks;
-  size_t nfree;
+  size_t nfree, total, nconns;
   struct xport_conn *want, *want_tail;
   unsigned lend;
   int on;

@@ -6,11 +6,34 @@
 
 #include <stdlib.h>
 
+void xport__pool_leave(xport_conn_t *conn)
+{
+  if (conn->pool.in) {
+    conn->pool.in = 0;
+    conn->ctx->pool.nconns--;
+  }
+}
+
+void xport__pool_own(xport_conn_t *conn)
+{
+  conn->pool.own = 1;
+  xport__pool_leave(conn);
+}
+
 void xport__pool_want(xport_conn_t *conn)
 {
   xport_ctx_t *ctx = conn->ctx;
-  if (conn->pool.wanting || conn->pool.own || conn->state != XPORT__CONN_CONNECTED ||
-      conn->pool.lent >= ctx->pool.lend)
+  if (conn->pool.own || conn->state != XPORT__CONN_CONNECTED) {
+    xport__pool_leave(conn);
+    return;
+  }
+  if (!conn->pool.in) {
+    conn->pool.in = 1;
+    ctx->pool.nconns++;
+    if (!conn->pool.earned)
+      conn->pool.earned = 1;
+  }
+  if (conn->pool.wanting || conn->pool.lent >= xport__pool_cap(ctx, conn))
     return;
   conn->pool.wanting = 1;
   XPORT__FIFO_PUSH(ctx->pool.want, ctx->pool.want_tail, conn, pool.next);
@@ -19,6 +42,7 @@ void xport__pool_want(xport_conn_t *conn)
 void xport__pool_forget(xport_conn_t *conn)
 {
   xport_ctx_t *ctx = conn->ctx;
+  xport__pool_leave(conn);
   if (!conn->pool.wanting)
     return;
   /* A close: rare enough for a walk. */
@@ -44,5 +68,5 @@ void xport__pool_fini(xport_ctx_t *ctx)
   }
   ctx->pool.free = ctx->pool.free_tail = ctx->pool.spare = NULL;
   ctx->pool.want = ctx->pool.want_tail = NULL;
-  ctx->pool.nfree = 0;
+  ctx->pool.nfree = ctx->pool.total = ctx->pool.nconns = 0;
 }

@@ -9,8 +9,27 @@
  * ended): queued once on ctx->pool.want, if it is connected, has no
  * receive of the application's own and holds fewer than lend. */
 void xport__pool_want(xport_conn_t *conn);
-/* conn goes (unlinked): off ctx->pool.want. */
+/* conn goes (unlinked): out of the pool, off ctx->pool.want. */
 void xport__pool_forget(xport_conn_t *conn);
+/* conn no longer counts toward the pool's shares (its end, seen late). */
+void xport__pool_leave(xport_conn_t *conn);
+/* The application posted a receive of its own on conn: it leaves the
+ * pool for good (xport_recv_shared(3)). */
+void xport__pool_own(xport_conn_t *conn);
+/* How many of the pool's receives conn may hold now, at least one: what
+ * its traffic earned (one when it joins, one more per message it took),
+ * at most lend and its share of the pool among the connections in it.
+ * So an idle connection holds one, and a pool of fewer than lend per
+ * connection still reaches every connection; one that holds more than a
+ * shrunken share keeps them until messages take them. */
+static inline unsigned xport__pool_cap(const xport_ctx_t *ctx, const xport_conn_t *conn)
+{
+  size_t n = ctx->pool.nconns, share = n ? ctx->pool.total / n : ctx->pool.lend;
+  size_t cap = conn->pool.earned < ctx->pool.lend ? conn->pool.earned : ctx->pool.lend;
+  if (share < cap)
+    cap = share;
+  return cap ? (unsigned)cap : 1;
+}
 /* Frees the pool's entries (the context's end, after the done list). */
 void xport__pool_fini(xport_ctx_t *ctx);
 

@@ -47,10 +47,11 @@ static const xport_env_var_t env_table[XPORT__ENV_COUNT] = {
     "long (a peer that hangs, or stopped serving it) is lost, and they fail "
     "with XPORT_ETIMEDOUT. 0: never."},
   [XPORT__ENV_POOL_LEND] = {"XPORT_POOL_LEND", "size", "4",
-    "How many receives of a context's shared pool (xport_recv_shared(3)) "
+    "The most receives of a context's shared pool (xport_recv_shared(3)) "
     "one connection holds at a time, posted on it and waiting for its "
-    "messages; it takes the next as one ends. 1 to the connection's receive "
-    "depth. More lets a connection's burst land without waiting for the "
+    "messages: one when it joins, one more per message it takes, up to this "
+    "and its share of the pool; it takes the next as one ends. 1 to the "
+    "connection's receive depth. More lets a connection's burst land without waiting for the "
     "application to post again; a pool of at least this many per "
     "connection keeps every connection ready. Read when the pool starts."},
   [XPORT__ENV_PEER_TIMEOUT] = {"XPORT_PEER_TIMEOUT", "size", "500",
