@@ -12,6 +12,10 @@
  *               Target progress);
  *   by request  a message the server answers from its table.
  *
+ * The server receives every client's requests through one shared pool of
+ * receives (xport_recv_shared), two per client, rather than a window per
+ * connection; each completion names the connection it came on.
+ *
  * PUT and DELETE are requests the server applies. Where the connection has
  * remote atomics (caps.atomics), half the PUTs are lock-free instead: the
  * client takes the bucket by compare-and-swap on its version, writes it with
@@ -50,7 +54,7 @@
 #define KV_BUCKETS 1024u /* a power of two; 256 keys keep it a quarter full */
 #define KV_KEYS 256u
 #define KV_MAX_CLIENTS 64
-#define KV_RECVS 4        /* per client at the server: a client has one request out */
+#define KV_POOL 2         /* shared receives per client: a client has one request out */
 #define KV_REPLIES 4      /* reply buffers per client: a send's completion may lag */
 #define KV_RETRIES 1000000 /* reads of a bucket that stays locked or torn: give up */
 
@@ -238,10 +242,9 @@ static void kv_check_completion(const xport_completion_t *c)
 
 struct kv_peer {
   xport_conn_t *conn;
-  struct kv_req req[KV_RECVS];
   struct kv_rep rep[KV_REPLIES];
   int rep_busy[KV_REPLIES];
-  int pending; /* slot of a request waiting for a locked bucket, or -1 */
+  int pending; /* pool slot of its request waiting for a locked bucket, or -1 */
   int bye;
   int64_t client; /* what its hello said; -1 before */
 };
@@ -251,12 +254,16 @@ struct kv_server {
   xport_mr_t *mr;
   struct kv_bucket *table;
   struct kv_peer peer[KV_MAX_CLIENTS];
+  struct kv_req req[KV_MAX_CLIENTS * KV_POOL]; /* the shared pool's receives */
   unsigned npeers, byes;
   uint8_t rkey[XPORT_RKEY_MAX_SIZE];
   int rkey_len, atomic_right;
 };
 
+/* A send's context names its peer and reply slot; a receive's, its slot in
+ * the pool (its completion names the connection). */
 #define KV_CTX(peer, kind, slot) ((void *)(uintptr_t)((peer) << 8 | (kind) << 4 | (slot)))
+#define KV_RCTX(slot) KV_CTX(slot, KV_K_RECV, 0)
 enum { KV_K_RECV = 1, KV_K_SEND = 2 };
 
 /* Finds key's bucket, or the empty one it would take. Returns -1 when a
@@ -339,11 +346,11 @@ static struct kv_rep *kv_server_reply_buf(struct kv_peer *p, int *slot)
   return NULL;
 }
 
-/* Serves the request in receive slot r of peer i; 0 when it must wait. */
+/* Serves the request of peer i in pool slot r; 0 when it must wait. */
 static int kv_server_serve(struct kv_server *s, unsigned i, int r)
 {
   struct kv_peer *p = &s->peer[i];
-  const struct kv_req *rq = &p->req[r];
+  const struct kv_req *rq = &s->req[r];
   int slot, rc;
   struct kv_rep *rep = kv_server_reply_buf(p, &slot);
   size_t len = KV_REP_SHORT;
@@ -370,19 +377,19 @@ static int kv_server_serve(struct kv_server *s, unsigned i, int r)
   } else {
     kv_bad("unknown request");
   }
-  /* The request slot is free again before the reply goes: the client
-   * sends its next request only after this reply. */
-  if ((rc = xport_recv(p->conn, &p->req[r], sizeof p->req[r], NULL,
-                       KV_CTX(i, KV_K_RECV, (unsigned)r))))
-    kv_die("xport_recv", rc);
+  /* The request's receive goes back to the pool before the reply goes:
+   * the client sends its next request only after this reply. */
+  if ((rc = xport_recv_shared(s->ctx, &s->req[r], sizeof s->req[r], NULL, KV_RCTX((unsigned)r))))
+    kv_die("xport_recv_shared", rc);
   if ((rc = xport_send(p->conn, rep, len, NULL, KV_CTX(i, KV_K_SEND, (unsigned)slot))))
     kv_die("xport_send", rc);
   p->rep_busy[slot] = 1;
   return 1;
 }
 
-/* A client that said goodbye closes its end: its disconnect, and the
- * receives it ends (XPORT_ECONNRESET), are expected; anything else fails. */
+/* A client that said goodbye closes its end: its disconnect is expected
+ * (the pool's receives it held go back to the pool unseen); anything
+ * else fails. */
 static int kv_server_after_bye(const struct kv_server *s, const xport_completion_t *c)
 {
   for (unsigned i = 0; i < s->npeers; i++)
@@ -400,7 +407,14 @@ static void kv_server_completion(struct kv_server *s, const xport_completion_t *
   unsigned i = (unsigned)(u >> 8), kind = (u >> 4) & 0xf, slot = u & 0xf;
   if (kind == KV_K_SEND) {
     s->peer[i].rep_busy[slot] = 0;
-  } else if (c->len != sizeof(struct kv_req)) {
+    return;
+  }
+  slot = i; /* a receive: its pool slot, and the peer its connection is */
+  for (i = 0; i < s->npeers && s->peer[i].conn != c->conn; i++)
+    ;
+  if (i == s->npeers)
+    kv_bad("a request on a connection the server does not know");
+  if (c->len != sizeof(struct kv_req)) {
     kv_bad("a request of the wrong size");
   } else if (s->peer[i].pending >= 0 || !kv_server_serve(s, i, (int)slot)) {
     if (s->peer[i].pending >= 0)
@@ -412,18 +426,18 @@ static void kv_server_completion(struct kv_server *s, const xport_completion_t *
 
 static void kv_server_accept(struct kv_server *s, xport_listener_t *lst)
 {
+  int rc;
+  /* The pool's receives, before any client's first message (its HELLO):
+   * every connection accepted draws from them. */
+  for (unsigned r = 0; r < s->npeers * KV_POOL; r++)
+    if ((rc = xport_recv_shared(s->ctx, &s->req[r], sizeof s->req[r], NULL, KV_RCTX(r))))
+      kv_die("xport_recv_shared", rc);
   for (unsigned i = 0; i < s->npeers; i++) {
     struct kv_peer *p = &s->peer[i];
-    int rc;
     p->pending = -1;
     p->client = -1;
     if ((rc = xport_accept(lst, 30000, &p->conn)))
       kv_die("xport_accept", rc);
-    /* Receives before the client's first message: its HELLO says who it
-     * is, since an accepted connection does not (no peer identity). */
-    for (unsigned r = 0; r < KV_RECVS; r++)
-      if ((rc = xport_recv(p->conn, &p->req[r], sizeof p->req[r], NULL, KV_CTX(i, KV_K_RECV, r))))
-        kv_die("xport_recv", rc);
   }
 }
 
