@@ -37,7 +37,7 @@ START_TEST(env_table_complete)
                                 "XPORT_LISTEN_BACKLOG", "XPORT_KEEPALIVE_TIMEOUT", "XPORT_JOB",
                                 "XPORT_JOB_HOST", "XPORT_JOB_TIMEOUT", "XPORT_SHM",
                                 "XPORT_FAULT", "XPORT_AUTH_KEY_FILE", "XPORT_RECV_AHEAD",
-                                "XPORT_XSHM_CMA", "XPORT_OP_TIMEOUT"};
+                                "XPORT_XSHM_CMA", "XPORT_OP_TIMEOUT", "XPORT_POOL_LEND"};
   const xport_env_var_t *vars = NULL;
   int n = xport_env_list(&vars);
   ck_assert_int_eq(n, (int)(sizeof names / sizeof names[0]));
