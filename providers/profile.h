@@ -49,6 +49,14 @@ struct xport__profile {
    * sink behind the caller's buffer, and reports the truncation itself;
    * this costs one iov element (max_iov) and bounds max_msg_size. */
   int truncation_hangs;
+  /* 1: a tagged message that came before its receive is matched by its
+   * exact tag, the receive's ignore bits left out (shm in libfabric 1.17:
+   * smr_match_tagged applies the queued message's own ignore field, stale
+   * or 0, not the receive's): a message under a tag bit that receives
+   * ignore is then never received. xport's RDM transport marks an emulated
+   * write_imm's message in the upper half of its 8-byte CQ data instead
+   * of a tag bit (transport/rdm_data.c). */
+  int unexpected_tag_exact;
   /* 1: the answers an endpoint awaits from its targets (to a read, a
    * delivery-complete write, a transfer too large to go inline) are taken
    * in the order their operations were posted, whatever the target, and

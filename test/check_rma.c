@@ -537,6 +537,97 @@ START_TEST(write_with_immediate_delivery_complete)
 }
 END_TEST
 
+/* Writes with immediate data whose notices reach the target before any
+ * receive is posted there: each takes, in order, a receive posted later
+ * (libfabric 1.17's shm matched such a message only by its exact tag,
+ * and the write_imm mark in a tag bit lost it: profile
+ * unexpected_tag_exact). */
+#define EARLY_WIMMS 32
+static long early_now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+static int early_wimm_server(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  struct xt_steps *st = arg;
+  if (wimm_unsupported(ctx))
+    return region_server(ctx, conn, NULL);
+  xport_mr_t *mr;
+  xport_completion_t c;
+  static char rb[EARLY_WIMMS + 1][8];
+  char *reg = export_region(ctx, conn, 8 * EARLY_WIMMS, XPORT_ACCESS_REMOTE_WRITE, &mr);
+  /* No receive posted: the notices wait in the provider until they are. */
+  struct pollfd p = {.fd = st->c2s[0], .events = POLLIN};
+  while (poll(&p, 1, 1) == 0)
+    XT_CHECK(xport_poll(ctx, &c, 1) == 0, "a completion (op %d) with no receive posted", c.op);
+  XT_CHECK(xt_step_get(st->c2s[0], T_MS) == 'S', "protocol");
+  for (long end = early_now_ms() + 50; early_now_ms() < end;)
+    XT_CHECK(xport_poll(ctx, &c, 1) == 0, "a completion (op %d) with no receive posted", c.op);
+  for (uintptr_t i = 0; i <= EARLY_WIMMS; i++)
+    XT_OK(xport_recv(conn, rb[i], sizeof rb[i], NULL, (void *)i));
+  for (uintptr_t i = 0; i < EARLY_WIMMS; i++) {
+    c = xt_wait_op(ctx, XPORT_OP_REMOTE_WRITE_IMM, T_MS);
+    XT_CHECK(c.status == 0 && c.conn == conn, "notice %zu: %s", i, xport_strerror(c.status));
+    XT_CHECK((uintptr_t)c.user_ctx == i && c.imm == 0x7700u + i,
+             "notice %zu in receive %zu with %#x", i, (size_t)(uintptr_t)c.user_ctx, c.imm);
+    uint64_t v;
+    memcpy(&v, reg + 8 * i, 8);
+    XT_CHECK(v == 0x0101010101010101ull * (i + 1), "write %zu not in place", i);
+  }
+  c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS);
+  XT_CHECK(c.status == 0 && (uintptr_t)c.user_ctx == EARLY_WIMMS && !strcmp(rb[EARLY_WIMMS], "bye"),
+           "the message after the notices");
+  xt_step_put(st->s2c[1], 'D'); /* the client may close now */
+  xport_mr_dereg(mr);
+  free(reg);
+  return 0;
+}
+
+static int early_wimm_client(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  struct xt_steps *st = arg;
+  xport_caps_t caps;
+  if (wimm_unsupported(ctx)) {
+    xt_step_put(st->c2s[1], 'S');
+    return wimm_refused_client(ctx, conn, NULL);
+  }
+  XT_OK(xport_conn_query(conn, &caps));
+  xport_rkey_t *rk = import_key(ctx, conn, NULL, NULL);
+  static uint64_t src[EARLY_WIMMS];
+  for (size_t i = 0; i < EARLY_WIMMS; i++) {
+    src[i] = 0x0101010101010101ull * (i + 1);
+    POST_RETRY(ctx, xport_write_imm(conn, &src[i], 8, NULL, rk, 8 * i, 0x7700u + (unsigned)i,
+                                    NULL));
+  }
+  /* Emulated, a write_imm completes once its notice is sent: the target
+   * holds them all before it posts a receive. Native ones (verbs) wait
+   * for the receives. */
+  size_t done = 0;
+  if (caps.write_imm == XPORT_SUPPORT_EMULATED)
+    for (; done < EARLY_WIMMS; done++)
+      expect_ok(ctx, XPORT_OP_WRITE);
+  xt_step_put(st->c2s[1], 'S');
+  for (; done < EARLY_WIMMS; done++)
+    expect_ok(ctx, XPORT_OP_WRITE);
+  XT_OK(xport_send(conn, "bye", 4, NULL, NULL));
+  expect_ok(ctx, XPORT_OP_SEND);
+  XT_CHECK(xt_step_get(st->s2c[0], T_MS) == 'D', "the server did not finish");
+  xport_rkey_release(rk);
+  return 0;
+}
+
+START_TEST(write_imm_before_its_receive)
+{
+  struct xt_steps st;
+  xt_steps_open(&st);
+  xt_pair(early_wimm_server, early_wimm_client, &st);
+  xt_steps_close(&st);
+}
+END_TEST
+
 /* Two connections share the server's context: each write_imm must name
  * the connection it came from. */
 static void two_wimm_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
@@ -2356,6 +2447,7 @@ static Suite *make_suite(void)
   tcase_add_test(core, depth_holds_for_every_kind);
   tcase_add_test(core, write_with_immediate);
   tcase_add_test(core, write_imm_names_connection);
+  tcase_add_test(core, write_imm_before_its_receive);
   tcase_add_test(core, registration_rules_and_random_keys);
   tcase_add_test(core, packed_ranges_bounded);
   tcase_add_test(core, progress_thread_serves_idle_target);

@@ -70,18 +70,26 @@ static ssize_t rdm_recv_sunk(xport_conn_t *conn, struct xport__req *req, struct 
 }
 
 /* The marker rides a tag bit, not the CQ data: some RDM providers carry
- * only 4 bytes of it (verbs;ofi_rxm). */
+ * only 4 bytes of it (verbs;ofi_rxm). Where a message that came before
+ * its receive must bear the receive's very tag (unexpected_tag_exact:
+ * shm), it rides the upper half of the CQ data, as over MSG, which those
+ * providers carry whole. */
 static ssize_t rdm_marker(xport_conn_t *conn, struct xport__req *req, uint64_t flags)
 {
-  struct fi_msg_tagged tm = {.msg_iov = NULL, .desc = NULL, .iov_count = 0,
-                             .addr = rconn(conn)->dest, .tag = rconn(conn)->tag | XPORT__WIMM_TAG,
-                             .context = &req->fictx, .data = req->imm};
+  int in_data = conn->lane->prof && conn->lane->prof->unexpected_tag_exact;
+  struct fi_msg_tagged tm = {
+      .msg_iov = NULL, .desc = NULL, .iov_count = 0, .addr = rconn(conn)->dest,
+      .tag = rconn(conn)->tag | (in_data ? 0 : XPORT__WIMM_TAG), .context = &req->fictx,
+      .data = in_data ? XPORT__WIMM_MARK << 32 | req->imm : req->imm};
   return fi_tsendmsg(conn->ep, &tm, FI_REMOTE_CQ_DATA | flags);
 }
 
+/* Either mark: a user's immediate data has 32 bits, none in the upper
+ * half. */
 static int rdm_is_marker(const struct fi_cq_data_entry *e)
 {
-  return !!(((const struct fi_cq_tagged_entry *)(const void *)e)->tag & XPORT__WIMM_TAG);
+  return (((const struct fi_cq_tagged_entry *)(const void *)e)->tag & XPORT__WIMM_TAG) ||
+         (e->data >> 32) == XPORT__WIMM_MARK;
 }
 
 static ssize_t rdm_read(xport_conn_t *conn, struct xport__req *req, struct iovec *iov,

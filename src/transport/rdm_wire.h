@@ -91,7 +91,8 @@ struct xport__ctl {
 #define XPORT__CTL_REJ_AUTH 2
 
 /* Receive tags: 62 random bits; bit 62 marks an emulated write_imm
- * (XPORT__WIMM_TAG), bit 63 is never set. */
+ * (XPORT__WIMM_TAG; over shm the CQ data's upper half does instead,
+ * XPORT__WIMM_MARK: profile unexpected_tag_exact), bit 63 is never set. */
 #define XPORT__TAG_MASK ((UINT64_C(1) << 62) - 1)
 
 #endif
