@@ -40,8 +40,12 @@ static int lend_one(xport_conn_t *conn)
   void *desc[XPORT__IOV_MAX];
   struct xport__req *req = NULL;
   size_t cnt = 0;
-  int ret = xport__post_begin(conn, XPORT_OP_RECV, &p->iov, 1, p->user_ctx, fiov, desc, &cnt,
-                              &req);
+  /* No message on conn's lane is longer than its limit (xshm's beside a
+   * fabric without one): the rest of a longer receive goes unused. */
+  xport_iov_t v = p->iov;
+  if (v.len > conn->lane->caps.max_msg_size)
+    v.len = conn->lane->caps.max_msg_size;
+  int ret = xport__post_begin(conn, XPORT_OP_RECV, &v, 1, p->user_ctx, fiov, desc, &cnt, &req);
   if (ret)
     return ret;
   ctx->pool.free = p->next;
@@ -126,15 +130,16 @@ static void pool_start(xport_ctx_t *ctx)
 }
 
 /* The checks of xport_recv's, against every lane, since any connection
- * may take the receive. */
+ * may take the receive; the size against the context's limit
+ * (xport_ctx_query), which lend_one fits to each lane's. */
 static int check_entry(const xport_ctx_t *ctx, const void *buf, size_t len, xport_mr_t *mr)
 {
   if (!buf && len)
     return -XPORT_EINVAL;
+  if (len > ctx->lanes[0]->caps.max_msg_size)
+    return -XPORT_EMSGSIZE;
   for (unsigned l = 0; l < ctx->nlanes; l++) {
     const struct xport__lane *lane = ctx->lanes[l];
-    if (len > lane->caps.max_msg_size)
-      return -XPORT_EMSGSIZE;
     if (!mr)
       continue;
     const xport_mr_t *m = xport__mr_for(mr, lane);
