@@ -2388,6 +2388,21 @@ static unsigned pool_conn_id(xport_conn_t *const *conns, xport_conn_t *conn)
   return 0;
 }
 
+/* Accepts POOL_CONNS clients, each at the index its connection data (one
+ * byte) names. */
+static void pool_accept_named(xport_listener_t *lst, xport_conn_t **conns)
+{
+  for (int i = 0; i < POOL_CONNS; i++) {
+    xport_conn_t *conn;
+    xport_peer_t p;
+    XT_OK(xport_accept(lst, T_MS, &conn));
+    XT_OK(xport_conn_peer(conn, &p));
+    XT_CHECK(p.data_len == 1 && p.data[0] < POOL_CONNS && !conns[p.data[0]],
+             "connection %d names itself with %zu bytes", i, p.data_len);
+    conns[p.data[0]] = conn;
+  }
+}
+
 static void pool_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
 {
   (void)arg;
@@ -2408,16 +2423,9 @@ static void pool_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
   uint8_t key[XPORT_RKEY_MAX_SIZE];
   int klen = xport_rkey_pack(mr, 0, sizeof words, key, sizeof key);
   XT_OK(klen);
-  for (int i = 0; i < POOL_CONNS; i++) {
-    xport_conn_t *conn;
-    xport_peer_t p;
-    XT_OK(xport_accept(lst, T_MS, &conn));
-    XT_OK(xport_conn_peer(conn, &p));
-    XT_CHECK(p.data_len == 1 && p.data[0] < POOL_CONNS && !conns[p.data[0]],
-             "connection %d names itself with %zu bytes", i, p.data_len);
-    conns[p.data[0]] = conn;
-    XT_OK(xport_send(conn, key, (size_t)klen, NULL, NULL));
-  }
+  pool_accept_named(lst, conns);
+  for (int i = 0; i < POOL_CONNS; i++)
+    XT_OK(xport_send(conns[i], key, (size_t)klen, NULL, NULL));
   /* Every message, and a write with immediate data after them, each in a
    * pool entry that is posted again once read. */
   int left = POOL_CONNS * (POOL_MSGS + wimm), sends = POOL_CONNS;
@@ -2555,6 +2563,28 @@ START_TEST(shared_pool)
 }
 END_TEST
 
+/* A client's part: n messages of connection id, then the server's "done",
+ * and its close. */
+static void pool_client_run(xport_ctx_t *ctx, xport_conn_t *conn, unsigned id, unsigned n)
+{
+  static char note[8];
+  static unsigned char msgs[8][POOL_MSG_MAX];
+  xport_completion_t c;
+  XT_CHECK(n <= 8, "at most 8 messages");
+  XT_OK(xport_recv(conn, note, sizeof note, NULL, NULL));
+  for (unsigned seq = 0; seq < n; seq++) {
+    pool_msg_fill(msgs[seq], id, seq);
+    XT_OK(xport_send(conn, msgs[seq], pool_msg_len(seq), NULL, NULL));
+  }
+  for (unsigned i = 0; i < n; i++) {
+    c = xt_wait_op(ctx, XPORT_OP_SEND, T_MS);
+    XT_CHECK(c.status == 0, "send: %s", xport_strerror(c.status));
+  }
+  c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS);
+  XT_CHECK(c.status == 0 && !strcmp(note, "done"), "done: %s", xport_strerror(c.status));
+  XT_OK(xport_conn_close(conn));
+}
+
 /* A connection on which the application posts a receive of its own
  * leaves the pool: the receive already lent to it (one, for a connection
  * that has taken no message yet) comes first, then its own; the pool
@@ -2592,27 +2622,14 @@ static void pool_own_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg)
 
 START_TEST(shared_pool_own_receives)
 {
-  char addr[128], note[8];
-  static unsigned char msgs[4][POOL_MSG_MAX];
+  char addr[128];
   setenv("XPORT_POOL_LEND", "2", 1);
   pid_t pid = xt_spawn_server(pool_own_server, NULL, addr, sizeof addr);
   unsetenv("XPORT_POOL_LEND");
   xport_ctx_t *ctx = xt_ctx();
   xport_conn_t *conn;
-  xport_completion_t c;
   XT_OK(xport_connect(ctx, addr, T_MS, &conn));
-  XT_OK(xport_recv(conn, note, sizeof note, NULL, NULL));
-  for (unsigned seq = 0; seq < 3; seq++) {
-    pool_msg_fill(msgs[seq], 0, seq);
-    XT_OK(xport_send(conn, msgs[seq], pool_msg_len(seq), NULL, NULL));
-  }
-  for (int i = 0; i < 3; i++) {
-    c = xt_wait_op(ctx, XPORT_OP_SEND, T_MS);
-    XT_CHECK(c.status == 0, "send: %s", xport_strerror(c.status));
-  }
-  c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS);
-  XT_CHECK(c.status == 0 && !strcmp(note, "done"), "done: %s", xport_strerror(c.status));
-  XT_OK(xport_conn_close(conn));
+  pool_client_run(ctx, conn, 0, 3);
   xport_ctx_destroy(ctx);
   XT_CHECK(xt_reap(pid) == 0, "server failed");
 }
@@ -2631,15 +2648,7 @@ static void pool_small_server(xport_ctx_t *ctx, xport_listener_t *lst, void *arg
   xport_completion_t c;
   for (uintptr_t i = 0; i < POOL_CONNS; i++)
     XT_OK(xport_recv_shared(ctx, bufs[i], sizeof bufs[i], NULL, (void *)i));
-  for (int i = 0; i < POOL_CONNS; i++) {
-    xport_conn_t *conn;
-    xport_peer_t p;
-    XT_OK(xport_accept(lst, T_MS, &conn));
-    XT_OK(xport_conn_peer(conn, &p));
-    XT_CHECK(p.data_len == 1 && p.data[0] < POOL_CONNS && !conns[p.data[0]],
-             "connection %d names itself with %zu bytes", i, p.data_len);
-    conns[p.data[0]] = conn;
-  }
+  pool_accept_named(lst, conns);
   for (int left = 2 * POOL_SMALL_MSGS; left > 0; left--) {
     XT_CHECK(xt_next(ctx, &c, T_MS) == 0,
              "%u and %u messages of %d from the busy connections: the idle one holds "
@@ -2730,8 +2739,7 @@ static void pool_killed_server(xport_ctx_t *ctx, xport_listener_t *lst, void *ar
 
 START_TEST(shared_pool_client_killed)
 {
-  char addr[128], note[8];
-  static unsigned char msgs[4][POOL_MSG_MAX];
+  char addr[128];
   struct xt_steps st;
   xt_steps_open(&st);
   setenv("XPORT_POOL_LEND", "2", 1);
@@ -2753,21 +2761,9 @@ START_TEST(shared_pool_client_killed)
   xt_shm_remove_of(victim);
   xport_ctx_t *ctx = xt_ctx();
   xport_conn_t *conn;
-  xport_completion_t c;
   unsigned char id = 1;
   XT_OK(xport_connect_data(ctx, addr, &id, 1, T_MS, &conn));
-  XT_OK(xport_recv(conn, note, sizeof note, NULL, NULL));
-  for (unsigned seq = 0; seq < 4; seq++) {
-    pool_msg_fill(msgs[seq], 1, seq);
-    XT_OK(xport_send(conn, msgs[seq], pool_msg_len(seq), NULL, NULL));
-  }
-  for (int i = 0; i < 4; i++) {
-    c = xt_wait_op(ctx, XPORT_OP_SEND, T_MS);
-    XT_CHECK(c.status == 0, "send: %s", xport_strerror(c.status));
-  }
-  c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS);
-  XT_CHECK(c.status == 0 && !strcmp(note, "done"), "done: %s", xport_strerror(c.status));
-  XT_OK(xport_conn_close(conn));
+  pool_client_run(ctx, conn, 1, 4);
   xport_ctx_destroy(ctx);
   XT_CHECK(xt_reap(pid) == 0, "server failed");
   xt_steps_close(&st);
