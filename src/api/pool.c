@@ -51,16 +51,11 @@ static int lend_one(xport_conn_t *conn)
   ctx->pool.free = p->next;
   if (!ctx->pool.free)
     ctx->pool.free_tail = NULL;
-  ctx->pool.nfree--;
   req->pair = XPORT__POOLED;
   req->pent = p;
   ret = xport__post_end(conn, req, conn->ops->recv(conn, req, fiov, desc, cnt));
-  if (ret) { /* undone: back at the head */
-    p->next = ctx->pool.free;
-    ctx->pool.free = p;
-    if (!ctx->pool.free_tail)
-      ctx->pool.free_tail = p;
-    ctx->pool.nfree++;
+  if (ret) { /* undone */
+    xport__pool_put_back(ctx, p);
     return ret;
   }
   conn->pool.lent++;
@@ -86,10 +81,11 @@ static void pool_feed(xport_ctx_t *ctx)
     if (conn->pool.lent >= xport__pool_cap(ctx, conn))
       continue; /* its share shrank meanwhile */
     int ret = lend_one(conn);
-    if (ret == -XPORT_EAGAIN) {
+    if (ret == -XPORT_EAGAIN || ret == -XPORT_ENOMEM) {
       /* The CQ has no room for more (its receive queue has, lend being
-       * at most its depth): first in line again when entries come back
-       * or housekeeping feeds the pool. */
+       * at most its depth), or no memory is left for a request: first in
+       * line again when entries come back or housekeeping feeds the
+       * pool. */
       conn->pool.wanting = 1;
       conn->pool.next = ctx->pool.want;
       ctx->pool.want = conn;
@@ -138,11 +134,10 @@ static int check_entry(const xport_ctx_t *ctx, const void *buf, size_t len, xpor
     return -XPORT_EINVAL;
   if (len > ctx->lanes[0]->caps.max_msg_size)
     return -XPORT_EMSGSIZE;
+  if (!mr)
+    return (uintptr_t)buf + len < len ? -XPORT_EINVAL : 0; /* past the address space */
   for (unsigned l = 0; l < ctx->nlanes; l++) {
-    const struct xport__lane *lane = ctx->lanes[l];
-    if (!mr)
-      continue;
-    const xport_mr_t *m = xport__mr_for(mr, lane);
+    const xport_mr_t *m = xport__mr_for(mr, ctx->lanes[l]);
     if (!m)
       return -XPORT_EINVAL; /* another context's */
     size_t end;
@@ -151,8 +146,6 @@ static int check_entry(const xport_ctx_t *ctx, const void *buf, size_t len, xpor
     if (!(m->access & XPORT_ACCESS_LOCAL))
       return -XPORT_EACCES;
   }
-  if (!mr && (uintptr_t)buf + len < len)
-    return -XPORT_EINVAL;
   return 0;
 }
 
@@ -173,7 +166,6 @@ XPORT_API int xport_recv_shared(xport_ctx_t *ctx, void *buf, size_t len, xport_m
   p->iov = (xport_iov_t){buf, len, mr};
   p->user_ctx = user_ctx;
   XPORT__FIFO_PUSH(ctx->pool.free, ctx->pool.free_tail, p, next);
-  ctx->pool.nfree++;
   ctx->pool.total++;
   if (XPORT__UNLIKELY(!ctx->pool.on))
     pool_start(ctx);

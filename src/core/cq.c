@@ -635,11 +635,7 @@ static int pool_done(xport_ctx_t *ctx, struct xport__req *req)
     p->next = ctx->pool.spare;
     ctx->pool.spare = p;
   } else {
-    p->next = ctx->pool.free;
-    ctx->pool.free = p;
-    if (!ctx->pool.free_tail)
-      ctx->pool.free_tail = p;
-    ctx->pool.nfree++;
+    xport__pool_put_back(ctx, p);
   }
   xport__pool_want(conn);
   if (!shown)

@@ -529,7 +529,7 @@ struct xport__pent_chunk {
  * back). Its receives are lent to connections, at most lend at a time
  * each, and posted there as ordinary receives: no provider's shared
  * receive context names the connection a message came from (xport(7),
- * "Posting and completing"). free: not lent, oldest first (nfree);
+ * "Posting and completing"). free: not lent, oldest first;
  * total: posted and not yet completed, lent or not; nconns: connections
  * in the pool (xport__pool_cap shares total among them); spare: entries
  * to reuse; want: connections that may take more, in turn; on: the
@@ -538,7 +538,7 @@ struct xport__pent_chunk {
 struct xport__pool {
   struct xport__pent *free, *free_tail, *spare;
   struct xport__pent_chunk *chunks;
-  size_t nfree, total, nconns;
+  size_t total, nconns;
   struct xport_conn *want, *want_tail;
   unsigned lend;
   int on;

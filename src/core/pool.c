@@ -68,5 +68,5 @@ void xport__pool_fini(xport_ctx_t *ctx)
   }
   ctx->pool.free = ctx->pool.free_tail = ctx->pool.spare = NULL;
   ctx->pool.want = ctx->pool.want_tail = NULL;
-  ctx->pool.nfree = ctx->pool.total = ctx->pool.nconns = 0;
+  ctx->pool.total = ctx->pool.nconns = 0;
 }

@@ -30,6 +30,14 @@ static inline unsigned xport__pool_cap(const xport_ctx_t *ctx, const xport_conn_
     cap = share;
   return cap ? (unsigned)cap : 1;
 }
+/* p, lent and not taken by a message, is first in the pool's line again. */
+static inline void xport__pool_put_back(xport_ctx_t *ctx, struct xport__pent *p)
+{
+  p->next = ctx->pool.free;
+  ctx->pool.free = p;
+  if (!ctx->pool.free_tail)
+    ctx->pool.free_tail = p;
+}
 /* Frees the pool's entries (the context's end, after the done list). */
 void xport__pool_fini(xport_ctx_t *ctx);
 
