@@ -630,8 +630,8 @@ static int pool_done(xport_ctx_t *ctx, struct xport__req *req)
   int shown = !req->status || req->status == -XPORT_ETRUNC;
   if (shown) {
     ctx->pool.total--;
-    if (conn->pool.earned < ctx->pool.lend)
-      conn->pool.earned++;
+    if (conn->pool.took < ctx->pool.lend)
+      conn->pool.took++;
     p->next = ctx->pool.spare;
     ctx->pool.spare = p;
   } else {
@@ -966,7 +966,7 @@ poll_lane(struct xport__lane *lane, xport_completion_t *comps, int n, int max, i
     if (XPORT__UNLIKELY(ctx->dl.min_ms != 0))
       deadlines_run(ctx);
     if (XPORT__UNLIKELY(ctx->pool.want != NULL) && ctx->pool.free)
-      ctx->pool.feed(ctx); /* connections a job made, or a CQ that was full */
+      ctx->pool.feed(ctx); /* a CQ that was full */
     /* A connection lost just now ended its operations: they come before
      * its disconnect event, as they do where the loss was seen earlier. */
     n = deliver_done(ctx, comps, n, max);

@@ -69,8 +69,6 @@ void xport__conn_link(xport_conn_t *conn)
                 conn->lane == conn->ctx->lanes[conn->lane->index]);
   conn->app.handed = 1;
   XPORT__LIST_PUSH(conn->lane->conns, conn, next, prev);
-  if (conn->ctx->pool.on)
-    xport__pool_want(conn); /* connected (RDM: later, xport__pool_join) */
 }
 
 int xport__listener_shaking_from(const xport_listener_t *lst, uint64_t peer_ctx_id)

@@ -310,11 +310,11 @@ struct xport__shake {
 /* Its share of the context's shared receive pool (core/pool.c): the
  * pool's receives lent to it and still posted; own, the application has
  * posted a receive of its own on it, and the pool lends it no more; in,
- * it counts among the pool's connections (ctx->pool.nconns); earned, 1
- * + the messages it took, what it may hold (xport__pool_cap); wanting,
- * it is on ctx->pool.want, through next, for more. */
+ * it counts among the pool's connections (ctx->pool.nconns); took, the
+ * messages it took, up to lend (xport__pool_cap); wanting, it is on
+ * ctx->pool.want, through next, for more. */
 struct xport__pool_conn {
-  unsigned lent, earned;
+  unsigned lent, took;
   int own;
   int in;
   int wanting;

@@ -30,8 +30,6 @@ void xport__pool_want(xport_conn_t *conn)
   if (!conn->pool.in) {
     conn->pool.in = 1;
     ctx->pool.nconns++;
-    if (!conn->pool.earned)
-      conn->pool.earned = 1;
   }
   if (conn->pool.wanting || conn->pool.lent >= xport__pool_cap(ctx, conn))
     return;
@@ -66,7 +64,4 @@ void xport__pool_fini(xport_ctx_t *ctx)
     ctx->pool.chunks = c->next;
     free(c);
   }
-  ctx->pool.free = ctx->pool.free_tail = ctx->pool.spare = NULL;
-  ctx->pool.want = ctx->pool.want_tail = NULL;
-  ctx->pool.total = ctx->pool.nconns = 0;
 }

@@ -25,7 +25,7 @@ void xport__pool_own(xport_conn_t *conn);
 static inline unsigned xport__pool_cap(const xport_ctx_t *ctx, const xport_conn_t *conn)
 {
   size_t n = ctx->pool.nconns, share = n ? ctx->pool.total / n : ctx->pool.lend;
-  size_t cap = conn->pool.earned < ctx->pool.lend ? conn->pool.earned : ctx->pool.lend;
+  size_t cap = conn->pool.took < ctx->pool.lend ? conn->pool.took + 1 : ctx->pool.lend;
   if (share < cap)
     cap = share;
   return cap ? (unsigned)cap : 1;
@@ -38,7 +38,8 @@ static inline void xport__pool_put_back(xport_ctx_t *ctx, struct xport__pent *p)
   if (!ctx->pool.free_tail)
     ctx->pool.free_tail = p;
 }
-/* Frees the pool's entries (the context's end, after the done list). */
+/* Frees the pool's entries (the context's end, after the done list: the
+ * pool is not used again). */
 void xport__pool_fini(xport_ctx_t *ctx);
 
 #endif /* XPORT_CORE_POOL_H */
