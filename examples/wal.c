@@ -134,21 +134,6 @@ static void wal_bad(const char *what)
   exit(1);
 }
 
-static void wal_watchdog(int sig) /* async-signal-safe calls only */
-{
-  (void)sig;
-  (void)!write(2, "wal: watchdog: no end in sight\n", 31);
-  for (int f = 0; wal_is_leader && f < WAL_FOLLOWERS; f++) {
-    if (wal_pids[f] > 0)
-      kill(wal_pids[f], SIGKILL);
-    if (wal_dir[0])
-      unlink(wal_paths[f]);
-  }
-  if (wal_is_leader && wal_dir[0])
-    rmdir(wal_dir);
-  _exit(1);
-}
-
 static uint64_t wal_now_ns(void)
 {
   struct timespec ts;
@@ -649,6 +634,63 @@ static void wal_leader_run(struct wal_leader *l)
   }
 }
 
+/* What the watchdog says of the leader's progress: where it stood. */
+static const struct wal_leader *wal_state;
+
+static char *wal_put(char *o, const char *s)
+{
+  while (*s)
+    *o++ = *s++;
+  return o;
+}
+
+static char *wal_put_u(char *o, uint64_t v) /* no printf in a signal handler */
+{
+  char d[24];
+  int n = 0;
+  do
+    d[n++] = (char)('0' + v % 10);
+  while (v /= 10);
+  while (n)
+    *o++ = d[--n];
+  return o;
+}
+
+static void wal_watchdog(int sig) /* async-signal-safe calls only */
+{
+  char line[512], *o = line;
+  (void)sig;
+  o = wal_put(wal_put(wal_put(o, "wal: "), wal_who), ": watchdog: no end in sight");
+  const struct wal_leader *l = wal_state;
+  if (l) {
+    o = wal_put_u(wal_put(o, " (produced "), l->produced);
+    o = wal_put_u(wal_put(o, ", committed "), l->committed);
+    o = wal_put_u(wal_put(o, ", retired "), l->retired);
+    if (l->retired < l->produced)
+      o = wal_put_u(wal_put(o, ", writes out of the oldest "), l->writes_out[l->retired + 1]);
+    for (int f = 0; f < WAL_FOLLOWERS; f++) {
+      o = wal_put_u(wal_put(o, "; follower "), (uint64_t)f);
+      o = wal_put_u(wal_put(o, ": sent "), l->peer[f].sent);
+      o = wal_put_u(wal_put(o, ", acked "), l->peer[f].acked);
+      o = wal_put(o, l->peer[f].dead ? ", lost" : "");
+      o = wal_put(o, l->peer[f].fin_sent ? ", fin sent" : "");
+      o = wal_put(o, l->peer[f].closed ? ", closed" : "");
+    }
+    o = wal_put(o, ")");
+  }
+  *o++ = '\n';
+  (void)!write(2, line, (size_t)(o - line));
+  for (int f = 0; wal_is_leader && f < WAL_FOLLOWERS; f++) {
+    if (wal_pids[f] > 0)
+      kill(wal_pids[f], SIGKILL);
+    if (wal_dir[0])
+      unlink(wal_paths[f]);
+  }
+  if (wal_is_leader && wal_dir[0])
+    rmdir(wal_dir);
+  _exit(1);
+}
+
 /* ---- the parent: processes, verification, report ----------------------- */
 
 static void wal_spawn(int addr_fds[][2], int fsync_each, unsigned watchdog_s)
@@ -832,6 +874,7 @@ int main(int argc, char **argv)
   /* Followers first: contexts do not cross fork (xport(7)). */
   wal_spawn(addr_fds, fsync_each, watchdog_s);
   wal_leader_setup(&l, addr_fds);
+  wal_state = &l;
   xport_caps_t caps;
   int rc = xport_conn_query(l.peer[0].conn, &caps);
   if (rc)

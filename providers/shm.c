@@ -173,6 +173,8 @@ static int refuse(const char *path, const char *why, const char *name, int quiet
   return -XPORT_EADDRINUSE;
 }
 
+static void own_track(const char *name, int add);
+
 /* How many times, a millisecond apart, a claim tries a lock held by
  * someone: a sweep holds a fresh name's lock for the instant it takes to
  * judge it, and must not make the name look taken. */
@@ -221,12 +223,16 @@ static int claim(const char *name, int *lock_p, int quiet)
 
 static int shm_claim_name(const char *name, int *lock_p)
 {
-  return claim(name, lock_p, 0);
+  int ret = claim(name, lock_p, 0);
+  if (!ret)
+    own_track(name, 1);
+  return ret;
 }
 
 static void shm_release_name(const char *name, int lock)
 {
   char path[512];
+  own_track(name, 0);
   lock_path(name, path, sizeof path);
   unlink(path); /* while still holding the lock: see the inode check above */
   if (lock >= 0)
@@ -402,7 +408,15 @@ static int shm_peer_may_map(const void *addr, size_t len)
  * ever runs (a streaming sender hung in about 1 run in 12). So while this
  * process watches shm peers, a thread of its own sleeps on their pidfds,
  * and when one dies gives back the lock its region holds: nothing else
- * ever can, and nothing lives on that region any more. */
+ * ever can, and nothing lives on that region any more.
+ *
+ * A sender killed inside its send leaves the lock of the receiver's own
+ * region taken the same way, and then the receiver spins in its own
+ * progress (fi_cq_read) for ever: wal --kill-follower hung its leader in
+ * about 1 run in 30 under load. That lock is shared with live senders, and
+ * holds no owner: the thread frees it only where, after a peer's death,
+ * it stays taken at every look for STUCK_MS, a thousand or so looks in
+ * bursts; a live holder lets go within microseconds (own_unstick). */
 
 /* offsetof(struct smr_region, lock) in libfabric 1.17 (include/ofi_shm.h:
  * version, resv, flags, pid, cma_cap_peer, cma_cap_self, base_addr); the
@@ -435,6 +449,47 @@ static int nwatches;
 static int watch_efd = -1; /* wakes the thread for a new watch */
 static pid_t watch_owner;  /* the process that started the thread (not a fork's child) */
 
+/* This process's own endpoints (the names it claimed), whose locks a
+ * sender that dies may hold; a fork's child keeps its parent's entries,
+ * told apart by the pid. Under watch_mu. */
+#define OWN_MAX 64
+static struct {
+  pid_t pid;
+  char name[XPORT__ADDR_MAX];
+} owns[OWN_MAX];
+static int nowns;
+/* How long a lock of our own must stay taken, after a peer died, to be
+ * taken for the dead one's: ages for a live holder, which lets go within
+ * microseconds unless stopped (a debugger, SIGSTOP), and the looks counted
+ * too, so that a watcher that slept through the time does not decide. */
+#define STUCK_MS 1000
+#define STUCK_LOOKS 200
+
+/* Adds (add 1) or removes an endpoint of this process's own. */
+static void own_track(const char *name, int add)
+{
+  pthread_mutex_lock(&watch_mu);
+  int i = 0;
+  if (add) {
+    while (i < nowns && owns[i].pid == getpid()) /* a fork's parent's entries are free */
+      i++;
+    if (i < OWN_MAX && strlen(name) < sizeof owns[i].name) {
+      owns[i].pid = getpid();
+      snprintf(owns[i].name, sizeof owns[i].name, "%s", name);
+      nowns += i == nowns;
+    } else {
+      XPORT__INFO("shm: endpoint %s is not watched: a peer that dies inside a send to it "
+                  "would hang it inside libfabric", name);
+    }
+  } else {
+    while (i < nowns && (owns[i].pid != getpid() || strcmp(owns[i].name, name)))
+      i++;
+    if (i < nowns)
+      owns[i] = owns[--nowns];
+  }
+  pthread_mutex_unlock(&watch_mu);
+}
+
 /* Frees the lock of the dead peer's region through a mapping of the
  * thread's own: libfabric may unmap its own at any moment (the endpoint's
  * close). A file that is gone, or is another region by now, is left. */
@@ -460,6 +515,65 @@ static void region_unlock(const struct region_watch *w)
     }
   }
   close(fd);
+}
+
+/* 1 if the lock at *lock is seen free in a burst of looks: one free look
+ * clears a dead sender, whose lock would never be free again. */
+static int lock_free_now(const int *lock)
+{
+  for (int i = 0; i < 64; i++)
+    if (__atomic_load_n(lock, __ATOMIC_ACQUIRE) == 1)
+      return 1;
+  return 0;
+}
+
+/* After a peer's death: a region of ours whose lock stays taken for
+ * STUCK_MS (and STUCK_LOOKS looks) was held by the dead sender; free it. */
+static void own_unstick(const char *name)
+{
+  char path[XPORT__ADDR_MAX + 16];
+  const char *why;
+  struct stat st;
+  snprintf(path, sizeof path, SHM_DIR "%.*s", XPORT__ADDR_MAX - 1, name);
+  int fd = own_open(path, O_RDWR, &why);
+  if (fd < 0)
+    return; /* not made yet (the name is claimed first), or gone */
+  void *m = fstat(fd, &st) == 0 && st.st_size >= (off_t)HEAD_LEN
+                ? mmap(NULL, HEAD_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                : MAP_FAILED;
+  close(fd);
+  if (m == MAP_FAILED)
+    return;
+  int *lock = (int *)((char *)m + REGION_LOCK_OFFSET);
+  long t0 = xport__now_ms();
+  int looks = 0;
+  if (*(const volatile uint8_t *)m == REGION_VERSION) {
+    while (!lock_free_now(lock)) {
+      if (++looks >= STUCK_LOOKS && xport__now_ms() - t0 >= STUCK_MS) {
+        __atomic_store_n(lock, 1, __ATOMIC_RELEASE);
+        XPORT__WARN("shm: a peer died inside a send to endpoint %s and left its lock taken "
+                    "(libfabric 1.17): freed after %d ms", name, STUCK_MS);
+        break;
+      }
+      struct timespec ms = {0, 1000000};
+      nanosleep(&ms, NULL);
+    }
+  }
+  munmap(m, HEAD_LEN);
+}
+
+/* Looks at every region of this process's own, after a peer's death. */
+static void own_unstick_all(void)
+{
+  char names[OWN_MAX][XPORT__ADDR_MAX];
+  int n = 0;
+  pthread_mutex_lock(&watch_mu);
+  for (int i = 0; i < nowns; i++)
+    if (owns[i].pid == getpid())
+      memcpy(names[n++], owns[i].name, XPORT__ADDR_MAX);
+  pthread_mutex_unlock(&watch_mu);
+  for (int i = 0; i < n; i++)
+    own_unstick(names[i]);
 }
 
 static void *region_watcher(void *arg)
@@ -496,6 +610,7 @@ static void *region_watcher(void *arg)
         close(w.pidfd);
         if (w.head)
           munmap((void *)w.head, HEAD_LEN);
+        own_unstick_all();
       }
     }
   }

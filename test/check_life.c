@@ -10,11 +10,14 @@
 #define _GNU_SOURCE /* RUSAGE_THREAD */
 #include "harness.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1363,6 +1366,144 @@ START_TEST(peer_killed_mid_stream_ends_every_op)
 }
 END_TEST
 
+/* A sender that dies inside libfabric's shm send leaves the receiver's
+ * region lock taken (libfabric 1.17 takes it in the receiver's shared
+ * memory for every send, and nothing records who holds it): the receiver
+ * then spun in its own progress for ever (examples/wal --kill-follower
+ * hung its leader in about 1 run in 30 under load). The server plays that
+ * sender: it takes the lock of every region of the test process's
+ * ("xport-PID-...", offset 24 of libfabric 1.17's layout, version 4 at
+ * byte 0; a glibc spinlock, 1 when free) as the send would, sets the
+ * region's signal (offset 28) as the send does before it lets go, says
+ * how many, and dies by SIGKILL. The test process must see the disconnect, its
+ * receive end with an error, and then talk to a second server. */
+#define LOCKED_REGION_LOCK 24
+#define LOCKED_REGION_VERSION 4
+#define LOCKED_REGION_SIGNAL 28
+static int dies_holding_locks(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  struct xt_steps *st = arg;
+  char prefix[64], path[512], go[8];
+  int n = 0, other = 0;
+  /* Once the test process watches this one: it has sent a message. */
+  XT_OK(xport_recv(conn, go, sizeof go, NULL, NULL));
+  xport_completion_t c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS);
+  XT_CHECK(c.status == 0, "the go: %s", xport_strerror(c.status));
+  snprintf(prefix, sizeof prefix, "xport-%ld-", (long)getppid());
+  DIR *d = opendir("/dev/shm");
+  XT_CHECK(d != NULL, "opendir /dev/shm");
+  for (struct dirent *e; (e = readdir(d));) {
+    size_t len = strlen(e->d_name);
+    if (strncmp(e->d_name, prefix, strlen(prefix)) || (len > 5 && !strcmp(e->d_name + len - 5, ".lock")))
+      continue;
+    snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+    int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+      continue;
+    void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED)
+      continue;
+    if (*(volatile unsigned char *)m != LOCKED_REGION_VERSION) {
+      other++;
+      continue;
+    }
+    int *lock = (int *)((char *)m + LOCKED_REGION_LOCK), free_ = 1;
+    while (!__atomic_compare_exchange_n(lock, &free_, 0, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+      free_ = 1; /* as pthread_spin_lock: wait for the holder of the moment */
+    /* and signalled it, as the send does before it lets go: the
+     * receiver's next progress takes the lock */
+    __atomic_store_n((int *)((char *)m + LOCKED_REGION_SIGNAL), 1, __ATOMIC_RELEASE);
+    n++;
+  }
+  closedir(d);
+  xt_step_put(st->s2c[1], n ? 'L' : other ? 'V' : 'N');
+  raise(SIGKILL); /* inside the "send", holding them */
+  return 0;
+}
+
+static int echo_once(xport_ctx_t *ctx, xport_conn_t *conn, void *arg)
+{
+  char buf[256];
+  xport_completion_t c;
+  (void)arg;
+  XT_OK(xport_recv(conn, buf, sizeof buf, NULL, NULL));
+  c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS);
+  XT_CHECK(c.status == 0, "echo: recv: %s", xport_strerror(c.status));
+  XT_OK(xport_send(conn, buf, c.len, NULL, NULL));
+  c = xt_wait_op(ctx, XPORT_OP_SEND, T_MS);
+  XT_CHECK(c.status == 0, "echo: send: %s", xport_strerror(c.status));
+  c = xt_wait_op(ctx, XPORT_OP_DISCONNECT, T_MS);
+  return 0;
+}
+
+START_TEST(sender_killed_holding_our_lock)
+{
+  if (strcmp(xt_transport(), "shm")) {
+    printf("SKIP: sender_killed_holding_our_lock on %s: only libfabric's shm has senders "
+           "take a lock in the receiver's memory\n", xt_config());
+    return;
+  }
+  struct xt_steps st;
+  char addr[128], buf[256], back[256];
+  xport_conn_t *conn, *conn2;
+  xport_completion_t c;
+  char addr2[128];
+  xt_steps_open(&st);
+  pid_t pid = xt_spawn_pair_server(dies_holding_locks, &st, addr, sizeof addr);
+  pid_t pid2 = xt_spawn_pair_server(echo_once, NULL, addr2, sizeof addr2); /* forks come first */
+  xport_ctx_t *ctx = xt_ctx();
+  XT_OK(xport_connect(ctx, addr, T_MS, &conn));
+  XT_OK(xport_recv(conn, buf, sizeof buf, NULL, buf));
+  XT_OK(xport_send(conn, "go", 3, NULL, NULL));
+  c = xt_wait_op(ctx, XPORT_OP_SEND, T_MS);
+  XT_CHECK(c.status == 0, "the go: %s", xport_strerror(c.status));
+  char got = xt_step_get(st.s2c[0], T_MS);
+  XT_CHECK(xt_reap(pid) == 128 + SIGKILL, "the server did not die by SIGKILL");
+  if (got == 'V') {
+    printf("SKIP: sender_killed_holding_our_lock on %s: libfabric's shm regions are not "
+           "1.17's layout here\n", xt_config());
+    xport_ctx_destroy(ctx);
+    kill(pid2, SIGKILL);
+    xt_reap(pid2);
+    xt_steps_close(&st);
+    return;
+  }
+  XT_CHECK(got == 'L', "the server found no region of ours to lock (%c)", got);
+  long t0 = now_ms();
+  int gone = 0, failed = 0;
+  while (!gone || !failed) {
+    XT_CHECK(xt_next(ctx, &c, T_MS) == 0, "on %s, %s within %d ms of the death (a lock "
+             "left taken hangs the progress)", xt_config(), gone ? "the receive did not end" :
+             "no disconnect", T_MS);
+    if (c.op == XPORT_OP_DISCONNECT)
+      gone = 1;
+    else {
+      XT_CHECK(c.op == XPORT_OP_RECV && c.user_ctx == buf && c.status != 0,
+               "op %d status %s", c.op, xport_strerror(c.status));
+      failed = 1;
+    }
+  }
+  printf("sender_killed_holding_our_lock on %s: disconnect after %ld ms\n", xt_config(),
+         now_ms() - t0);
+  XT_OK(xport_conn_close(conn));
+  /* The context goes on: a round trip with another peer, bytes compared. */
+  XT_OK(xport_connect(ctx, addr2, T_MS, &conn2));
+  xt_fill(buf, sizeof buf, 7);
+  XT_OK(xport_recv(conn2, back, sizeof back, NULL, back));
+  XT_OK(xport_send(conn2, buf, sizeof buf, NULL, buf));
+  c = xt_wait_op(ctx, XPORT_OP_SEND, T_MS);
+  XT_CHECK(c.status == 0, "send: %s", xport_strerror(c.status));
+  c = xt_wait_op(ctx, XPORT_OP_RECV, T_MS);
+  XT_CHECK(c.status == 0 && c.len == sizeof back && xt_verify(back, sizeof back, 7) == sizeof back,
+           "the echo: %s, %zu bytes", xport_strerror(c.status), (size_t)c.len);
+  XT_OK(xport_conn_close(conn2));
+  xport_ctx_destroy(ctx);
+  XT_CHECK(xt_reap(pid2) == 0, "the echo server failed");
+  xt_steps_close(&st);
+}
+END_TEST
+
 /* The peer that hangs: connects to the test's listener (its connection
  * then lives on the listener's endpoint, whose close follows the peer's
  * loss), says so, and waits inside xport until it is stopped and killed. */
@@ -2275,6 +2416,7 @@ static Suite *life_suite(void)
   TCase *loss = tcase_create("PeerLoss");
   tcase_set_timeout(loss, 90);
   tcase_add_test(loss, peer_killed_mid_stream_ends_every_op);
+  tcase_add_test(loss, sender_killed_holding_our_lock);
   tcase_add_test(loss, hung_peer_never_blocks_poll);
   tcase_add_test(loss, deadline_ends_ops_to_a_hung_peer);
   tcase_add_test(loss, op_timeout_is_every_connections_deadline);
