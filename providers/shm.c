@@ -413,10 +413,10 @@ static int shm_peer_may_map(const void *addr, size_t len)
  * A sender killed inside its send leaves the lock of the receiver's own
  * region taken the same way, and then the receiver spins in its own
  * progress (fi_cq_read) for ever: wal --kill-follower hung its leader in
- * about 1 run in 30 under load. That lock is shared with live senders, and
- * holds no owner: the thread frees it only where, after a peer's death,
- * it stays taken at every look for STUCK_MS, a thousand or so looks in
- * bursts; a live holder lets go within microseconds (own_unstick). */
+ * about 1 run in 30 under load. That lock is shared with live senders and
+ * with this process's own progress, and records no holder: after a
+ * peer's death the thread frees one only where, for STUCK_MS, it is never
+ * seen free and nothing in the region's head moves (own_unstick_all). */
 
 /* offsetof(struct smr_region, lock) in libfabric 1.17 (include/ofi_shm.h:
  * version, resv, flags, pid, cma_cap_peer, cma_cap_self, base_addr); the
@@ -430,8 +430,22 @@ static int shm_peer_may_map(const void *addr, size_t len)
  * its lock there hangs its senders as before (said at info). */
 static int region_layout_known(void)
 {
+#if defined(__x86_64__) && defined(__GLIBC__)
+  /* glibc's x86-64 spinlock: 1 free, 0 or less taken; checked, not
+   * assumed (other libcs and machines count the other way). */
+  static int spin_ok = -1;
+  if (spin_ok < 0) {
+    pthread_spinlock_t t;
+    int ok = sizeof t == sizeof(int) && !pthread_spin_init(&t, PTHREAD_PROCESS_PRIVATE);
+    ok = ok && *(volatile int *)&t == 1 && !pthread_spin_lock(&t) && *(volatile int *)&t <= 0;
+    ok = ok && !pthread_spin_unlock(&t) && *(volatile int *)&t == 1;
+    spin_ok = ok;
+  }
   uint32_t v = fi_version();
-  return FI_MAJOR(v) == 1 && FI_MINOR(v) == 17;
+  return spin_ok && FI_MAJOR(v) == 1 && FI_MINOR(v) == 17;
+#else
+  return 0;
+#endif
 }
 #define WATCH_MAX 256
 
@@ -450,24 +464,48 @@ static int watch_efd = -1; /* wakes the thread for a new watch */
 static pid_t watch_owner;  /* the process that started the thread (not a fork's child) */
 
 /* This process's own endpoints (the names it claimed), whose locks a
- * sender that dies may hold; a fork's child keeps its parent's entries,
- * told apart by the pid. Under watch_mu. */
-#define OWN_MAX 64
+ * sender that dies may hold; a fork's child starts with none (own_forked).
+ * Under watch_mu. */
+#define OWN_MAX 256
 static struct {
   pid_t pid;
   char name[XPORT__ADDR_MAX];
 } owns[OWN_MAX];
 static int nowns;
-/* How long a lock of our own must stay taken, after a peer died, to be
- * taken for the dead one's: ages for a live holder, which lets go within
- * microseconds unless stopped (a debugger, SIGSTOP), and the looks counted
- * too, so that a watcher that slept through the time does not decide. */
-#define STUCK_MS 1000
-#define STUCK_LOOKS 200
+/* How long a lock of our own must stay taken, never seen free and the
+ * region's counters still, after a peer died, to be taken for the dead
+ * one's. A live holder lets go within microseconds, unless it is stopped
+ * (a debugger, SIGSTOP) or is this process's progress copying one huge
+ * message by cross-memory attach (seconds for tens of GB); the looks are
+ * counted too, so that a watcher that slept through the time does not
+ * decide. */
+#define STUCK_MS 5000
+#define STUCK_LOOKS 1000
+/* struct smr_region of 1.17 up to sar_cnt: pid at 4 (written last when
+ * the region is made), cmd_cnt at 48, sar_cnt at 56. */
+#define REGION_PID_OFFSET 4
+#define REGION_CMD_CNT_OFFSET 48
+#define REGION_SAR_CNT_OFFSET 56
+#define OWN_HEAD_LEN 64
+
+/* A fork's child: the parent's watcher may have held the mutex at the
+ * fork, and the parent's endpoints are not the child's. */
+static void own_forked(void)
+{
+  pthread_mutex_init(&watch_mu, NULL);
+  nowns = 0;
+}
+
+static void own_atfork(void)
+{
+  pthread_atfork(NULL, NULL, own_forked);
+}
 
 /* Adds (add 1) or removes an endpoint of this process's own. */
 static void own_track(const char *name, int add)
 {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, own_atfork);
   pthread_mutex_lock(&watch_mu);
   int i = 0;
   if (add) {
@@ -527,9 +565,61 @@ static int lock_free_now(const int *lock)
   return 0;
 }
 
-/* After a peer's death: a region of ours whose lock stays taken for
- * STUCK_MS (and STUCK_LOOKS looks) was held by the dead sender; free it. */
-static void own_unstick(const char *name)
+/* Whether name is still one of this process's endpoints: its lock file
+ * is held until it leaves the table, so the file mapped is still ours. */
+static int own_still(const char *name)
+{
+  int still = 0;
+  pthread_mutex_lock(&watch_mu);
+  for (int i = 0; i < nowns && !still; i++)
+    still = owns[i].pid == getpid() && !strcmp(owns[i].name, name);
+  pthread_mutex_unlock(&watch_mu);
+  return still;
+}
+
+struct own_look {
+  uint8_t *head; /* OWN_HEAD_LEN bytes of the region, mapped read-write */
+  int lock;      /* the lock's value when the window began */
+  size_t cmd_cnt, sar_cnt;
+  long since;
+  int looks;
+  char name[XPORT__ADDR_MAX];
+};
+
+static int *own_lock(const struct own_look *o)
+{
+  return (int *)(o->head + REGION_LOCK_OFFSET);
+}
+
+/* Starts (again) the window in which o's lock must stay still. */
+static void own_look_restart(struct own_look *o)
+{
+  o->lock = __atomic_load_n(own_lock(o), __ATOMIC_ACQUIRE);
+  o->cmd_cnt = __atomic_load_n((const size_t *)(o->head + REGION_CMD_CNT_OFFSET), __ATOMIC_RELAXED);
+  o->sar_cnt = __atomic_load_n((const size_t *)(o->head + REGION_SAR_CNT_OFFSET), __ATOMIC_RELAXED);
+  o->since = xport__now_ms();
+  o->looks = 0;
+}
+
+/* 1 while o looks held by a dead sender: never seen free, and nothing in
+ * its head moved since the window began (a change starts it again). */
+static int own_look_still(struct own_look *o)
+{
+  if (lock_free_now(own_lock(o)))
+    return 0;
+  if (__atomic_load_n(own_lock(o), __ATOMIC_ACQUIRE) != o->lock ||
+      __atomic_load_n((const size_t *)(o->head + REGION_CMD_CNT_OFFSET), __ATOMIC_RELAXED) !=
+          o->cmd_cnt ||
+      __atomic_load_n((const size_t *)(o->head + REGION_SAR_CNT_OFFSET), __ATOMIC_RELAXED) !=
+          o->sar_cnt)
+    own_look_restart(o);
+  o->looks++;
+  return 1;
+}
+
+/* Maps the head of our region name, if it is one of 1.17's made by this
+ * process and its lock is taken now; 0 when there is nothing to watch. */
+static int own_look_open(struct own_look *o, const char *name)
 {
   char path[XPORT__ADDR_MAX + 16];
   const char *why;
@@ -537,43 +627,64 @@ static void own_unstick(const char *name)
   snprintf(path, sizeof path, SHM_DIR "%.*s", XPORT__ADDR_MAX - 1, name);
   int fd = own_open(path, O_RDWR, &why);
   if (fd < 0)
-    return; /* not made yet (the name is claimed first), or gone */
-  void *m = fstat(fd, &st) == 0 && st.st_size >= (off_t)HEAD_LEN
-                ? mmap(NULL, HEAD_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+    return 0; /* not made yet (the name is claimed first), or gone */
+  void *m = fstat(fd, &st) == 0 && st.st_size >= (off_t)OWN_HEAD_LEN
+                ? mmap(NULL, OWN_HEAD_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
                 : MAP_FAILED;
   close(fd);
   if (m == MAP_FAILED)
-    return;
-  int *lock = (int *)((char *)m + REGION_LOCK_OFFSET);
-  long t0 = xport__now_ms();
-  int looks = 0;
-  if (*(const volatile uint8_t *)m == REGION_VERSION) {
-    while (!lock_free_now(lock)) {
-      if (++looks >= STUCK_LOOKS && xport__now_ms() - t0 >= STUCK_MS) {
-        __atomic_store_n(lock, 1, __ATOMIC_RELEASE);
-        XPORT__WARN("shm: a peer died inside a send to endpoint %s and left its lock taken "
-                    "(libfabric 1.17): freed after %d ms", name, STUCK_MS);
-        break;
-      }
-      struct timespec ms = {0, 1000000};
-      nanosleep(&ms, NULL);
-    }
+    return 0;
+  o->head = m;
+  snprintf(o->name, sizeof o->name, "%.*s", XPORT__ADDR_MAX - 1, name);
+  if (*(volatile uint8_t *)m != REGION_VERSION ||
+      *(volatile int *)(o->head + REGION_PID_OFFSET) != (int)getpid() || lock_free_now(own_lock(o))) {
+    munmap(m, OWN_HEAD_LEN);
+    return 0;
   }
-  munmap(m, HEAD_LEN);
+  own_look_restart(o);
+  return 1;
 }
 
-/* Looks at every region of this process's own, after a peer's death. */
+/* After a peer's death, this process's own regions whose locks are
+ * taken, watched together: one that stays still for STUCK_MS and
+ * STUCK_LOOKS looks was held by the dead sender, and is freed (from the
+ * very value seen, so that a holder that came meanwhile keeps it). What
+ * the sender had half done stays: an inject or segment buffer of the
+ * region it had taken is lost to it (libfabric keeps no record). */
 static void own_unstick_all(void)
 {
+  static struct own_look looks[OWN_MAX];
   char names[OWN_MAX][XPORT__ADDR_MAX];
-  int n = 0;
+  int n = 0, k = 0;
   pthread_mutex_lock(&watch_mu);
   for (int i = 0; i < nowns; i++)
     if (owns[i].pid == getpid())
       memcpy(names[n++], owns[i].name, XPORT__ADDR_MAX);
   pthread_mutex_unlock(&watch_mu);
   for (int i = 0; i < n; i++)
-    own_unstick(names[i]);
+    k += own_look_open(&looks[k], names[i]);
+  long t0 = xport__now_ms();
+  while (k) {
+    struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+    for (int i = 0; i < k; i++) {
+      struct own_look *o = &looks[i];
+      int still = own_look_still(o);
+      if (still && o->looks >= STUCK_LOOKS && xport__now_ms() - o->since >= STUCK_MS &&
+          own_still(o->name) && *(volatile int *)(o->head + REGION_PID_OFFSET) == (int)getpid()) {
+        int v = o->lock;
+        if (__atomic_compare_exchange_n(own_lock(o), &v, 1, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+          XPORT__WARN("shm: a peer died inside a send to endpoint %s and left its lock taken "
+                      "(libfabric 1.17): freed %ld ms after the death; a buffer the sender took "
+                      "there may be lost to the endpoint", o->name, xport__now_ms() - t0);
+        still = 0;
+      }
+      if (!still) {
+        munmap(o->head, OWN_HEAD_LEN);
+        looks[i--] = looks[--k];
+      }
+    }
+  }
 }
 
 static void *region_watcher(void *arg)
@@ -593,6 +704,7 @@ static void *region_watcher(void *arg)
     uint64_t v;
     if ((p[0].revents & POLLIN) && read(watch_efd, &v, sizeof v) < 0)
       continue;
+    int died = 0;
     for (int i = 1; i < n; i++) {
       if (!p[i].revents)
         continue;
@@ -610,9 +722,11 @@ static void *region_watcher(void *arg)
         close(w.pidfd);
         if (w.head)
           munmap((void *)w.head, HEAD_LEN);
-        own_unstick_all();
+        died = 1;
       }
     }
+    if (died)
+      own_unstick_all(); /* once for every death of this wake */
   }
   return NULL;
 }
