@@ -467,10 +467,7 @@ static pid_t watch_owner;  /* the process that started the thread (not a fork's 
  * sender that dies may hold; a fork's child starts with none (own_forked).
  * Under watch_mu. */
 #define OWN_MAX 256
-static struct {
-  pid_t pid;
-  char name[XPORT__ADDR_MAX];
-} owns[OWN_MAX];
+static char owns[OWN_MAX][XPORT__ADDR_MAX];
 static int nowns;
 /* How long a lock of our own must stay taken, never seen free and the
  * region's counters still, after a peer died, to be taken for the dead
@@ -509,21 +506,18 @@ static void own_track(const char *name, int add)
   pthread_mutex_lock(&watch_mu);
   int i = 0;
   if (add) {
-    while (i < nowns && owns[i].pid == getpid()) /* a fork's parent's entries are free */
-      i++;
-    if (i < OWN_MAX && strlen(name) < sizeof owns[i].name) {
-      owns[i].pid = getpid();
-      snprintf(owns[i].name, sizeof owns[i].name, "%s", name);
-      nowns += i == nowns;
+    if (nowns < OWN_MAX && strlen(name) < sizeof owns[nowns]) {
+      snprintf(owns[nowns], sizeof owns[nowns], "%s", name);
+      nowns++;
     } else {
       XPORT__INFO("shm: endpoint %s is not watched: a peer that dies inside a send to it "
                   "would hang it inside libfabric", name);
     }
   } else {
-    while (i < nowns && (owns[i].pid != getpid() || strcmp(owns[i].name, name)))
+    while (i < nowns && strcmp(owns[i], name))
       i++;
     if (i < nowns)
-      owns[i] = owns[--nowns];
+      memmove(owns[i], owns[--nowns], sizeof owns[i]);
   }
   pthread_mutex_unlock(&watch_mu);
 }
@@ -572,7 +566,7 @@ static int own_still(const char *name)
   int still = 0;
   pthread_mutex_lock(&watch_mu);
   for (int i = 0; i < nowns && !still; i++)
-    still = owns[i].pid == getpid() && !strcmp(owns[i].name, name);
+    still = !strcmp(owns[i], name);
   pthread_mutex_unlock(&watch_mu);
   return still;
 }
@@ -658,8 +652,7 @@ static void own_unstick_all(void)
   int n = 0, k = 0;
   pthread_mutex_lock(&watch_mu);
   for (int i = 0; i < nowns; i++)
-    if (owns[i].pid == getpid())
-      memcpy(names[n++], owns[i].name, XPORT__ADDR_MAX);
+    memcpy(names[n++], owns[i], XPORT__ADDR_MAX);
   pthread_mutex_unlock(&watch_mu);
   for (int i = 0; i < n; i++)
     k += own_look_open(&looks[k], names[i]);
