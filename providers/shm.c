@@ -522,31 +522,37 @@ static void own_track(const char *name, int add)
   pthread_mutex_unlock(&watch_mu);
 }
 
+/* The first len bytes of the region file at path, mapped with prot (never
+ * a link, nor another user's file), where it is the file ino (any, 0) and
+ * holds that many; NULL otherwise. */
+static void *head_map(const char *path, size_t len, int prot, ino_t ino)
+{
+  struct stat st;
+  const char *why;
+  void *m = MAP_FAILED;
+  int fd = own_open(path, prot & PROT_WRITE ? O_RDWR : O_RDONLY, &why);
+  if (fd < 0)
+    return NULL;
+  if (fstat(fd, &st) == 0 && (!ino || st.st_ino == ino) && st.st_size >= (off_t)len)
+    m = mmap(NULL, len, prot, MAP_SHARED, fd, 0);
+  close(fd);
+  return m == MAP_FAILED ? NULL : m;
+}
+
 /* Frees the lock of the dead peer's region through a mapping of the
  * thread's own: libfabric may unmap its own at any moment (the endpoint's
  * close). A file that is gone, or is another region by now, is left. */
 static void region_unlock(const struct region_watch *w)
 {
-  struct stat st;
-  const char *why;
-  int fd = own_open(w->path, O_RDWR, &why); /* never a link, nor another user's */
-  if (fd < 0)
+  uint8_t *m = head_map(w->path, HEAD_LEN, PROT_READ | PROT_WRITE, w->ino);
+  if (!m)
     return;
-  if (fstat(fd, &st) == 0 && st.st_ino == w->ino &&
-      st.st_size >= (off_t)(REGION_LOCK_OFFSET + sizeof(int))) {
-    void *m = mmap(NULL, REGION_LOCK_OFFSET + sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED,
-                   fd, 0);
-    if (m != MAP_FAILED) {
-      int *lock = (int *)((char *)m + REGION_LOCK_OFFSET);
-      if (*(const volatile uint8_t *)m == REGION_VERSION &&
-          __atomic_load_n(lock, __ATOMIC_ACQUIRE) != 1) {
-        __atomic_store_n(lock, 1, __ATOMIC_RELEASE);
-        XPORT__INFO("shm: a peer died holding its region's lock: released");
-      }
-      munmap(m, REGION_LOCK_OFFSET + sizeof(int));
-    }
+  int *lock = (int *)(m + REGION_LOCK_OFFSET);
+  if (*(const volatile uint8_t *)m == REGION_VERSION && __atomic_load_n(lock, __ATOMIC_ACQUIRE) != 1) {
+    __atomic_store_n(lock, 1, __ATOMIC_RELEASE);
+    XPORT__INFO("shm: a peer died holding its region's lock: released");
   }
-  close(fd);
+  munmap(m, HEAD_LEN);
 }
 
 /* 1 if the lock at *lock is seen free in a burst of looks: one free look
@@ -616,18 +622,10 @@ static int own_look_still(struct own_look *o)
 static int own_look_open(struct own_look *o, const char *name)
 {
   char path[XPORT__ADDR_MAX + 16];
-  const char *why;
-  struct stat st;
   snprintf(path, sizeof path, SHM_DIR "%.*s", XPORT__ADDR_MAX - 1, name);
-  int fd = own_open(path, O_RDWR, &why);
-  if (fd < 0)
+  uint8_t *m = head_map(path, OWN_HEAD_LEN, PROT_READ | PROT_WRITE, 0);
+  if (!m)
     return 0; /* not made yet (the name is claimed first), or gone */
-  void *m = fstat(fd, &st) == 0 && st.st_size >= (off_t)OWN_HEAD_LEN
-                ? mmap(NULL, OWN_HEAD_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
-                : MAP_FAILED;
-  close(fd);
-  if (m == MAP_FAILED)
-    return 0;
   o->head = m;
   snprintf(o->name, sizeof o->name, "%.*s", XPORT__ADDR_MAX - 1, name);
   if (*(volatile uint8_t *)m != REGION_VERSION ||
@@ -776,17 +774,7 @@ static void shm_peer_watch(const void *addr, size_t len, uint32_t pid)
 #endif
   if (pidfd >= 0) {
     w.pidfd = pidfd;
-    w.head = NULL;
-    const char *why;
-    int fd = own_open(w.path, O_RDONLY, &why);
-    struct stat fst;
-    if (fd >= 0 && fstat(fd, &fst) == 0 && fst.st_ino == w.ino &&
-        fst.st_size >= (off_t)HEAD_LEN) {
-      void *m = mmap(NULL, HEAD_LEN, PROT_READ, MAP_SHARED, fd, 0);
-      w.head = m == MAP_FAILED ? NULL : m;
-    }
-    if (fd >= 0)
-      close(fd);
+    w.head = head_map(w.path, HEAD_LEN, PROT_READ, w.ino);
     watches[nwatches++] = w;
     uint64_t one = 1;
     if (write(watch_efd, &one, sizeof one) < 0)
